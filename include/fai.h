@@ -1,0 +1,285 @@
+/*
+ * fai.h - FlashAttention inference on CPUs.
+ *
+ *     S = scale * Q K^T (+ mask)     P = softmax(S)     O = P V     LSE = log(sum exp S)
+ *
+ * The only public header of libfai. Usage is plan, then run:
+ *
+ *     fai_problem pb;  fai_problem_init(&pb);   // describe shapes, masks, lengths, dtypes
+ *     ... fill pb ...
+ *     fai_plan *plan;
+ *     if (fai_plan_create(&pb, &plan) != FAI_OK) puts(fai_last_error());
+ *     void *ws = aligned_alloc(64, fai_plan_workspace_size(plan));   // may be 0 bytes
+ *     fai_tensors t = {...};                                         // pointers and strides
+ *     fai_run(plan, &t, ws, fai_plan_workspace_size(plan));          // allocates nothing
+ *     fai_plan_free(plan);
+ *
+ * Layout: Q [B, Sq, Hq, D], K [B, Skv, Hkv, D], V [B, Skv, Hkv, Dv], O [B, Sq, Hq, Dv] by
+ * default; any other layout is expressed by element strides for batch, sequence and head. The
+ * last (d) dimension is always contiguous.
+ *
+ * All sizes and strides are counted in elements of the tensor's dtype, never in bytes.
+ */
+#ifndef FAI_H
+#define FAI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FAI_VERSION_MAJOR 0
+#define FAI_VERSION_MINOR 1
+#define FAI_VERSION_PATCH 0
+
+/* Largest head dimension (D or Dv) accepted: 576/512 is the MLA decode shape. */
+#define FAI_MAX_HEAD_DIM 576
+/* Largest number of workers a plan may split its work into. */
+#define FAI_MAX_WORKERS 1024
+
+/* ---------------------------------------------------------------------------------------------
+ * Status
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum fai_status {
+    FAI_OK = 0,
+    FAI_ERR_INVALID_ARG,         /* a field of the problem or tensors is out of its domain */
+    FAI_ERR_UNSUPPORTED,         /* a valid request this build does not implement */
+    FAI_ERR_WORKSPACE_TOO_SMALL, /* workspace NULL or smaller than fai_plan_workspace_size() */
+    FAI_ERR_NO_MEMORY,           /* an allocation in fai_plan_create or fai_pool_create failed */
+    FAI_ERR_ISA_UNAVAILABLE,     /* FAI_ISA forces an instruction set this CPU lacks */
+    FAI_ERR_OVERFLOW             /* a size computed from the problem overflows */
+} fai_status;
+
+/* Short fixed name of a status ("FAI_OK", "FAI_ERR_INVALID_ARG", ...). Never NULL; unknown
+ * values give "FAI_ERR_UNKNOWN". Thread-safe. */
+const char *fai_status_string(fai_status status);
+
+/* The message of the last failing call of this thread: it names the field and the value, e.g.
+ * "heads_q = 12 is not a multiple of heads_kv = 5". Empty after a successful call. The string
+ * lives in thread-local storage and is valid until this thread's next fai call. */
+const char *fai_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Problem description
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum fai_dtype {
+    FAI_DTYPE_F32 = 0, /* IEEE binary32 */
+    FAI_DTYPE_F16 = 1, /* IEEE binary16 */
+    FAI_DTYPE_BF16 = 2 /* bfloat16: the upper half of a binary32 */
+} fai_dtype;
+
+/* Causal masking. Query i of a sequence with lq queries and lk keys:
+ *   BOTTOM_RIGHT sees keys j <= i + lk - lq (the inference convention of FlashAttention >= 2.1,
+ *                vLLM, FlashInfer: the last query sees every key). This is what "causal" means
+ *                in fai unless top-left is asked for.
+ *   TOP_LEFT     sees keys j <= i (PyTorch's is_causal). */
+typedef enum fai_causal {
+    FAI_CAUSAL_NONE = 0,
+    FAI_CAUSAL_BOTTOM_RIGHT = 1,
+    FAI_CAUSAL_TOP_LEFT = 2
+} fai_causal;
+
+/* Explicit mask tensors, [Sq, Skv], [B, Sq, Skv] or [B, Hq, Sq, Skv] by strides (0 broadcasts).
+ *   KEEP: one byte per element, nonzero = attend (PyTorch's boolean convention).
+ *   DROP: one byte per element, nonzero = masked out (the seed's convention).
+ *   ADD:  float32 added to the scaled logit; -inf masks the position. */
+typedef enum fai_mask_kind {
+    FAI_MASK_NONE = 0,
+    FAI_MASK_KEEP = 1,
+    FAI_MASK_DROP = 2,
+    FAI_MASK_ADD = 3
+} fai_mask_kind;
+
+/* Everything fai_plan_create needs to know. Start from fai_problem_init() and set what differs.
+ *
+ * Lengths. A padded batch stores sequence b's rows at batch index b; seqlens_q / seqlens_kv
+ * (int32 [batch], optional) give its actual lengths, at most seq_q / seq_kv. A packed ("ragged")
+ * batch stores all sequences back to back along the sequence axis (the batch stride is unused);
+ * cu_seqlens_q / cu_seqlens_kv (int32 [batch + 1], non-decreasing, starting at 0) are the prefix
+ * sums, and seq_q / seq_kv are then the number of rows in the packed tensor. Empty sequences are
+ * allowed everywhere. The plan copies all length arrays: they may be freed after creation.
+ *
+ * Paged KV. With page_size > 0, K and V are page pools [num_pages, page_size, Hkv, D|Dv] (or
+ * head-major, by strides: the tensor's batch stride is the page stride), and the run-time block
+ * table (int32 [batch, pages_per_seq]) maps page p of sequence b to a pool page. seqlens_kv is
+ * required and each length must fit in pages_per_seq * page_size. */
+typedef struct fai_problem {
+    int64_t batch;      /* B >= 0 */
+    int64_t heads_q;    /* Hq >= 1 */
+    int64_t heads_kv;   /* Hkv >= 1, divides Hq (GQA; Hkv == 1 is MQA) */
+    int64_t seq_q;      /* Sq: padded query length, or packed rows with cu_seqlens_q */
+    int64_t seq_kv;     /* Skv: padded key length, or packed rows with cu_seqlens_kv; unused
+                           when paged */
+    int64_t head_dim;   /* D of Q and K, 1..FAI_MAX_HEAD_DIM */
+    int64_t head_dim_v; /* Dv of V and O, 1..FAI_MAX_HEAD_DIM; 0 means D */
+
+    fai_dtype q_dtype, k_dtype, v_dtype, o_dtype;
+
+    float scale; /* multiplies Q K^T; 0 means 1/sqrt(D). Must be finite. */
+
+    fai_causal causal;
+    /* Sliding window measured from the causal diagonal (bottom-right unless causal is TOP_LEFT):
+     * query i sees keys j with  diag(i) - window_left <= j <= diag(i) + window_right.
+     * -1 leaves that side unbounded. Causal is window_right = 0 (or less if given). */
+    int64_t window_left, window_right;
+
+    fai_mask_kind mask_kind; /* the mask data and strides come with the tensors at run time */
+
+    const int32_t *seqlens_q;     /* [batch] or NULL (all rows valid) */
+    const int32_t *seqlens_kv;    /* [batch] or NULL; required when paged */
+    const int32_t *cu_seqlens_q;  /* [batch + 1] or NULL; excludes seqlens_q */
+    const int32_t *cu_seqlens_kv; /* [batch + 1] or NULL; excludes seqlens_kv and paging */
+
+    int64_t page_size;     /* 0: K/V are dense; >= 1: paged */
+    int64_t num_pages;     /* pages in each pool (paged only) */
+    int64_t pages_per_seq; /* width of the block table (paged only) */
+
+    /* Execution. workers: how many contiguous pieces the work is split into (0: one per online
+     * CPU); the result is bitwise identical for any number of threads running them. threads:
+     * how many threads run them (0: all of the pool's; 1: only the calling thread). */
+    int64_t workers;
+    int64_t threads;
+    /* Tile shape override (0: the planner chooses): query positions and keys per tile. */
+    int64_t tile_q, tile_kv;
+} fai_problem;
+
+/* Fills a problem with the defaults: every count 0, dtypes Q f32, K/V f16, O f32, scale 0
+ * (1/sqrt(D)), no causal mask, unbounded window (-1, -1), no mask tensor, dense KV, automatic
+ * workers, threads and tiles. */
+void fai_problem_init(fai_problem *problem);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors (given at run time)
+ * ------------------------------------------------------------------------------------------- */
+
+/* One strided tensor. Element (b, s, h, d) lives at data[b*stride_batch + s*stride_seq +
+ * h*stride_head + d]. For a packed (cu_seqlens) tensor stride_batch is ignored; for a page pool
+ * stride_batch is the page stride. Strides may be zero or negative only where stated. */
+typedef struct fai_tensor {
+    void *data;
+    fai_dtype dtype;
+    int64_t stride_batch, stride_seq, stride_head;
+} fai_tensor;
+
+/* An explicit mask: element (b, h, i, j) for query i and key j of sequence b (positions inside
+ * the sequence, also for packed batches) lives at data[b*stride_batch + h*stride_head +
+ * i*stride_q + j]. A zero stride broadcasts: [Sq, Skv] is stride_batch = stride_head = 0.
+ * Bytes for KEEP and DROP, float32 for ADD. */
+typedef struct fai_mask {
+    const void *data;
+    int64_t stride_batch, stride_head, stride_q;
+} fai_mask;
+
+typedef struct fai_tensors {
+    fai_tensor q, k, v; /* inputs, read only */
+    fai_tensor o;       /* output; every row is written, rows past a sequence's length with 0 */
+    /* Optional LSE output, f32: element (b, h, i) at data[b*stride_batch + h*stride_head +
+     * i*stride_seq]; data NULL skips it. Fully masked rows and rows past the length get -inf. */
+    fai_tensor lse;
+    fai_mask mask;             /* used when the plan's mask_kind is not NONE */
+    const int32_t *block_table; /* paged only: [batch, pages_per_seq] */
+    int64_t block_table_stride; /* elements between rows; 0 means pages_per_seq */
+} fai_tensors;
+
+/* Strides of a contiguous [B, S, H, Dlast] tensor (the default BSHD layout). */
+fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t heads,
+                           int64_t dim);
+
+/* ---------------------------------------------------------------------------------------------
+ * Plan and run
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct fai_plan fai_plan;
+typedef struct fai_pool fai_pool;
+
+/* Validates every field of the problem, chooses the tile shape, counts the valid kv tiles of
+ * every (batch, kv-head group, q tile) unit under the masks and lengths, splits the units across
+ * workers and sizes the workspace. On success *plan owns a new plan (free it with fai_plan_free)
+ * and FAI_OK is returned; on failure *plan is NULL, the status says why and fai_last_error()
+ * names the field and the value. The problem and its arrays are only read during the call.
+ * Thread-safe. */
+fai_status fai_plan_create(const fai_problem *problem, fai_plan **plan);
+
+/* Releases a plan. NULL is a no-op. No run may be using the plan. */
+void fai_plan_free(fai_plan *plan);
+
+/* Bytes of workspace fai_run needs for this plan (64-byte alignment is fast, any is correct).
+ * May be called concurrently. */
+size_t fai_plan_workspace_size(const fai_plan *plan);
+
+/* Computes attention for the plan's problem. Checks the tensors against the plan (dtypes,
+ * pointers, head strides of 1, block-table entries inside the pool) before anything is read or
+ * written; on failure nothing is written. Allocates nothing: all scratch lives in the caller's
+ * workspace of at least fai_plan_workspace_size(plan) bytes. Runs the plan's workers on the
+ * plan's pool (the process-wide default pool unless fai_plan_set_pool chose another).
+ * Thread-safety: a plan is read-only, so several threads may run one plan at once, each with its
+ * own tensors and workspace; runs on one pool are served one after another. */
+fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
+                   size_t workspace_size);
+
+/* ---------------------------------------------------------------------------------------------
+ * Plan inspection
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct fai_plan_info {
+    int64_t tile_q;         /* qSeqBase: query positions per tile */
+    int64_t tile_kv;        /* kvSeqBase: keys per tile */
+    int64_t tile_rows;      /* rows of a Q tile: tile_q * (Hq / Hkv), the GQA group stacked */
+    int64_t units;          /* (batch, kv-head group, q tile) units */
+    int64_t workers;        /* pieces the units are split into */
+    int64_t threads;        /* threads that run them */
+    int64_t total_weight;   /* valid (q tile, kv tile) pairs over all units */
+    double imbalance;       /* max worker weight / mean worker weight (1.0 is perfect) */
+    int split_kv;           /* nonzero when a unit's kv range is split (not in this version) */
+    int64_t visible_pairs;  /* (query, key) pairs left by causal, window and lengths, all heads */
+    size_t workspace_bytes; /* fai_plan_workspace_size() */
+    const char *isa;        /* micro-kernel table in use: "ref", "avx2", "avx512", "neon" */
+} fai_plan_info;
+
+/* Fills *info. Thread-safe. */
+fai_status fai_plan_get_info(const fai_plan *plan, fai_plan_info *info);
+
+/* Worker w's contiguous unit range [unit_begin, unit_end) and its weight (valid kv tiles). */
+typedef struct fai_worker_range {
+    int64_t unit_begin, unit_end;
+    int64_t weight;
+} fai_worker_range;
+
+fai_status fai_plan_get_worker(const fai_plan *plan, int64_t worker, fai_worker_range *range);
+
+/* Unit u: its batch, kv head, first query position, query positions and valid kv tiles. */
+typedef struct fai_unit_info {
+    int64_t batch, head_kv, q_begin, q_len;
+    int64_t kv_tile_begin, kv_tiles;
+} fai_unit_info;
+
+fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_unit_info *info);
+
+/* ---------------------------------------------------------------------------------------------
+ * Thread pools
+ * ------------------------------------------------------------------------------------------- */
+
+/* Creates a pool of `threads` threads in all (the caller of fai_run is one of them, so threads-1
+ * are started; 0 means one per online CPU). Threads sleep when idle. */
+fai_status fai_pool_create(int64_t threads, fai_pool **pool);
+
+/* Stops and joins the pool's threads. No run may be using it. NULL is a no-op. */
+void fai_pool_free(fai_pool *pool);
+
+/* Makes the plan run on `pool` (NULL: the process-wide default pool, created on first use with
+ * one thread per online CPU). The pool must outlive every run of the plan. Not thread-safe with
+ * concurrent runs of the same plan. */
+void fai_plan_set_pool(fai_plan *plan, fai_pool *pool);
+
+/* Number of online CPUs as the OS reports them (at least 1). */
+int64_t fai_cpu_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FAI_H */

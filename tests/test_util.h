@@ -1,0 +1,40 @@
+/* Minimal test harness: TEST(name) registers a test at load time; the runner in test_main.c runs
+ * them all (or those whose name contains argv[1]) and ends with "N passed, N failed". */
+#ifndef FAI_TEST_UTIL_H
+#define FAI_TEST_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef void (*test_fn)(int *failed);
+void test_register(const char *name, test_fn fn);
+
+#define TEST(name)                                                                                 \
+    static void test_##name(int *test_failed_);                                                    \
+    __attribute__((constructor)) static void test_register_##name(void) {                          \
+        test_register(#name, test_##name);                                                         \
+    }                                                                                              \
+    static void test_##name(int *test_failed_)
+
+/* Non-fatal check: records the failure with its location and continues. */
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);             \
+            *test_failed_ = 1;                                                                     \
+        }                                                                                          \
+    } while (0)
+
+/* Fatal check: records the failure and leaves the test. */
+#define REQUIRE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "  %s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #cond);           \
+            *test_failed_ = 1;                                                                     \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+#define TEST_FAILED (*test_failed_)
+
+#endif
