@@ -1,0 +1,34 @@
+/* fai: the command-line tool. Dispatches to one subcommand per file. */
+#include "fai_cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void print_usage(FILE *out) {
+    fprintf(out, "usage: fai <command> [options]\n"
+                 "\n"
+                 "commands:\n"
+                 "  run    attention on .npy files (fai run --help)\n"
+                 "  check  randomized sweep against the fp64 reference\n"
+                 "  plan   show the tile shape, units and the split across workers\n"
+                 "  demo   run the benchmark shapes once, verified against the reference\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        print_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "run")) return fai_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "check")) return fai_cmd_check(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return fai_cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "demo")) return fai_cmd_demo(argc - 1, argv + 1);
+    fprintf(stderr, "fai: unknown command '%s'\n", cmd);
+    print_usage(stderr);
+    return 2;
+}
