@@ -157,12 +157,15 @@ void fai_problem_init(fai_problem *problem);
  * ------------------------------------------------------------------------------------------- */
 
 /* One strided tensor. Element (b, s, h, d) lives at data[b*stride_batch + s*stride_seq +
- * h*stride_head + d]. For a packed (cu_seqlens) tensor stride_batch is ignored; for a page pool
- * stride_batch is the page stride. Strides may be zero or negative only where stated. */
+ * h*stride_head + d]. For a packed (cu_seqlens) tensor stride_batch is ignored and s is the
+ * packed row; for a page pool stride_batch is the page stride and s the slot in the page.
+ * Strides are never negative. stride_dim is the stride of d: it must be 1 (0 is read as 1),
+ * because the head dimension is contiguous. */
 typedef struct fai_tensor {
     void *data;
     fai_dtype dtype;
     int64_t stride_batch, stride_seq, stride_head;
+    int64_t stride_dim;
 } fai_tensor;
 
 /* An explicit mask: element (b, h, i, j) for query i and key j of sequence b (positions inside
@@ -178,7 +181,9 @@ typedef struct fai_tensors {
     fai_tensor q, k, v; /* inputs, read only */
     fai_tensor o;       /* output; every row is written, rows past a sequence's length with 0 */
     /* Optional LSE output, f32: element (b, h, i) at data[b*stride_batch + h*stride_head +
-     * i*stride_seq]; data NULL skips it. Fully masked rows and rows past the length get -inf. */
+     * i*stride_seq] ([B, Hq, Sq] is stride_batch = Hq*Sq, stride_head = Sq, stride_seq = 1);
+     * for packed queries i is the packed row and stride_batch is ignored. data NULL skips it.
+     * Fully masked rows and rows past the length get -inf. */
     fai_tensor lse;
     fai_mask mask;             /* used when the plan's mask_kind is not NONE */
     const int32_t *block_table; /* paged only: [batch, pages_per_seq] */

@@ -1,0 +1,123 @@
+/* fai_run: checks the tensors against the plan, then runs the plan's workers on its pool. */
+#include "fai_internal.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+
+fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t heads, int64_t dim) {
+    fai_tensor tensor;
+    tensor.data = data;
+    tensor.dtype = dtype;
+    tensor.stride_head = dim;
+    tensor.stride_seq = heads * dim;
+    tensor.stride_batch = seq * heads * dim;
+    tensor.stride_dim = 1;
+    return tensor;
+}
+
+static fai_status check_tensor(const char *name, const fai_tensor *tensor, fai_dtype dtype,
+                               int needed) {
+    if (!needed) return FAI_OK;
+    if (!tensor->data) return fai__fail(FAI_ERR_INVALID_ARG, "%s.data = NULL", name);
+    if (tensor->dtype != dtype)
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s.dtype = %s does not match the plan's %s", name,
+                         fai__dtype_name(tensor->dtype), fai__dtype_name(dtype));
+    if (tensor->stride_dim != 0 && tensor->stride_dim != 1)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s.stride_dim = %" PRId64 ": the head dimension must be contiguous (1)",
+                         name, tensor->stride_dim);
+    if (tensor->stride_batch < 0 || tensor->stride_seq < 0 || tensor->stride_head < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
+                         ") must not be negative",
+                         name, tensor->stride_batch, tensor->stride_seq, tensor->stride_head);
+    return FAI_OK;
+}
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        const fai_status status_ = (expr);                                                         \
+        if (status_ != FAI_OK) return status_;                                                     \
+    } while (0)
+
+fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t) {
+    const fai_problem *pb = &plan->pb;
+    int64_t q_rows = 0, kv_rows = 0;
+    for (int64_t b = 0; b < pb->batch; b++) {
+        q_rows += plan->seqs[b].q_rows;
+        kv_rows += plan->seqs[b].kv_len;
+    }
+    TRY(check_tensor("q", &t->q, pb->q_dtype, q_rows > 0));
+    TRY(check_tensor("k", &t->k, pb->k_dtype, kv_rows > 0));
+    TRY(check_tensor("v", &t->v, pb->v_dtype, kv_rows > 0));
+    TRY(check_tensor("o", &t->o, pb->o_dtype, q_rows > 0));
+    if (t->lse.data) TRY(check_tensor("lse", &t->lse, FAI_DTYPE_F32, 1));
+    if (pb->mask_kind != FAI_MASK_NONE && q_rows > 0 && kv_rows > 0) {
+        if (!t->mask.data)
+            return fai__fail(FAI_ERR_INVALID_ARG, "mask.data = NULL with mask_kind = %d",
+                             (int)pb->mask_kind);
+        if (t->mask.stride_batch < 0 || t->mask.stride_head < 0 || t->mask.stride_q < 0)
+            return fai__fail(FAI_ERR_INVALID_ARG,
+                             "mask strides (batch %" PRId64 ", head %" PRId64 ", q %" PRId64
+                             ") must not be negative",
+                             t->mask.stride_batch, t->mask.stride_head, t->mask.stride_q);
+    }
+    if (plan->paged && kv_rows > 0) {
+        if (!t->block_table) return fai__fail(FAI_ERR_INVALID_ARG, "block_table = NULL");
+        const int64_t stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
+        if (t->block_table_stride < 0)
+            return fai__fail(FAI_ERR_INVALID_ARG, "block_table_stride = %" PRId64 " is negative",
+                             t->block_table_stride);
+        /* every page a sequence's length reaches must be inside the pool */
+        for (int64_t b = 0; b < pb->batch; b++) {
+            const int64_t pages = fai__ceil_div(plan->seqs[b].kv_len, pb->page_size);
+            const int32_t *row = t->block_table + b * stride;
+            for (int64_t p = 0; p < pages; p++)
+                if (row[p] < 0 || row[p] >= pb->num_pages)
+                    return fai__fail(FAI_ERR_INVALID_ARG,
+                                     "block_table[%" PRId64 "][%" PRId64
+                                     "] = %d is outside the pool of num_pages = %" PRId64,
+                                     b, p, (int)row[p], pb->num_pages);
+        }
+    }
+    return FAI_OK;
+}
+
+typedef struct run_job {
+    const fai_plan *plan;
+    const fai_tensors *tensors;
+    unsigned char *workspace;
+    int64_t threads;
+} run_job;
+
+/* Thread k runs workers k, k + threads, ...: which thread runs a worker never changes what the
+ * worker computes, so the output is the same for any thread count. */
+static void run_thread(void *arg, int64_t thread_index) {
+    const run_job *job = arg;
+    unsigned char *ws = job->workspace + (size_t)thread_index * job->plan->ws.per_thread;
+    for (int64_t w = thread_index; w < job->plan->workers; w += job->threads)
+        fai__kernel_run_worker(job->plan, job->tensors, w, ws);
+}
+
+fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
+                   size_t workspace_size) {
+    fai__clear_error();
+    if (!plan) return fai__fail(FAI_ERR_INVALID_ARG, "plan = NULL");
+    if (!tensors) return fai__fail(FAI_ERR_INVALID_ARG, "tensors = NULL");
+    if (plan->workspace_size > 0 && (!workspace || workspace_size < plan->workspace_size))
+        return fai__fail(FAI_ERR_WORKSPACE_TOO_SMALL,
+                         "workspace = %p of %zu bytes; the plan needs %zu bytes", workspace,
+                         workspace_size, plan->workspace_size);
+    TRY(fai__validate_tensors(plan, tensors));
+
+    fai_pool *pool = plan->pool ? plan->pool : fai__default_pool();
+    int64_t threads = plan->threads;
+    if (!pool) threads = 1; /* no pool could be started: the caller runs everything */
+    else if (threads > fai__pool_size(pool)) threads = fai__pool_size(pool);
+    run_job job = {plan, tensors, workspace, threads < 1 ? 1 : threads};
+    if (job.threads == 1)
+        run_thread(&job, 0);
+    else
+        fai__pool_run(pool, job.threads, run_thread, &job);
+    return FAI_OK;
+}

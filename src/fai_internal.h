@@ -1,0 +1,116 @@
+/* Private structures shared by the plan, the kernel driver and the entry points. */
+#ifndef FAI_INTERNAL_H
+#define FAI_INTERNAL_H
+
+#include "fai.h"
+#include "ukr/fai_ukr.h"
+
+#include <stdint.h>
+
+/* Records status and a formatted message (naming the field and the value) for fai_last_error,
+ * and returns status. */
+fai_status fai__fail(fai_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void fai__clear_error(void);
+
+const char *fai__dtype_name(fai_dtype dtype);
+size_t fai__dtype_size(fai_dtype dtype);
+
+/* One sequence of the batch after lengths are resolved. Rows of sequence b live at tensor row
+ * q_row0 + i (packed) or at batch b, row i (padded); q_rows is how many rows the tensor holds for
+ * it (lengths plus padding), all of which the run writes. */
+typedef struct fai_seq {
+    int64_t q_len, kv_len;
+    int64_t q_row0, kv_row0; /* packed offsets (cu_seqlens), else 0 */
+    int64_t q_rows;          /* rows owned in O: q_len plus trailing padding */
+} fai_seq;
+
+/* A unit of work: the q heads of one kv-head group, for q positions [q_begin, q_begin + q_len)
+ * of one sequence, against kv tiles [kv_tile_begin, kv_tile_begin + kv_tiles). Rows
+ * [pad_begin, pad_end) of the sequence are zero rows this unit writes. */
+typedef struct fai_unit {
+    int64_t batch, head_kv;
+    int64_t q_begin, q_len;
+    int64_t pad_begin, pad_end;
+    int64_t kv_tile_begin, kv_tiles;
+} fai_unit;
+
+/* Visibility of keys from query rows under causal, window and lengths: query i sees keys
+ * [lo(i), hi(i)] with lo(i) = i + lo_offset and hi(i) = i + hi_offset before clipping to
+ * [0, kv_len). INT64_MIN / INT64_MAX offsets mean unbounded. */
+typedef struct fai_band {
+    int64_t lo_offset, hi_offset;
+    int64_t kv_len;
+} fai_band;
+
+fai_band fai__band_of(const fai_problem *pb, int64_t q_len, int64_t kv_len);
+int64_t fai__band_lo(const fai_band *band, int64_t i); /* clipped to >= 0 */
+int64_t fai__band_hi(const fai_band *band, int64_t i); /* clipped to <= kv_len - 1 */
+
+/* Per-thread scratch, carved from the caller's workspace (64-byte aligned segments). */
+typedef struct fai_ws_layout {
+    size_t q_tile, k_tile, v_tile, s_tile, o_acc, row_max, row_sum, row_alpha, kv_rows;
+    size_t per_thread; /* bytes of one thread's slice, a multiple of 64 */
+} fai_ws_layout;
+
+struct fai_plan {
+    fai_problem pb; /* the problem, with its array pointers cleared */
+    int64_t group;  /* Hq / Hkv */
+    int64_t head_dim_v;
+    float scale;
+    int paged, packed_q, packed_kv;
+
+    fai_seq *seqs; /* [batch] */
+
+    int64_t tile_q, tile_kv, tile_rows;
+    fai_unit *units;
+    int64_t unit_count;
+    int64_t total_weight;
+    int64_t visible_pairs;
+
+    int64_t workers;
+    int64_t *worker_begin;  /* [workers + 1]: unit index where each worker starts */
+    int64_t *worker_weight; /* [workers] */
+    double imbalance;
+
+    int64_t threads;
+    fai_ws_layout ws;
+    size_t workspace_size;
+
+    const fai_cntx *cntx;
+    fai_pool *pool; /* NULL: the default pool */
+};
+
+/* Plan steps (plan/). */
+fai_status fai__validate_problem(const fai_problem *pb);
+fai_status fai__resolve_seqs(const fai_problem *pb, fai_seq *seqs);
+fai_status fai__build_units(fai_plan *plan);
+fai_status fai__split_units(fai_plan *plan);
+
+/* Run-time checks of the tensors against the plan (fai_api.c). */
+fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t);
+
+/* The kernel driver: runs worker `worker` of the plan with scratch `ws` (kernel/). */
+void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker,
+                            unsigned char *ws);
+
+/* Thread pool (thread/): runs fn(arg, thread_index) on threads 0..threads-1, the caller being
+ * thread 0, and returns when all are done. */
+typedef void (*fai_pool_task_fn)(void *arg, int64_t thread_index);
+fai_pool *fai__default_pool(void);
+int64_t fai__pool_size(const fai_pool *pool);
+void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *arg);
+
+/* Checked arithmetic: returns 0 on overflow. */
+static inline int fai__mul_ok(int64_t a, int64_t b, int64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline int fai__add_ok(int64_t a, int64_t b, int64_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+static inline int64_t fai__ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+
+#endif

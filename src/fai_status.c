@@ -1,0 +1,59 @@
+/* Status names and the thread-local message of the last failure. */
+#include "fai_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#define FAI_STATUS_MAP(XX)                                                                         \
+    XX(FAI_OK)                                                                                     \
+    XX(FAI_ERR_INVALID_ARG)                                                                        \
+    XX(FAI_ERR_UNSUPPORTED)                                                                        \
+    XX(FAI_ERR_WORKSPACE_TOO_SMALL)                                                                \
+    XX(FAI_ERR_NO_MEMORY)                                                                          \
+    XX(FAI_ERR_ISA_UNAVAILABLE)                                                                    \
+    XX(FAI_ERR_OVERFLOW)
+
+static _Thread_local char last_error[512];
+
+const char *fai_status_string(fai_status status) {
+    switch (status) {
+#define XX(name)                                                                                   \
+    case name:                                                                                     \
+        return #name;
+        FAI_STATUS_MAP(XX)
+#undef XX
+    }
+    return "FAI_ERR_UNKNOWN";
+}
+
+const char *fai_last_error(void) {
+    return last_error;
+}
+
+void fai__clear_error(void) {
+    last_error[0] = '\0';
+}
+
+fai_status fai__fail(fai_status status, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, args);
+    va_end(args);
+    return status;
+}
+
+const char *fai__dtype_name(fai_dtype dtype) {
+    switch (dtype) {
+    case FAI_DTYPE_F32:
+        return "f32";
+    case FAI_DTYPE_F16:
+        return "f16";
+    case FAI_DTYPE_BF16:
+        return "bf16";
+    }
+    return "unknown";
+}
+
+size_t fai__dtype_size(fai_dtype dtype) {
+    return dtype == FAI_DTYPE_F32 ? 4 : 2;
+}

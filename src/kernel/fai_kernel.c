@@ -1,0 +1,159 @@
+/* The kernel driver: one worker walks its contiguous range of units. For each unit (the q heads
+ * of one kv-head group over one q tile) it runs the seed's four stages over the unit's valid kv
+ * tiles, with S, P and O living only in this thread's workspace:
+ *
+ *     QK:              S = scale * Q K^T                     (cntx->qk)
+ *     online softmax:  masks on partial tiles, then P, m, l  (apply_masks, cntx->softmax)
+ *     rescale O:       O *= exp(m_old - m_new) where m moved (cntx->rescale_o)
+ *     PV:              O += P V                              (cntx->pv)
+ *
+ * and finally O / l and LSE = m + log l. Q tile rows are ordered (query position, group head),
+ * so the group's heads share each K and V tile: K/V are read once per group. */
+#include "fai_internal.h"
+#include "kv/fai_kv.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct unit_scratch {
+    float *q_tile;    /* [rows, d] */
+    float *k_tile;    /* [tile_kv, d] */
+    float *v_tile;    /* [tile_kv, dv] */
+    float *s_tile;    /* [rows, tile_kv]: S, then P in place */
+    float *o_acc;     /* [rows, dv] */
+    float *row_max;   /* [rows] running max m */
+    float *row_sum;   /* [rows] running sum l */
+    float *row_alpha; /* [rows] exp(m_old - m_new) of the last tile */
+    const void **row_ptrs;
+} unit_scratch;
+
+static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
+    unit_scratch sc;
+    sc.q_tile = (float *)(ws + plan->ws.q_tile);
+    sc.k_tile = (float *)(ws + plan->ws.k_tile);
+    sc.v_tile = (float *)(ws + plan->ws.v_tile);
+    sc.s_tile = (float *)(ws + plan->ws.s_tile);
+    sc.o_acc = (float *)(ws + plan->ws.o_acc);
+    sc.row_max = (float *)(ws + plan->ws.row_max);
+    sc.row_sum = (float *)(ws + plan->ws.row_sum);
+    sc.row_alpha = (float *)(ws + plan->ws.row_alpha);
+    sc.row_ptrs = (const void **)(ws + plan->ws.kv_rows);
+    return sc;
+}
+
+/* Masks of one tile: the causal/window band where the tile is only partly visible, and the
+ * explicit mask tensor. Positions masked out become -inf whatever S held there, so K values the
+ * row cannot see never reach P. */
+static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                        const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
+                        float *s, int64_t ld_s) {
+    const int64_t group = plan->group, rows = unit->q_len * group;
+    const fai_mask *mask = &t->mask;
+    const fai_mask_kind kind = plan->pb.mask_kind;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t i = unit->q_begin + r / group;
+        const int64_t head_q = unit->head_kv * group + r % group;
+        float *s_row = s + r * ld_s; /* [n] */
+        if (band_partial) {
+            const int64_t lo = fai__band_lo(band, i) - key_begin;
+            const int64_t hi = fai__band_hi(band, i) - key_begin;
+            for (int64_t c = 0; c < n; c++)
+                if (c < lo || c > hi) s_row[c] = -INFINITY;
+        }
+        if (kind == FAI_MASK_NONE) continue;
+        const int64_t offset = unit->batch * mask->stride_batch + head_q * mask->stride_head +
+                               i * mask->stride_q + key_begin;
+        if (kind == FAI_MASK_ADD) {
+            const float *add = (const float *)mask->data + offset;
+            for (int64_t c = 0; c < n; c++)
+                s_row[c] = add[c] == -INFINITY ? -INFINITY : s_row[c] + add[c];
+        } else {
+            const unsigned char *bytes = (const unsigned char *)mask->data + offset;
+            const int drop_if_nonzero = kind == FAI_MASK_DROP;
+            for (int64_t c = 0; c < n; c++)
+                if ((bytes[c] != 0) == drop_if_nonzero) s_row[c] = -INFINITY;
+        }
+    }
+}
+
+static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b, int64_t i,
+                           int64_t head_q) {
+    void *o_row = fai__q_row(plan, &t->o, b, i, head_q);
+    memset(o_row, 0, (size_t)plan->head_dim_v * fai__dtype_size(t->o.dtype));
+    if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = -INFINITY;
+}
+
+static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                     const unit_scratch *sc) {
+    const fai_cntx *cntx = plan->cntx;
+    const int64_t group = plan->group, rows = unit->q_len * group;
+    const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, tile_kv = plan->tile_kv;
+    const int64_t b = unit->batch;
+    const fai_seq *seq = &plan->seqs[b];
+
+    if (rows > 0) {
+        /* -- Step 1: the Q tile of the whole GQA group, converted once -- */
+        for (int64_t r = 0; r < rows; r++)
+            sc->row_ptrs[r] = fai__q_row(plan, &t->q, b, unit->q_begin + r / group,
+                                         unit->head_kv * group + r % group);
+        cntx->pack_rows(sc->q_tile, d, sc->row_ptrs, rows, d, t->q.dtype);
+        for (int64_t r = 0; r < rows; r++) {
+            sc->row_max[r] = -INFINITY;
+            sc->row_sum[r] = 0.0f;
+        }
+        memset(sc->o_acc, 0, (size_t)(rows * dv) * sizeof(float));
+
+        /* -- Step 2: the valid kv tiles, in order -- */
+        const fai_band band = fai__band_of(&plan->pb, seq->q_len, seq->kv_len);
+        const int64_t first_row = unit->q_begin, last_row = unit->q_begin + unit->q_len - 1;
+        for (int64_t tile = 0; tile < unit->kv_tiles; tile++) {
+            const int64_t key_begin = (unit->kv_tile_begin + tile) * tile_kv;
+            const int64_t n = seq->kv_len - key_begin < tile_kv ? seq->kv_len - key_begin : tile_kv;
+            /* every row sees every key of the tile: no band masking needed */
+            const int band_partial = !(fai__band_lo(&band, last_row) <= key_begin &&
+                                       fai__band_hi(&band, first_row) >= key_begin + n - 1);
+
+            fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+            cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
+            cntx->qk(sc->s_tile, tile_kv, sc->q_tile, sc->k_tile, rows, n, d, plan->scale);
+
+            if (band_partial || plan->pb.mask_kind != FAI_MASK_NONE)
+                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile,
+                            tile_kv);
+            cntx->softmax(sc->s_tile, tile_kv, rows, n, sc->row_max, sc->row_sum,
+                          sc->row_alpha);
+            cntx->rescale_o(sc->o_acc, rows, dv, sc->row_alpha);
+
+            fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+            cntx->pack_rows(sc->v_tile, dv, sc->row_ptrs, n, dv, t->v.dtype);
+            cntx->pv(sc->o_acc, sc->s_tile, tile_kv, sc->v_tile, rows, n, dv);
+        }
+
+        /* -- Step 3: O = O / l and LSE = m + log l; rows that saw nothing get 0 and -inf -- */
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t i = unit->q_begin + r / group;
+            const int64_t head_q = unit->head_kv * group + r % group;
+            const float sum = sc->row_sum[r];
+            if (!(sum > 0.0f)) {
+                write_zero_row(plan, t, b, i, head_q);
+                continue;
+            }
+            cntx->store_row(fai__q_row(plan, &t->o, b, i, head_q), t->o.dtype,
+                            sc->o_acc + r * dv, dv, 1.0f / sum);
+            if (t->lse.data)
+                *fai__lse_at(plan, &t->lse, b, i, head_q) = sc->row_max[r] + logf(sum);
+        }
+    }
+
+    /* -- Step 4: rows past the sequence's length -- */
+    for (int64_t i = unit->pad_begin; i < unit->pad_end; i++)
+        for (int64_t g = 0; g < group; g++)
+            write_zero_row(plan, t, b, i, unit->head_kv * group + g);
+}
+
+void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker,
+                            unsigned char *ws) {
+    const unit_scratch sc = carve_scratch(plan, ws);
+    for (int64_t u = plan->worker_begin[worker]; u < plan->worker_begin[worker + 1]; u++)
+        run_unit(plan, t, &plan->units[u], &sc);
+}

@@ -1,0 +1,19 @@
+/* Row addressing of Q, K, V and O: padded, packed (cu_seqlens) and paged (block table) layouts
+ * all reduce to "pointer to row r of sequence b, head h". The kernel asks for whole tiles of row
+ * pointers, so the layout costs one computation per row, never per element. */
+#ifndef FAI_KV_H
+#define FAI_KV_H
+
+#include "fai_internal.h"
+
+/* Pointers to keys [key_begin, key_begin + count) of sequence b, kv head h, in `tensor` (K or V). */
+void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor, int64_t b,
+                  int64_t h, int64_t key_begin, int64_t count, const void **rows);
+
+/* Address of query row i (a position inside sequence b) of head h in Q or O. */
+void *fai__q_row(const fai_plan *plan, const fai_tensor *tensor, int64_t b, int64_t i, int64_t h);
+
+/* Address of the LSE element of sequence b, head h, row i. */
+float *fai__lse_at(const fai_plan *plan, const fai_tensor *lse, int64_t b, int64_t i, int64_t h);
+
+#endif

@@ -1,0 +1,192 @@
+/* fai_plan_create: the host-side tiling step. Validates the problem, resolves lengths, chooses
+ * one tile shape (used by block counting and by the kernel alike), builds and splits the units,
+ * and lays out the per-thread workspace. */
+#include "fai_internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void fai_problem_init(fai_problem *pb) {
+    if (!pb) return;
+    memset(pb, 0, sizeof *pb);
+    pb->q_dtype = FAI_DTYPE_F32;
+    pb->k_dtype = FAI_DTYPE_F16;
+    pb->v_dtype = FAI_DTYPE_F16;
+    pb->o_dtype = FAI_DTYPE_F32;
+    pb->window_left = -1;
+    pb->window_right = -1;
+}
+
+/* Target rows of a Q tile (query positions x group heads) and keys of a kv tile: the S tile of
+ * 64 x 64 f32 (16 KiB) and the Q, K, V and O tiles at D = 128 fit the L1d / L2 budget of a
+ * core. */
+#define TARGET_TILE_ROWS 64
+#define DEFAULT_TILE_KV 64
+
+static void choose_tile(fai_plan *plan) {
+    const fai_problem *pb = &plan->pb;
+    int64_t max_q = 0, max_kv = 0;
+    for (int64_t b = 0; b < pb->batch; b++) {
+        if (plan->seqs[b].q_len > max_q) max_q = plan->seqs[b].q_len;
+        if (plan->seqs[b].kv_len > max_kv) max_kv = plan->seqs[b].kv_len;
+    }
+    int64_t tile_q = pb->tile_q;
+    if (tile_q == 0) {
+        tile_q = TARGET_TILE_ROWS / plan->group;
+        if (tile_q < 1) tile_q = 1;
+        if (tile_q > max_q) tile_q = max_q > 0 ? max_q : 1;
+    }
+    int64_t tile_kv = pb->tile_kv;
+    if (tile_kv == 0) {
+        tile_kv = DEFAULT_TILE_KV;
+        if (tile_kv > max_kv) tile_kv = max_kv > 0 ? max_kv : 1;
+    }
+    plan->tile_q = tile_q;
+    plan->tile_kv = tile_kv;
+    plan->tile_rows = tile_q * plan->group;
+}
+
+static size_t align64(size_t bytes) {
+    return (bytes + 63) & ~(size_t)63;
+}
+
+static fai_status layout_workspace(fai_plan *plan) {
+    const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
+    const size_t d = (size_t)plan->pb.head_dim, dv = (size_t)plan->head_dim_v;
+    fai_ws_layout *ws = &plan->ws;
+    size_t offset = 0;
+    ws->q_tile = offset, offset += align64(rows * d * sizeof(float));    /* [rows, d] */
+    ws->k_tile = offset, offset += align64(keys * d * sizeof(float));    /* [keys, d] */
+    ws->v_tile = offset, offset += align64(keys * dv * sizeof(float));   /* [keys, dv] */
+    ws->s_tile = offset, offset += align64(rows * keys * sizeof(float)); /* [rows, keys] */
+    ws->o_acc = offset, offset += align64(rows * dv * sizeof(float));    /* [rows, dv] */
+    ws->row_max = offset, offset += align64(rows * sizeof(float));
+    ws->row_sum = offset, offset += align64(rows * sizeof(float));
+    ws->row_alpha = offset, offset += align64(rows * sizeof(float));
+    /* row pointers of a Q tile or a kv tile */
+    ws->kv_rows = offset, offset += align64((rows > keys ? rows : keys) * sizeof(void *));
+    ws->per_thread = offset;
+    int64_t total;
+    if (!fai__mul_ok((int64_t)offset, plan->threads, &total))
+        return fai__fail(FAI_ERR_OVERFLOW, "workspace of %" PRId64 " threads overflows",
+                         plan->threads);
+    plan->workspace_size = (size_t)total;
+    return FAI_OK;
+}
+
+fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
+    fai__clear_error();
+    if (!out) return fai__fail(FAI_ERR_INVALID_ARG, "plan = NULL: nowhere to return the plan");
+    *out = NULL;
+    fai_status status = fai__validate_problem(problem);
+    if (status != FAI_OK) return status;
+
+    const fai_cntx *cntx = fai__cntx_select();
+    if (!cntx) return FAI_ERR_ISA_UNAVAILABLE;
+
+    fai_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return fai__fail(FAI_ERR_NO_MEMORY, "no memory for the plan");
+    plan->pb = *problem;
+    plan->pb.seqlens_q = plan->pb.seqlens_kv = NULL;
+    plan->pb.cu_seqlens_q = plan->pb.cu_seqlens_kv = NULL;
+    plan->cntx = cntx;
+    plan->group = problem->heads_q / problem->heads_kv;
+    plan->head_dim_v = problem->head_dim_v ? problem->head_dim_v : problem->head_dim;
+    plan->scale = problem->scale != 0.0f ? problem->scale
+                                         : (float)(1.0 / sqrt((double)problem->head_dim));
+    plan->paged = problem->page_size > 0;
+    plan->packed_q = problem->cu_seqlens_q != NULL;
+    plan->packed_kv = problem->cu_seqlens_kv != NULL;
+    plan->workers = problem->workers ? problem->workers : fai_cpu_count();
+    if (plan->workers > FAI_MAX_WORKERS) plan->workers = FAI_MAX_WORKERS;
+    plan->threads = problem->threads ? problem->threads : fai_cpu_count();
+    if (plan->threads > plan->workers) plan->threads = plan->workers;
+
+    plan->seqs = calloc(problem->batch ? (size_t)problem->batch : 1, sizeof *plan->seqs);
+    if (!plan->seqs) {
+        fai_plan_free(plan);
+        return fai__fail(FAI_ERR_NO_MEMORY, "no memory for %" PRId64 " sequences", problem->batch);
+    }
+    status = fai__resolve_seqs(problem, plan->seqs);
+    if (status == FAI_OK) {
+        choose_tile(plan);
+        status = fai__build_units(plan);
+    }
+    if (status == FAI_OK) status = fai__split_units(plan);
+    if (status == FAI_OK) status = layout_workspace(plan);
+    if (status != FAI_OK) {
+        fai_plan_free(plan);
+        return status;
+    }
+    *out = plan;
+    return FAI_OK;
+}
+
+void fai_plan_free(fai_plan *plan) {
+    if (!plan) return;
+    free(plan->seqs);
+    free(plan->units);
+    free(plan->worker_begin);
+    free(plan->worker_weight);
+    free(plan);
+}
+
+size_t fai_plan_workspace_size(const fai_plan *plan) {
+    return plan ? plan->workspace_size : 0;
+}
+
+void fai_plan_set_pool(fai_plan *plan, fai_pool *pool) {
+    if (plan) plan->pool = pool;
+}
+
+fai_status fai_plan_get_info(const fai_plan *plan, fai_plan_info *info) {
+    fai__clear_error();
+    if (!plan) return fai__fail(FAI_ERR_INVALID_ARG, "plan = NULL");
+    if (!info) return fai__fail(FAI_ERR_INVALID_ARG, "info = NULL");
+    memset(info, 0, sizeof *info);
+    info->tile_q = plan->tile_q;
+    info->tile_kv = plan->tile_kv;
+    info->tile_rows = plan->tile_rows;
+    info->units = plan->unit_count;
+    info->workers = plan->workers;
+    info->threads = plan->threads;
+    info->total_weight = plan->total_weight;
+    info->imbalance = plan->imbalance;
+    info->split_kv = 0;
+    info->visible_pairs = plan->visible_pairs;
+    info->workspace_bytes = plan->workspace_size;
+    info->isa = plan->cntx->name;
+    return FAI_OK;
+}
+
+fai_status fai_plan_get_worker(const fai_plan *plan, int64_t worker, fai_worker_range *range) {
+    fai__clear_error();
+    if (!plan) return fai__fail(FAI_ERR_INVALID_ARG, "plan = NULL");
+    if (!range) return fai__fail(FAI_ERR_INVALID_ARG, "range = NULL");
+    if (worker < 0 || worker >= plan->workers)
+        return fai__fail(FAI_ERR_INVALID_ARG, "worker = %" PRId64 " is outside [0, %" PRId64 ")",
+                         worker, plan->workers);
+    range->unit_begin = plan->worker_begin[worker];
+    range->unit_end = plan->worker_begin[worker + 1];
+    range->weight = plan->worker_weight[worker];
+    return FAI_OK;
+}
+
+fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_unit_info *info) {
+    fai__clear_error();
+    if (!plan) return fai__fail(FAI_ERR_INVALID_ARG, "plan = NULL");
+    if (!info) return fai__fail(FAI_ERR_INVALID_ARG, "info = NULL");
+    if (unit < 0 || unit >= plan->unit_count)
+        return fai__fail(FAI_ERR_INVALID_ARG, "unit = %" PRId64 " is outside [0, %" PRId64 ")",
+                         unit, plan->unit_count);
+    const fai_unit *u = &plan->units[unit];
+    info->batch = u->batch;
+    info->head_kv = u->head_kv;
+    info->q_begin = u->q_begin;
+    info->q_len = u->q_len;
+    info->kv_tile_begin = u->kv_tile_begin;
+    info->kv_tiles = u->kv_tiles;
+    return FAI_OK;
+}

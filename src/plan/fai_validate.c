@@ -1,0 +1,190 @@
+/* Validation of a problem description: every field is checked against its domain before the plan
+ * looks at anything else, and the first failure names the field and its value. */
+#include "fai_internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+
+/* Sizes above these are refused as absurd long before any arithmetic can overflow. */
+#define MAX_BATCH (INT64_C(1) << 24)
+#define MAX_HEADS (INT64_C(1) << 16)
+#define MAX_SEQ INT64_C(2147483647) /* lengths travel as int32 */
+#define MAX_TILE INT64_C(4096)
+
+static fai_status check_range(const char *field, int64_t value, int64_t lo, int64_t hi) {
+    if (value < lo || value > hi)
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s = %" PRId64 " is outside [%" PRId64 ", %" PRId64 "]",
+                         field, value, lo, hi);
+    return FAI_OK;
+}
+
+static fai_status check_dtype(const char *field, fai_dtype dtype) {
+    if (dtype != FAI_DTYPE_F32 && dtype != FAI_DTYPE_F16 && dtype != FAI_DTYPE_BF16)
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s = %d is not a dtype (f32 0, f16 1, bf16 2)",
+                         field, (int)dtype);
+    return FAI_OK;
+}
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        const fai_status status_ = (expr);                                                         \
+        if (status_ != FAI_OK) return status_;                                                     \
+    } while (0)
+
+static fai_status check_lengths(const char *field, const int32_t *lengths, int64_t batch,
+                                int64_t max_len, const char *max_field) {
+    for (int64_t b = 0; b < batch; b++) {
+        if (lengths[b] < 0)
+            return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "] = %d is negative", field, b,
+                             (int)lengths[b]);
+        if (lengths[b] > max_len)
+            return fai__fail(FAI_ERR_INVALID_ARG,
+                             "%s[%" PRId64 "] = %d is above %s = %" PRId64, field, b,
+                             (int)lengths[b], max_field, max_len);
+    }
+    return FAI_OK;
+}
+
+static fai_status check_prefix_sums(const char *field, const int32_t *cu, int64_t batch,
+                                    int64_t rows, const char *rows_field) {
+    if (cu[0] != 0)
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s[0] = %d must be 0", field, (int)cu[0]);
+    for (int64_t b = 0; b < batch; b++) {
+        if (cu[b + 1] < cu[b])
+            return fai__fail(FAI_ERR_INVALID_ARG,
+                             "%s is not non-decreasing: %s[%" PRId64 "] = %d < %s[%" PRId64
+                             "] = %d",
+                             field, field, b + 1, (int)cu[b + 1], field, b, (int)cu[b]);
+    }
+    if (cu[batch] > rows)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s[%" PRId64 "] = %d is above %s = %" PRId64 " rows", field, batch,
+                         (int)cu[batch], rows_field, rows);
+    return FAI_OK;
+}
+
+fai_status fai__validate_problem(const fai_problem *pb) {
+    if (!pb) return fai__fail(FAI_ERR_INVALID_ARG, "problem = NULL");
+    TRY(check_range("batch", pb->batch, 0, MAX_BATCH));
+    TRY(check_range("heads_q", pb->heads_q, 1, MAX_HEADS));
+    TRY(check_range("heads_kv", pb->heads_kv, 1, MAX_HEADS));
+    if (pb->heads_q % pb->heads_kv != 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "heads_q = %" PRId64 " is not a multiple of heads_kv = %" PRId64,
+                         pb->heads_q, pb->heads_kv);
+    TRY(check_range("seq_q", pb->seq_q, 0, MAX_SEQ));
+    TRY(check_range("seq_kv", pb->seq_kv, 0, MAX_SEQ));
+    TRY(check_range("head_dim", pb->head_dim, 1, FAI_MAX_HEAD_DIM));
+    TRY(check_range("head_dim_v", pb->head_dim_v, 0, FAI_MAX_HEAD_DIM));
+    TRY(check_dtype("q_dtype", pb->q_dtype));
+    TRY(check_dtype("k_dtype", pb->k_dtype));
+    TRY(check_dtype("v_dtype", pb->v_dtype));
+    TRY(check_dtype("o_dtype", pb->o_dtype));
+    if (!isfinite(pb->scale))
+        return fai__fail(FAI_ERR_INVALID_ARG, "scale = %g is not finite", (double)pb->scale);
+    if (pb->causal != FAI_CAUSAL_NONE && pb->causal != FAI_CAUSAL_BOTTOM_RIGHT &&
+        pb->causal != FAI_CAUSAL_TOP_LEFT)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "causal = %d is not one of none 0, bottom-right 1, top-left 2",
+                         (int)pb->causal);
+    TRY(check_range("window_left", pb->window_left, -1, MAX_SEQ));
+    TRY(check_range("window_right", pb->window_right, -1, MAX_SEQ));
+    if (pb->mask_kind != FAI_MASK_NONE && pb->mask_kind != FAI_MASK_KEEP &&
+        pb->mask_kind != FAI_MASK_DROP && pb->mask_kind != FAI_MASK_ADD)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "mask_kind = %d is not one of none 0, keep 1, drop 2, add 3",
+                         (int)pb->mask_kind);
+    TRY(check_range("workers", pb->workers, 0, FAI_MAX_WORKERS));
+    TRY(check_range("threads", pb->threads, 0, FAI_MAX_WORKERS));
+    TRY(check_range("tile_q", pb->tile_q, 0, MAX_TILE));
+    TRY(check_range("tile_kv", pb->tile_kv, 0, MAX_TILE));
+
+    /* -- lengths -- */
+    if (pb->seqlens_q && pb->cu_seqlens_q)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "seqlens_q and cu_seqlens_q are both set: give one of them");
+    if (pb->seqlens_kv && pb->cu_seqlens_kv)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "seqlens_kv and cu_seqlens_kv are both set: give one of them");
+    if (pb->seqlens_q) TRY(check_lengths("seqlens_q", pb->seqlens_q, pb->batch, pb->seq_q, "seq_q"));
+    if (pb->cu_seqlens_q)
+        TRY(check_prefix_sums("cu_seqlens_q", pb->cu_seqlens_q, pb->batch, pb->seq_q, "seq_q"));
+
+    /* -- paged KV -- */
+    TRY(check_range("page_size", pb->page_size, 0, MAX_SEQ));
+    if (pb->page_size > 0) {
+        if (pb->cu_seqlens_kv)
+            return fai__fail(FAI_ERR_INVALID_ARG,
+                             "cu_seqlens_kv is set with page_size = %" PRId64
+                             ": paged KV takes seqlens_kv",
+                             pb->page_size);
+        if (!pb->seqlens_kv)
+            return fai__fail(FAI_ERR_INVALID_ARG,
+                             "seqlens_kv = NULL with page_size = %" PRId64
+                             ": paged KV needs the lengths",
+                             pb->page_size);
+        TRY(check_range("num_pages", pb->num_pages, 0, MAX_SEQ));
+        TRY(check_range("pages_per_seq", pb->pages_per_seq, 0, MAX_SEQ));
+        int64_t capacity;
+        if (!fai__mul_ok(pb->pages_per_seq, pb->page_size, &capacity) || capacity > MAX_SEQ)
+            capacity = MAX_SEQ;
+        for (int64_t b = 0; b < pb->batch; b++) {
+            if (pb->seqlens_kv[b] < 0)
+                return fai__fail(FAI_ERR_INVALID_ARG, "seqlens_kv[%" PRId64 "] = %d is negative",
+                                 b, (int)pb->seqlens_kv[b]);
+            if (pb->seqlens_kv[b] > capacity)
+                return fai__fail(FAI_ERR_INVALID_ARG,
+                                 "seqlens_kv[%" PRId64 "] = %d runs past the block table: "
+                                 "pages_per_seq = %" PRId64 " x page_size = %" PRId64,
+                                 b, (int)pb->seqlens_kv[b], pb->pages_per_seq, pb->page_size);
+        }
+    } else {
+        if (pb->seqlens_kv)
+            TRY(check_lengths("seqlens_kv", pb->seqlens_kv, pb->batch, pb->seq_kv, "seq_kv"));
+        if (pb->cu_seqlens_kv)
+            TRY(check_prefix_sums("cu_seqlens_kv", pb->cu_seqlens_kv, pb->batch, pb->seq_kv,
+                                  "seq_kv"));
+    }
+    if (pb->cu_seqlens_q && pb->batch == 0 && pb->seq_q > 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "seq_q = %" PRId64 " packed rows with batch = 0 sequences",
+                         pb->seq_q);
+
+    /* -- sizes of every tensor must be addressable -- */
+    const int64_t dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+    int64_t elements;
+    const int64_t q_batch = pb->cu_seqlens_q ? 1 : pb->batch;
+    if (!fai__mul_ok(q_batch, pb->seq_q, &elements) ||
+        !fai__mul_ok(elements, pb->heads_q, &elements) ||
+        !fai__mul_ok(elements, pb->head_dim > dv ? pb->head_dim : dv, &elements) ||
+        elements > (INT64_MAX >> 3))
+        return fai__fail(FAI_ERR_OVERFLOW,
+                         "batch = %" PRId64 " x seq_q = %" PRId64 " x heads_q = %" PRId64
+                         " x head_dim overflows the address space",
+                         pb->batch, pb->seq_q, pb->heads_q);
+    return FAI_OK;
+}
+
+fai_status fai__resolve_seqs(const fai_problem *pb, fai_seq *seqs) {
+    for (int64_t b = 0; b < pb->batch; b++) {
+        fai_seq *seq = &seqs[b];
+        if (pb->cu_seqlens_q) {
+            seq->q_row0 = pb->cu_seqlens_q[b];
+            seq->q_len = pb->cu_seqlens_q[b + 1] - pb->cu_seqlens_q[b];
+            /* rows after the last sequence belong to it as padding */
+            seq->q_rows = b + 1 == pb->batch ? pb->seq_q - seq->q_row0 : seq->q_len;
+        } else {
+            seq->q_row0 = 0;
+            seq->q_len = pb->seqlens_q ? pb->seqlens_q[b] : pb->seq_q;
+            seq->q_rows = pb->seq_q;
+        }
+        if (pb->cu_seqlens_kv) {
+            seq->kv_row0 = pb->cu_seqlens_kv[b];
+            seq->kv_len = pb->cu_seqlens_kv[b + 1] - pb->cu_seqlens_kv[b];
+        } else {
+            seq->kv_row0 = 0;
+            seq->kv_len = pb->seqlens_kv ? pb->seqlens_kv[b] : pb->seq_kv;
+        }
+    }
+    return FAI_OK;
+}
