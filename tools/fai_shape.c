@@ -1,0 +1,260 @@
+/* Shape options and random tensors for the tool's plan, demo and bench commands. */
+#include "fai_shape.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/*      name  B  Hq  Hkv  Sq    Skv    D    Dv   causal                   window  page */
+const fai_shape fai_shape_table[] = {
+    {"P1", 1, 32, 8, 2048, 2048, 128, 128, FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 0,
+     FAI_DTYPE_F32, FAI_DTYPE_F16, FAI_DTYPE_F32},
+    {"P2", 2, 16, 16, 1024, 1024, 64, 64, FAI_CAUSAL_NONE, -1, -1, 0, FAI_DTYPE_F32,
+     FAI_DTYPE_F16, FAI_DTYPE_F32},
+    {"D1", 8, 32, 8, 1, 4096, 128, 128, FAI_CAUSAL_NONE, -1, -1, 128, FAI_DTYPE_F32,
+     FAI_DTYPE_F16, FAI_DTYPE_F32},
+    {"D2", 1, 32, 8, 1, 32768, 128, 128, FAI_CAUSAL_NONE, -1, -1, 128, FAI_DTYPE_F32,
+     FAI_DTYPE_F16, FAI_DTYPE_F32},
+    {"C1", 4, 32, 8, 16, 8192, 128, 128, FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 128, FAI_DTYPE_F32,
+     FAI_DTYPE_F16, FAI_DTYPE_F32},
+};
+const int fai_shape_count = (int)(sizeof fai_shape_table / sizeof fai_shape_table[0]);
+
+const char fai_shape_usage[] =
+    "shape: a benchmark shape name (P1 P2 D1 D2 C1), and/or\n"
+    "  --b N --hq N --hkv N --sq N --skv N --d N --dv N\n"
+    "  --causal | --causal-top-left    --window LEFT,RIGHT (-1: unbounded)\n"
+    "  --page-size N                   paged K/V with a shuffled block table\n"
+    "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; defaults f32 f16 f32)\n";
+
+int fai_parse_dtype(const char *text, fai_dtype *dtype) {
+    if (!strcmp(text, "f32")) *dtype = FAI_DTYPE_F32;
+    else if (!strcmp(text, "f16")) *dtype = FAI_DTYPE_F16;
+    else if (!strcmp(text, "bf16")) *dtype = FAI_DTYPE_BF16;
+    else return -1;
+    return 0;
+}
+
+int fai_parse_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
+    char *end;
+    errno = 0;
+    const long long value = strtoll(text, &end, 10);
+    if (errno || end == text || *end || value < min || value > max) return -1;
+    *out = value;
+    return 0;
+}
+
+int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const char *cmd) {
+    static const struct {
+        const char *flag;
+        size_t offset;
+        int64_t min;
+    } int_flags[] = {
+        {"--b", offsetof(fai_shape, b), 0},          {"--hq", offsetof(fai_shape, hq), 1},
+        {"--hkv", offsetof(fai_shape, hkv), 1},      {"--sq", offsetof(fai_shape, sq), 0},
+        {"--skv", offsetof(fai_shape, skv), 0},      {"--d", offsetof(fai_shape, d), 1},
+        {"--dv", offsetof(fai_shape, dv), 0},        {"--page-size", offsetof(fai_shape, page_size), 0},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        int found = 0;
+        for (int s = 0; s < fai_shape_count; s++) {
+            if (!strcmp(arg, fai_shape_table[s].name)) {
+                *shape = fai_shape_table[s];
+                used[i] = 1;
+                found = 1;
+            }
+        }
+        if (found) continue;
+        for (size_t f = 0; f < sizeof int_flags / sizeof int_flags[0]; f++) {
+            if (strcmp(arg, int_flags[f].flag)) continue;
+            int64_t *field = (int64_t *)((char *)shape + int_flags[f].offset);
+            if (i + 1 >= argc || fai_parse_int64(argv[i + 1], int_flags[f].min, INT32_MAX, field)) {
+                fprintf(stderr, "fai %s: %s needs an integer >= %lld, got '%s'\n", cmd, arg,
+                        (long long)int_flags[f].min, i + 1 < argc ? argv[i + 1] : "");
+                return -1;
+            }
+            used[i] = used[i + 1] = 1;
+            i++;
+            found = 1;
+            snprintf(shape->name, sizeof shape->name, "custom");
+        }
+        if (found) continue;
+        if (!strcmp(arg, "--causal") || !strcmp(arg, "--causal-top-left")) {
+            shape->causal = arg[8] ? FAI_CAUSAL_TOP_LEFT : FAI_CAUSAL_BOTTOM_RIGHT;
+            used[i] = 1;
+        } else if (!strcmp(arg, "--window")) {
+            long long left, right;
+            char tail;
+            if (i + 1 >= argc || sscanf(argv[i + 1], "%lld,%lld%c", &left, &right, &tail) != 2 ||
+                left < -1 || right < -1) {
+                fprintf(stderr, "fai %s: --window needs LEFT,RIGHT (integers >= -1), got '%s'\n",
+                        cmd, i + 1 < argc ? argv[i + 1] : "");
+                return -1;
+            }
+            shape->window_left = left;
+            shape->window_right = right;
+            used[i] = used[i + 1] = 1;
+            i++;
+        } else if (!strcmp(arg, "--q-dtype") || !strcmp(arg, "--kv-dtype") ||
+                   !strcmp(arg, "--out-dtype")) {
+            fai_dtype *field = arg[2] == 'q'   ? &shape->q_dtype
+                               : arg[2] == 'k' ? &shape->kv_dtype
+                                               : &shape->out_dtype;
+            if (i + 1 >= argc || fai_parse_dtype(argv[i + 1], field)) {
+                fprintf(stderr, "fai %s: %s needs f32, f16 or bf16, got '%s'\n", cmd, arg,
+                        i + 1 < argc ? argv[i + 1] : "");
+                return -1;
+            }
+            used[i] = used[i + 1] = 1;
+            i++;
+        }
+    }
+    return 0;
+}
+
+void fai_shape_problem(const fai_shape *shape, fai_problem *pb, int32_t *seqlens_kv) {
+    fai_problem_init(pb);
+    pb->batch = shape->b;
+    pb->heads_q = shape->hq;
+    pb->heads_kv = shape->hkv;
+    pb->seq_q = shape->sq;
+    pb->seq_kv = shape->skv;
+    pb->head_dim = shape->d;
+    pb->head_dim_v = shape->dv;
+    pb->q_dtype = shape->q_dtype;
+    pb->k_dtype = pb->v_dtype = shape->kv_dtype;
+    pb->o_dtype = shape->out_dtype;
+    pb->causal = shape->causal;
+    pb->window_left = shape->window_left;
+    pb->window_right = shape->window_right;
+    if (shape->page_size > 0) {
+        pb->page_size = shape->page_size;
+        pb->pages_per_seq = (shape->skv + shape->page_size - 1) / shape->page_size;
+        pb->num_pages = pb->pages_per_seq * shape->b;
+        for (int64_t b = 0; b < shape->b; b++) seqlens_kv[b] = (int32_t)shape->skv;
+        pb->seqlens_kv = seqlens_kv;
+    }
+}
+
+static uint64_t next_random(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform values in [-1, 1) that are exact in every dtype (multiples of 2^-7). */
+static void fill_random(void *data, fai_dtype dtype, size_t count, uint64_t *state) {
+    for (size_t i = 0; i < count; i++) {
+        const int step = (int)(next_random(state) >> 56) - 128; /* -128..127 */
+        const float value = (float)step / 128.0f;
+        if (dtype == FAI_DTYPE_F32) {
+            ((float *)data)[i] = value;
+        } else if (dtype == FAI_DTYPE_BF16) {
+            uint32_t bits;
+            memcpy(&bits, &value, sizeof bits);
+            ((uint16_t *)data)[i] = (uint16_t)(bits >> 16);
+        } else { /* f16 of k/128: sign, exponent, mantissa built exactly */
+            uint16_t h = 0;
+            int magnitude = step < 0 ? -step : step;
+            if (magnitude) {
+                int exponent = 0;
+                while ((magnitude << exponent) < 128) exponent++;
+                /* value = magnitude/128 = 1.f * 2^-exponent */
+                const int mantissa = ((magnitude << exponent) - 128) << 3;
+                h = (uint16_t)(((15 - exponent) << 10) | mantissa);
+            }
+            ((uint16_t *)data)[i] = (uint16_t)(h | (step < 0 ? 0x8000u : 0));
+        }
+    }
+}
+
+static size_t dtype_bytes(fai_dtype dtype) {
+    return dtype == FAI_DTYPE_F32 ? 4 : 2;
+}
+
+int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data) {
+    memset(data, 0, sizeof *data);
+    const int64_t dv = shape->dv ? shape->dv : shape->d;
+    const int paged = shape->page_size > 0;
+    data->seqlens_kv = calloc((size_t)shape->b + 1, sizeof(int32_t));
+    if (!data->seqlens_kv) return -1;
+    fai_shape_problem(shape, &data->problem, data->seqlens_kv);
+    const fai_problem *pb = &data->problem;
+    const size_t q_count = (size_t)(shape->b * shape->sq * shape->hq * shape->d);
+    const size_t o_count = (size_t)(shape->b * shape->sq * shape->hq * dv);
+    const int64_t kv_rows = paged ? pb->num_pages * shape->page_size : shape->b * shape->skv;
+    const size_t k_count = (size_t)(kv_rows * shape->hkv * shape->d);
+    const size_t v_count = (size_t)(kv_rows * shape->hkv * dv);
+    data->q = malloc(q_count * dtype_bytes(shape->q_dtype) + 1);
+    data->k = malloc(k_count * dtype_bytes(shape->kv_dtype) + 1);
+    data->v = malloc(v_count * dtype_bytes(shape->kv_dtype) + 1);
+    data->o = malloc(o_count * dtype_bytes(shape->out_dtype) + 1);
+    data->lse = malloc((size_t)(shape->b * shape->hq * shape->sq) * sizeof(float) + 1);
+    if (!data->q || !data->k || !data->v || !data->o || !data->lse) return -1;
+    uint64_t state = seed;
+    fill_random(data->q, shape->q_dtype, q_count, &state);
+    fill_random(data->k, shape->kv_dtype, k_count, &state);
+    fill_random(data->v, shape->kv_dtype, v_count, &state);
+
+    fai_tensors *t = &data->tensors;
+    memset(t, 0, sizeof *t);
+    const int64_t k_seq = paged ? shape->page_size : shape->skv;
+    t->q = fai_tensor_bshd(data->q, shape->q_dtype, shape->sq, shape->hq, shape->d);
+    t->k = fai_tensor_bshd(data->k, shape->kv_dtype, k_seq, shape->hkv, shape->d);
+    t->v = fai_tensor_bshd(data->v, shape->kv_dtype, k_seq, shape->hkv, dv);
+    t->o = fai_tensor_bshd(data->o, shape->out_dtype, shape->sq, shape->hq, dv);
+    t->lse.data = data->lse;
+    t->lse.dtype = FAI_DTYPE_F32;
+    t->lse.stride_batch = shape->hq * shape->sq;
+    t->lse.stride_head = shape->sq;
+    t->lse.stride_seq = 1;
+    if (paged) {
+        /* a shuffled block table: page order in memory is not sequence order */
+        const int64_t pages = pb->num_pages;
+        data->block_table = malloc((size_t)(pages ? pages : 1) * sizeof(int32_t));
+        if (!data->block_table) return -1;
+        for (int64_t p = 0; p < pages; p++) data->block_table[p] = (int32_t)p;
+        for (int64_t p = pages - 1; p > 0; p--) {
+            const int64_t other = (int64_t)(next_random(&state) % (uint64_t)(p + 1));
+            const int32_t keep = data->block_table[p];
+            data->block_table[p] = data->block_table[other];
+            data->block_table[other] = keep;
+        }
+        t->block_table = data->block_table;
+    }
+    return 0;
+}
+
+void fai_shape_data_free(fai_shape_data *data) {
+    free(data->seqlens_kv);
+    free(data->block_table);
+    free(data->q);
+    free(data->k);
+    free(data->v);
+    free(data->o);
+    free(data->lse);
+    memset(data, 0, sizeof *data);
+}
+
+double fai_shape_flops(const fai_plan *plan, const fai_shape *shape) {
+    fai_plan_info info;
+    if (fai_plan_get_info(plan, &info) != FAI_OK) return 0.0;
+    const int64_t dv = shape->dv ? shape->dv : shape->d;
+    return (double)info.visible_pairs * (double)(2 * shape->d + 2 * dv);
+}
+
+double fai_shape_kv_bytes(const fai_shape *shape) {
+    const int64_t dv = shape->dv ? shape->dv : shape->d;
+    return (double)shape->b * (double)shape->skv * (double)shape->hkv * (double)(shape->d + dv) *
+           (double)dtype_bytes(shape->kv_dtype);
+}
+
+double fai_now_seconds(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}

@@ -1,0 +1,58 @@
+/* Shapes for `fai plan`, `fai demo` and `fai bench`: a benchmark shape by name (P1 P2 D1 D2 C1)
+ * or the shape flags, and random tensors that fill such a problem. */
+#ifndef FAI_SHAPE_H
+#define FAI_SHAPE_H
+
+#include "fai.h"
+
+#include <stdint.h>
+
+typedef struct fai_shape {
+    char name[32];
+    int64_t b, hq, hkv, sq, skv, d, dv;
+    fai_causal causal;
+    int64_t window_left, window_right;
+    int64_t page_size; /* 0: dense KV */
+    fai_dtype q_dtype, kv_dtype, out_dtype;
+} fai_shape;
+
+/* The benchmark shapes of the design, in order. */
+extern const fai_shape fai_shape_table[];
+extern const int fai_shape_count;
+
+/* Consumes the shape options in argv (a shape name, --b --hq --hkv --sq --skv --d --dv,
+ * --causal, --causal-top-left, --window L,R, --page-size N, --q-dtype, --kv-dtype,
+ * --out-dtype) starting from *shape. Options it does not know are left for the caller: used[i]
+ * is set for every argument consumed. Returns 0, or -1 after printing one line to stderr. */
+int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const char *cmd);
+
+/* Shape option help text. */
+extern const char fai_shape_usage[];
+
+int fai_parse_dtype(const char *text, fai_dtype *dtype);
+int fai_parse_int64(const char *text, int64_t min, int64_t max, int64_t *out);
+
+/* Random tensors for a shape (values uniform in [-1, 1), K/V pages in shuffled order). */
+typedef struct fai_shape_data {
+    fai_problem problem;
+    fai_tensors tensors;
+    int32_t *seqlens_kv;
+    int32_t *block_table;
+    void *q, *k, *v, *o;
+    float *lse;
+} fai_shape_data;
+
+int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data);
+void fai_shape_data_free(fai_shape_data *data);
+
+/* The problem of a shape without allocating tensors (for plans only); lengths that a paged
+ * shape needs live in *seqlens_kv, an array of shape->b entries the caller provides. */
+void fai_shape_problem(const fai_shape *shape, fai_problem *problem, int32_t *seqlens_kv);
+
+/* Useful FLOPs (2*D + 2*Dv per visible pair) and the K+V bytes a run must read. */
+double fai_shape_flops(const fai_plan *plan, const fai_shape *shape);
+double fai_shape_kv_bytes(const fai_shape *shape);
+
+double fai_now_seconds(void);
+
+#endif
