@@ -88,6 +88,7 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     const fai_cntx *cntx = plan->cntx;
     const int64_t group = plan->group, rows = unit->q_len * group;
     const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, tile_kv = plan->tile_kv;
+    const int64_t ld_qk = plan->ld_qk, ld_v = plan->ld_v, ld_s = plan->ld_s;
     const int64_t b = unit->batch;
     const fai_seq *seq = &plan->seqs[b];
 
@@ -96,12 +97,12 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         for (int64_t r = 0; r < rows; r++)
             sc->row_ptrs[r] = fai__q_row(plan, &t->q, b, unit->q_begin + r / group,
                                          unit->head_kv * group + r % group);
-        cntx->pack_rows(sc->q_tile, d, sc->row_ptrs, rows, d, t->q.dtype);
+        cntx->pack_rows(sc->q_tile, ld_qk, sc->row_ptrs, rows, d, t->q.dtype);
         for (int64_t r = 0; r < rows; r++) {
             sc->row_max[r] = -INFINITY;
             sc->row_sum[r] = 0.0f;
         }
-        memset(sc->o_acc, 0, (size_t)(rows * dv) * sizeof(float));
+        memset(sc->o_acc, 0, (size_t)(rows * ld_v) * sizeof(float));
 
         /* -- Step 2: the valid kv tiles, in order -- */
         const fai_band band = fai__band_of(&plan->pb, seq->q_len, seq->kv_len);
@@ -114,19 +115,17 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                                        fai__band_hi(&band, first_row) >= key_begin + n - 1);
 
             fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-            cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
-            cntx->qk(sc->s_tile, tile_kv, sc->q_tile, sc->k_tile, rows, n, d, plan->scale);
+            cntx->pack_rows(sc->k_tile, ld_qk, sc->row_ptrs, n, d, t->k.dtype);
+            cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, ld_qk, rows, n, plan->scale);
 
             if (band_partial || plan->pb.mask_kind != FAI_MASK_NONE)
-                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile,
-                            tile_kv);
-            cntx->softmax(sc->s_tile, tile_kv, rows, n, sc->row_max, sc->row_sum,
-                          sc->row_alpha);
-            cntx->rescale_o(sc->o_acc, rows, dv, sc->row_alpha);
+                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, ld_s);
+            cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
+            cntx->rescale_o(sc->o_acc, ld_v, rows, sc->row_alpha);
 
             fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-            cntx->pack_rows(sc->v_tile, dv, sc->row_ptrs, n, dv, t->v.dtype);
-            cntx->pv(sc->o_acc, sc->s_tile, tile_kv, sc->v_tile, rows, n, dv);
+            cntx->pack_rows(sc->v_tile, ld_v, sc->row_ptrs, n, dv, t->v.dtype);
+            cntx->pv(sc->o_acc, ld_v, sc->s_tile, ld_s, sc->v_tile, rows, n);
         }
 
         /* -- Step 3: O = O / l and LSE = m + log l; rows that saw nothing get 0 and -inf -- */
@@ -139,7 +138,7 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                 continue;
             }
             cntx->store_row(fai__q_row(plan, &t->o, b, i, head_q), t->o.dtype,
-                            sc->o_acc + r * dv, dv, 1.0f / sum);
+                            sc->o_acc + r * ld_v, dv, 1.0f / sum);
             if (t->lse.data)
                 *fai__lse_at(plan, &t->lse, b, i, head_q) = sc->row_max[r] + logf(sum);
         }

@@ -10,6 +10,7 @@ static void pack_rows_ref(float *dst, int64_t ld_dst, const void *const *rows, i
                           int64_t dim, fai_dtype dtype) {
     for (int64_t r = 0; r < n; r++) {
         float *out = dst + r * ld_dst;
+        for (int64_t k = dim; k < ld_dst; k++) out[k] = 0.0f;
         if (dtype == FAI_DTYPE_F32) {
             memcpy(out, rows[r], (size_t)dim * sizeof(float));
         } else if (dtype == FAI_DTYPE_F16) {
@@ -22,8 +23,9 @@ static void pack_rows_ref(float *dst, int64_t ld_dst, const void *const *rows, i
     }
 }
 
-static void qk_ref(float *s, int64_t ld_s, const float *q, const float *k, int64_t m, int64_t n,
-                   int64_t d, float scale) {
+static void qk_ref(float *s, int64_t ld_s, const float *q, const float *k, int64_t ld_qk, int64_t m,
+                   int64_t n, float scale) {
+    const int64_t d = ld_qk;
     for (int64_t i = 0; i < m; i++) {
         const float *q_row = q + i * d;
         for (int64_t j = 0; j < n; j++) {
@@ -62,16 +64,17 @@ static void softmax_ref(float *s, int64_t ld_s, int64_t m, int64_t n, float *row
     }
 }
 
-static void rescale_o_ref(float *o, int64_t m, int64_t dv, const float *row_alpha) {
+static void rescale_o_ref(float *o, int64_t ld_o, int64_t m, const float *row_alpha) {
     for (int64_t i = 0; i < m; i++) {
         const float alpha = row_alpha[i];
         if (alpha == 1.0f) continue;
-        for (int64_t x = 0; x < dv; x++) o[i * dv + x] *= alpha;
+        for (int64_t x = 0; x < ld_o; x++) o[i * ld_o + x] *= alpha;
     }
 }
 
-static void pv_ref(float *o, const float *p, int64_t ld_p, const float *v, int64_t m, int64_t n,
-                   int64_t dv) {
+static void pv_ref(float *o, int64_t ld_o, const float *p, int64_t ld_p, const float *v, int64_t m,
+                   int64_t n) {
+    const int64_t dv = ld_o;
     for (int64_t i = 0; i < m; i++) {
         float *o_row = o + i * dv;
         for (int64_t j = 0; j < n; j++) {
@@ -98,6 +101,7 @@ static void store_row_ref(void *dst, fai_dtype dtype, const float *src, int64_t 
 
 void fai_cntx_init_ref(fai_cntx *cntx) {
     cntx->name = "ref";
+    cntx->simd_width = 1;
     cntx->pack_rows = pack_rows_ref;
     cntx->qk = qk_ref;
     cntx->softmax = softmax_ref;
