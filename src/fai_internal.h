@@ -63,8 +63,8 @@ struct fai_plan {
     fai_seq *seqs; /* [batch] */
 
     int64_t tile_q, tile_kv, tile_rows;
-    int64_t ld_qk, ld_v, ld_s; /* row strides of the packed tiles: d, dv and tile_kv padded to
-                                  the micro-kernels' vector width */
+    int64_t ld_s; /* tile_rows padded to the micro-kernels' vector width: S^T and Q^T rows */
+    int64_t ld_o; /* dv padded likewise: V tile and O accumulator rows */
     fai_unit *units;
     int64_t unit_count;
     int64_t total_weight;

@@ -16,11 +16,11 @@
 #include <string.h>
 
 typedef struct unit_scratch {
-    float *q_tile;    /* [rows, d] */
-    float *k_tile;    /* [tile_kv, d] */
-    float *v_tile;    /* [tile_kv, dv] */
-    float *s_tile;    /* [rows, tile_kv]: S, then P in place */
-    float *o_acc;     /* [rows, dv] */
+    float *q_tile;    /* Q^T [d, ld_s] */
+    float *k_tile;    /* K [tile_kv, d] */
+    float *v_tile;    /* V [tile_kv, ld_o] */
+    float *s_tile;    /* S^T [tile_kv, ld_s]: S, then P in place */
+    float *o_acc;     /* O [rows, ld_o] */
     float *row_max;   /* [rows] running max m */
     float *row_sum;   /* [rows] running sum l */
     float *row_alpha; /* [rows] exp(m_old - m_new) of the last tile */
@@ -43,7 +43,7 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
 
 /* Masks of one tile: the causal/window band where the tile is only partly visible, and the
  * explicit mask tensor. Positions masked out become -inf whatever S held there, so K values the
- * row cannot see never reach P. */
+ * row cannot see never reach P. S^T is [n, ld_s]: row r's score for key c is s[c * ld_s + r]. */
 static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                         const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
                         float *s, int64_t ld_s) {
@@ -53,12 +53,12 @@ static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_un
     for (int64_t r = 0; r < rows; r++) {
         const int64_t i = unit->q_begin + r / group;
         const int64_t head_q = unit->head_kv * group + r % group;
-        float *s_row = s + r * ld_s; /* [n] */
+        float *s_col = s + r; /* [n] with stride ld_s */
         if (band_partial) {
             const int64_t lo = fai__band_lo(band, i) - key_begin;
             const int64_t hi = fai__band_hi(band, i) - key_begin;
             for (int64_t c = 0; c < n; c++)
-                if (c < lo || c > hi) s_row[c] = -INFINITY;
+                if (c < lo || c > hi) s_col[c * ld_s] = -INFINITY;
         }
         if (kind == FAI_MASK_NONE) continue;
         const int64_t offset = unit->batch * mask->stride_batch + head_q * mask->stride_head +
@@ -66,12 +66,12 @@ static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_un
         if (kind == FAI_MASK_ADD) {
             const float *add = (const float *)mask->data + offset;
             for (int64_t c = 0; c < n; c++)
-                s_row[c] = add[c] == -INFINITY ? -INFINITY : s_row[c] + add[c];
+                s_col[c * ld_s] = add[c] == -INFINITY ? -INFINITY : s_col[c * ld_s] + add[c];
         } else {
             const unsigned char *bytes = (const unsigned char *)mask->data + offset;
             const int drop_if_nonzero = kind == FAI_MASK_DROP;
             for (int64_t c = 0; c < n; c++)
-                if ((bytes[c] != 0) == drop_if_nonzero) s_row[c] = -INFINITY;
+                if ((bytes[c] != 0) == drop_if_nonzero) s_col[c * ld_s] = -INFINITY;
         }
     }
 }
@@ -88,7 +88,7 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     const fai_cntx *cntx = plan->cntx;
     const int64_t group = plan->group, rows = unit->q_len * group;
     const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, tile_kv = plan->tile_kv;
-    const int64_t ld_qk = plan->ld_qk, ld_v = plan->ld_v, ld_s = plan->ld_s;
+    const int64_t ld_s = plan->ld_s, ld_o = plan->ld_o;
     const int64_t b = unit->batch;
     const fai_seq *seq = &plan->seqs[b];
 
@@ -97,12 +97,12 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         for (int64_t r = 0; r < rows; r++)
             sc->row_ptrs[r] = fai__q_row(plan, &t->q, b, unit->q_begin + r / group,
                                          unit->head_kv * group + r % group);
-        cntx->pack_rows(sc->q_tile, ld_qk, sc->row_ptrs, rows, d, t->q.dtype);
+        cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
         for (int64_t r = 0; r < rows; r++) {
             sc->row_max[r] = -INFINITY;
             sc->row_sum[r] = 0.0f;
         }
-        memset(sc->o_acc, 0, (size_t)(rows * ld_v) * sizeof(float));
+        memset(sc->o_acc, 0, (size_t)(rows * ld_o) * sizeof(float));
 
         /* -- Step 2: the valid kv tiles, in order -- */
         const fai_band band = fai__band_of(&plan->pb, seq->q_len, seq->kv_len);
@@ -115,17 +115,17 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                                        fai__band_hi(&band, first_row) >= key_begin + n - 1);
 
             fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-            cntx->pack_rows(sc->k_tile, ld_qk, sc->row_ptrs, n, d, t->k.dtype);
-            cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, ld_qk, rows, n, plan->scale);
+            cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
+            cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
 
             if (band_partial || plan->pb.mask_kind != FAI_MASK_NONE)
                 apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, ld_s);
             cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
-            cntx->rescale_o(sc->o_acc, ld_v, rows, sc->row_alpha);
+            cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
 
             fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-            cntx->pack_rows(sc->v_tile, ld_v, sc->row_ptrs, n, dv, t->v.dtype);
-            cntx->pv(sc->o_acc, ld_v, sc->s_tile, ld_s, sc->v_tile, rows, n);
+            cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
+            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n);
         }
 
         /* -- Step 3: O = O / l and LSE = m + log l; rows that saw nothing get 0 and -inf -- */
@@ -138,7 +138,7 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                 continue;
             }
             cntx->store_row(fai__q_row(plan, &t->o, b, i, head_q), t->o.dtype,
-                            sc->o_acc + r * ld_v, dv, 1.0f / sum);
+                            sc->o_acc + r * ld_o, dv, 1.0f / sum);
             if (t->lse.data)
                 *fai__lse_at(plan, &t->lse, b, i, head_q) = sc->row_max[r] + logf(sum);
         }

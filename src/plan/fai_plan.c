@@ -54,21 +54,21 @@ static size_t align64(size_t bytes) {
 
 static fai_status layout_workspace(fai_plan *plan) {
     const int64_t width = plan->cntx->simd_width;
-    plan->ld_qk = fai__ceil_div(plan->pb.head_dim, width) * width;
-    plan->ld_v = fai__ceil_div(plan->head_dim_v, width) * width;
-    plan->ld_s = fai__ceil_div(plan->tile_kv, width) * width;
+    plan->ld_s = fai__ceil_div(plan->tile_rows, width) * width;
+    plan->ld_o = fai__ceil_div(plan->head_dim_v, width) * width;
     const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
-    const size_t d = (size_t)plan->ld_qk, dv = (size_t)plan->ld_v, ld_s = (size_t)plan->ld_s;
+    const size_t d = (size_t)plan->pb.head_dim, ld_o = (size_t)plan->ld_o;
+    const size_t ld_s = (size_t)plan->ld_s;
     fai_ws_layout *ws = &plan->ws;
     size_t offset = 0;
-    ws->q_tile = offset, offset += align64(rows * d * sizeof(float));    /* [rows, d] */
-    ws->k_tile = offset, offset += align64(keys * d * sizeof(float));    /* [keys, d] */
-    ws->v_tile = offset, offset += align64(keys * dv * sizeof(float));   /* [keys, dv] */
-    ws->s_tile = offset, offset += align64(rows * ld_s * sizeof(float)); /* [rows, keys] */
-    ws->o_acc = offset, offset += align64(rows * dv * sizeof(float));    /* [rows, dv] */
-    ws->row_max = offset, offset += align64(rows * sizeof(float));
-    ws->row_sum = offset, offset += align64(rows * sizeof(float));
-    ws->row_alpha = offset, offset += align64(rows * sizeof(float));
+    ws->q_tile = offset, offset += align64(d * ld_s * sizeof(float));       /* Q^T [d, ld_s] */
+    ws->k_tile = offset, offset += align64(keys * d * sizeof(float));       /* K [keys, d] */
+    ws->v_tile = offset, offset += align64(keys * ld_o * sizeof(float));    /* V [keys, ld_o] */
+    ws->s_tile = offset, offset += align64(keys * ld_s * sizeof(float));    /* S^T [keys, ld_s] */
+    ws->o_acc = offset, offset += align64(rows * ld_o * sizeof(float));     /* O [rows, ld_o] */
+    ws->row_max = offset, offset += align64(ld_s * sizeof(float));
+    ws->row_sum = offset, offset += align64(ld_s * sizeof(float));
+    ws->row_alpha = offset, offset += align64(ld_s * sizeof(float));
     /* row pointers of a Q tile or a kv tile */
     ws->kv_rows = offset, offset += align64((rows > keys ? rows : keys) * sizeof(void *));
     ws->per_thread = offset;

@@ -2,8 +2,15 @@
  * never names a micro-kernel; it calls through the plan's table. Every entry works on a whole
  * tile, never on one element.
  *
- * Shapes are given beside each pointer: m rows of the Q tile (query positions x group heads),
- * n keys of the kv tile, d and dv head dims. All tiles are f32 and row-major. */
+ * Layouts (all f32). m is the rows of the Q tile (query positions x group heads), n the keys of
+ * the kv tile. Scores are kept transposed, S^T [n, ld_s] with ld_s >= m a multiple of the vector
+ * width: the softmax then reduces over keys with whole vectors of query rows (no horizontal
+ * reductions), and the QK and PV kernels broadcast one scalar against vectors of a packed tile:
+ *     Q^T  [d, ld_s]     packed once per unit, transposed, columns [m, ld_s) zero
+ *     K    [n, d]        the kv tile's keys, row-major
+ *     V    [n, ld_o]     the kv tile's values, columns [dv, ld_o) zero
+ *     S^T  [n, ld_s]     scores, then P in place
+ *     O    [m, ld_o]     the f32 accumulator */
 #ifndef FAI_UKR_H
 #define FAI_UKR_H
 
@@ -13,33 +20,38 @@
 
 typedef struct fai_cntx {
     const char *name;
-    /* Vector width in f32 lanes. Head dims are padded to a multiple of it (with zeros) in the
-     * packed tiles and the O accumulator, so the kernels run whole vectors along d. */
+    /* Vector width in f32 lanes: ld_s and ld_o are multiples of it. */
     int64_t simd_width;
 
-    /* Converts n rows of `dim` elements of `dtype` (rows[r] points at row r) into f32
-     * dst [n, ld_dst], zero-filling columns [dim, ld_dst). Packs the Q, K and V tiles. */
+    /* Packs m rows of d elements of `dtype` (rows[r] points at row r) transposed into f32
+     * q_t [d, ld_s], zero-filling columns [m, ld_s). */
+    void (*pack_q)(float *q_t, int64_t ld_s, const void *const *rows, int64_t m, int64_t d,
+                   fai_dtype dtype);
+
+    /* Converts n rows of `dim` elements of `dtype` into f32 dst [n, ld_dst], zero-filling
+     * columns [dim, ld_dst). Packs the K and V tiles. */
     void (*pack_rows)(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
                       int64_t dim, fai_dtype dtype);
 
-    /* Stage 1, QK: s [m, ld_s] = scale * q [m, ld_qk] . k [n, ld_qk]^T (padding is zero). */
-    void (*qk)(float *s, int64_t ld_s, const float *q, const float *k, int64_t ld_qk, int64_t m,
-               int64_t n, float scale);
+    /* Stage 1, QK: s_t [n, ld_s] = scale * k [n, d] . q_t [d, ld_s] (all ld_s columns). */
+    void (*qk)(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n, int64_t d,
+               float scale);
 
-    /* Stage 2, online softmax: for each row, the new running max m' = max(row_max, max s); s is
-     * overwritten by P = exp(s - m'); row_sum = row_sum * alpha + sum P with alpha =
-     * exp(row_max - m'), returned in row_alpha; row_max = m'. Rows still all -inf keep
-     * row_max = -inf, P = 0, alpha = 1. */
-    void (*softmax)(float *s, int64_t ld_s, int64_t m, int64_t n, float *row_max,
+    /* Stage 2, online softmax, for each query row i < m (a column of s_t): the new running max
+     * m' = max(row_max, max_j s), s overwritten by P = exp(s - m'), row_sum = row_sum * alpha +
+     * sum_j P with alpha = exp(row_max - m') returned in row_alpha, row_max = m'. A row still all
+     * -inf keeps row_max = -inf, P = 0 and alpha = 1. Masked entries (-inf) give P = 0 exactly.
+     * row_max, row_sum and row_alpha have ld_s entries; columns [m, ld_s) are scratch. */
+    void (*softmax)(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *row_max,
                     float *row_sum, float *row_alpha);
 
     /* Stage 4 (applied before PV of the same tile), rescale O: o [m, ld_o] rows with alpha != 1
      * are multiplied by alpha. */
     void (*rescale_o)(float *o, int64_t ld_o, int64_t m, const float *row_alpha);
 
-    /* Stage 3, PV: o [m, ld_o] += p [m, ld_p] . v [n, ld_o]. A zero P adds nothing, even where
-     * V holds NaN or Inf: positions a row cannot see never reach it. */
-    void (*pv)(float *o, int64_t ld_o, const float *p, int64_t ld_p, const float *v, int64_t m,
+    /* Stage 3, PV: o [m, ld_o] += p_t [n, ld_s]^T . v [n, ld_o]. A zero P adds nothing, even
+     * where V holds NaN or Inf: positions a row cannot see never reach it. */
+    void (*pv)(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const float *v, int64_t m,
                int64_t n);
 
     /* Writes dim f32 values times mul to dst in dtype (round to nearest even; f16 saturates to
@@ -48,6 +60,9 @@ typedef struct fai_cntx {
 } fai_cntx;
 
 void fai_cntx_init_ref(fai_cntx *cntx);
+void fai_cntx_init_avx2(fai_cntx *cntx);
+void fai_cntx_init_avx512(fai_cntx *cntx);
+void fai_cntx_init_neon(fai_cntx *cntx);
 
 /* The table chosen for this CPU (FAI_ISA may force one); NULL and a message if FAI_ISA names a
  * table this build or CPU cannot run. */

@@ -6,55 +6,61 @@
 #include <math.h>
 #include <string.h>
 
+static float load_element(const void *row, int64_t k, fai_dtype dtype) {
+    if (dtype == FAI_DTYPE_F32) return ((const float *)row)[k];
+    if (dtype == FAI_DTYPE_F16) return fai__f16_to_f32(((const uint16_t *)row)[k]);
+    return fai__bf16_to_f32(((const uint16_t *)row)[k]);
+}
+
+static void pack_q_ref(float *q_t, int64_t ld_s, const void *const *rows, int64_t m, int64_t d,
+                       fai_dtype dtype) {
+    for (int64_t x = 0; x < d; x++) {
+        float *out = q_t + x * ld_s;
+        for (int64_t i = 0; i < m; i++) out[i] = load_element(rows[i], x, dtype);
+        for (int64_t i = m; i < ld_s; i++) out[i] = 0.0f;
+    }
+}
+
 static void pack_rows_ref(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
                           int64_t dim, fai_dtype dtype) {
     for (int64_t r = 0; r < n; r++) {
         float *out = dst + r * ld_dst;
+        for (int64_t k = 0; k < dim; k++) out[k] = load_element(rows[r], k, dtype);
         for (int64_t k = dim; k < ld_dst; k++) out[k] = 0.0f;
-        if (dtype == FAI_DTYPE_F32) {
-            memcpy(out, rows[r], (size_t)dim * sizeof(float));
-        } else if (dtype == FAI_DTYPE_F16) {
-            const uint16_t *in = rows[r];
-            for (int64_t k = 0; k < dim; k++) out[k] = fai__f16_to_f32(in[k]);
-        } else {
-            const uint16_t *in = rows[r];
-            for (int64_t k = 0; k < dim; k++) out[k] = fai__bf16_to_f32(in[k]);
-        }
     }
 }
 
-static void qk_ref(float *s, int64_t ld_s, const float *q, const float *k, int64_t ld_qk, int64_t m,
-                   int64_t n, float scale) {
-    const int64_t d = ld_qk;
-    for (int64_t i = 0; i < m; i++) {
-        const float *q_row = q + i * d;
-        for (int64_t j = 0; j < n; j++) {
-            const float *k_row = k + j * d;
-            float dot = 0.0f;
-            for (int64_t x = 0; x < d; x++) dot += q_row[x] * k_row[x];
-            s[i * ld_s + j] = dot * scale;
+static void qk_ref(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n,
+                   int64_t d, float scale) {
+    for (int64_t j = 0; j < n; j++) {
+        float *s_row = s_t + j * ld_s;
+        for (int64_t i = 0; i < ld_s; i++) s_row[i] = 0.0f;
+        for (int64_t x = 0; x < d; x++) {
+            const float k_jx = k[j * d + x];
+            const float *q_row = q_t + x * ld_s;
+            for (int64_t i = 0; i < ld_s; i++) s_row[i] += k_jx * q_row[i];
         }
+        for (int64_t i = 0; i < ld_s; i++) s_row[i] *= scale;
     }
 }
 
-static void softmax_ref(float *s, int64_t ld_s, int64_t m, int64_t n, float *row_max,
+static void softmax_ref(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *row_max,
                         float *row_sum, float *row_alpha) {
     for (int64_t i = 0; i < m; i++) {
-        float *s_row = s + i * ld_s;
         float tile_max = -INFINITY;
         for (int64_t j = 0; j < n; j++)
-            if (s_row[j] > tile_max) tile_max = s_row[j];
+            if (s_t[j * ld_s + i] > tile_max) tile_max = s_t[j * ld_s + i];
         const float old_max = row_max[i];
         const float new_max = tile_max > old_max ? tile_max : old_max;
         if (new_max == -INFINITY) { /* nothing visible yet: keep the row empty */
-            for (int64_t j = 0; j < n; j++) s_row[j] = 0.0f;
+            for (int64_t j = 0; j < n; j++) s_t[j * ld_s + i] = 0.0f;
             row_alpha[i] = 1.0f;
             continue;
         }
         float sum = 0.0f;
         for (int64_t j = 0; j < n; j++) {
-            const float p = expf(s_row[j] - new_max);
-            s_row[j] = p;
+            const float p = expf(s_t[j * ld_s + i] - new_max);
+            s_t[j * ld_s + i] = p;
             sum += p;
         }
         const float alpha = old_max == new_max ? 1.0f : expf(old_max - new_max);
@@ -72,16 +78,15 @@ static void rescale_o_ref(float *o, int64_t ld_o, int64_t m, const float *row_al
     }
 }
 
-static void pv_ref(float *o, int64_t ld_o, const float *p, int64_t ld_p, const float *v, int64_t m,
-                   int64_t n) {
-    const int64_t dv = ld_o;
+static void pv_ref(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const float *v,
+                   int64_t m, int64_t n) {
     for (int64_t i = 0; i < m; i++) {
-        float *o_row = o + i * dv;
+        float *o_row = o + i * ld_o;
         for (int64_t j = 0; j < n; j++) {
-            const float pij = p[i * ld_p + j];
-            if (pij == 0.0f) continue;
-            const float *v_row = v + j * dv;
-            for (int64_t x = 0; x < dv; x++) o_row[x] += pij * v_row[x];
+            const float p = p_t[j * ld_s + i];
+            if (p == 0.0f) continue;
+            const float *v_row = v + j * ld_o;
+            for (int64_t x = 0; x < ld_o; x++) o_row[x] += p * v_row[x];
         }
     }
 }
@@ -102,6 +107,7 @@ static void store_row_ref(void *dst, fai_dtype dtype, const float *src, int64_t 
 void fai_cntx_init_ref(fai_cntx *cntx) {
     cntx->name = "ref";
     cntx->simd_width = 1;
+    cntx->pack_q = pack_q_ref;
     cntx->pack_rows = pack_rows_ref;
     cntx->qk = qk_ref;
     cntx->softmax = softmax_ref;
