@@ -1,5 +1,6 @@
 /* Chooses the micro-kernel table once per process: the best this CPU runs, or the one FAI_ISA
- * names (ref, avx2, avx512, neon), so every table can be tested on one machine. */
+ * names (ref, avx2, avx512, neon; auto or unset: the best), so every table can be tested on one
+ * machine. */
 #include "arch/fai_cpuid.h"
 #include "fai_internal.h"
 
@@ -7,23 +8,58 @@
 #include <stdlib.h>
 #include <string.h>
 
-static fai_cntx ref_cntx;
+typedef struct isa_table {
+    const char *name;
+    int available; /* built in and supported by this CPU */
+    fai_cntx cntx;
+} isa_table;
+
+/* Best first. */
+static isa_table tables[] = {{"avx512", 0, {0}}, {"avx2", 0, {0}}, {"neon", 0, {0}}, {"ref", 1, {0}}};
+#define TABLE_COUNT (sizeof tables / sizeof tables[0])
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void init_tables(void) {
-    fai_cntx_init_ref(&ref_cntx);
+    const fai_cpu_features *cpu = fai__cpu_features();
+    (void)cpu;
+#if defined(FAI_HAVE_AVX512)
+    tables[0].available = cpu->avx512f && cpu->avx2 && cpu->fma && cpu->f16c;
+    if (tables[0].available) fai_cntx_init_avx512(&tables[0].cntx);
+#endif
+#if defined(FAI_HAVE_AVX2)
+    tables[1].available = cpu->avx2 && cpu->fma && cpu->f16c;
+    if (tables[1].available) fai_cntx_init_avx2(&tables[1].cntx);
+#endif
+#if defined(FAI_HAVE_NEON)
+    tables[2].available = cpu->neon;
+    if (tables[2].available) fai_cntx_init_neon(&tables[2].cntx);
+#endif
+    fai_cntx_init_ref(&tables[3].cntx);
+}
+
+const fai_cntx *fai__cntx_by_name(const char *name) {
+    pthread_once(&tables_once, init_tables);
+    for (size_t i = 0; i < TABLE_COUNT; i++)
+        if (!strcmp(tables[i].name, name)) return tables[i].available ? &tables[i].cntx : NULL;
+    return NULL;
 }
 
 const fai_cntx *fai__cntx_select(void) {
     pthread_once(&tables_once, init_tables);
     const char *forced = getenv("FAI_ISA");
-    if (!forced || !*forced || !strcmp(forced, "ref") || !strcmp(forced, "auto")) return &ref_cntx;
-    if (!strcmp(forced, "avx2") || !strcmp(forced, "avx512") || !strcmp(forced, "neon")) {
-        fai__fail(FAI_ERR_ISA_UNAVAILABLE, "FAI_ISA = %s: this build has no %s micro-kernels",
-                  forced, forced);
+    if (!forced || !*forced || !strcmp(forced, "auto")) {
+        for (size_t i = 0; i < TABLE_COUNT; i++)
+            if (tables[i].available) return &tables[i].cntx;
+    }
+    for (size_t i = 0; i < TABLE_COUNT; i++) {
+        if (strcmp(tables[i].name, forced)) continue;
+        if (tables[i].available) return &tables[i].cntx;
+        fai__fail(FAI_ERR_ISA_UNAVAILABLE,
+                  "FAI_ISA = %s: this build or this CPU cannot run the %s micro-kernels", forced,
+                  forced);
         return NULL;
     }
-    fai__fail(FAI_ERR_ISA_UNAVAILABLE,
-              "FAI_ISA = %s is not one of ref, avx2, avx512, neon, auto", forced);
+    fai__fail(FAI_ERR_ISA_UNAVAILABLE, "FAI_ISA = %s is not one of ref, avx2, avx512, neon, auto",
+              forced);
     return NULL;
 }

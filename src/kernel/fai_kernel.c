@@ -98,7 +98,7 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
             sc->row_ptrs[r] = fai__q_row(plan, &t->q, b, unit->q_begin + r / group,
                                          unit->head_kv * group + r % group);
         cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
-        for (int64_t r = 0; r < rows; r++) {
+        for (int64_t r = 0; r < ld_s; r++) { /* the vector lanes past `rows` too */
             sc->row_max[r] = -INFINITY;
             sc->row_sum[r] = 0.0f;
         }
@@ -118,14 +118,15 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
             cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
             cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
 
-            if (band_partial || plan->pb.mask_kind != FAI_MASK_NONE)
+            const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
+            if (masked)
                 apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, ld_s);
             cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
             cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
 
             fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
             cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
-            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n);
+            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked);
         }
 
         /* -- Step 3: O = O / l and LSE = m + log l; rows that saw nothing get 0 and -inf -- */

@@ -49,14 +49,18 @@ typedef struct fai_cntx {
      * are multiplied by alpha. */
     void (*rescale_o)(float *o, int64_t ld_o, int64_t m, const float *row_alpha);
 
-    /* Stage 3, PV: o [m, ld_o] += p_t [n, ld_s]^T . v [n, ld_o]. A zero P adds nothing, even
-     * where V holds NaN or Inf: positions a row cannot see never reach it. */
+    /* Stage 3, PV: o [m, ld_o] += p_t [n, ld_s]^T . v [n, ld_o]. With `masked` set (the tile had
+     * masked positions) a zero P adds nothing, even where V holds NaN or Inf: positions a row
+     * cannot see never reach it. */
     void (*pv)(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const float *v, int64_t m,
-               int64_t n);
+               int64_t n, int masked);
 
     /* Writes dim f32 values times mul to dst in dtype (round to nearest even; f16 saturates to
      * +-65504 instead of overflowing to infinity). */
     void (*store_row)(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul);
+
+    /* The softmax's exp over n values (n a multiple of simd_width), for accuracy tests. */
+    void (*exp_array)(float *dst, const float *src, int64_t n);
 } fai_cntx;
 
 void fai_cntx_init_ref(fai_cntx *cntx);
@@ -67,5 +71,9 @@ void fai_cntx_init_neon(fai_cntx *cntx);
 /* The table chosen for this CPU (FAI_ISA may force one); NULL and a message if FAI_ISA names a
  * table this build or CPU cannot run. */
 const fai_cntx *fai__cntx_select(void);
+
+/* The table of one ISA by name ("ref", "avx2", "avx512", "neon"), or NULL if this build or CPU
+ * cannot run it. For tests that compare tables. */
+const fai_cntx *fai__cntx_by_name(const char *name);
 
 #endif

@@ -78,8 +78,9 @@ static void rescale_o_ref(float *o, int64_t ld_o, int64_t m, const float *row_al
     }
 }
 
+/* Skips zero P always, masked tile or not: the reference is exact by construction. */
 static void pv_ref(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const float *v,
-                   int64_t m, int64_t n) {
+                   int64_t m, int64_t n, int masked) {
     for (int64_t i = 0; i < m; i++) {
         float *o_row = o + i * ld_o;
         for (int64_t j = 0; j < n; j++) {
@@ -104,6 +105,10 @@ static void store_row_ref(void *dst, fai_dtype dtype, const float *src, int64_t 
     }
 }
 
+static void exp_array_ref(float *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = expf(src[i]);
+}
+
 void fai_cntx_init_ref(fai_cntx *cntx) {
     cntx->name = "ref";
     cntx->simd_width = 1;
@@ -114,4 +119,5 @@ void fai_cntx_init_ref(fai_cntx *cntx) {
     cntx->rescale_o = rescale_o_ref;
     cntx->pv = pv_ref;
     cntx->store_row = store_row_ref;
+    cntx->exp_array = exp_array_ref;
 }

@@ -1,0 +1,47 @@
+/* The SIMD vocabulary of fai_ukr_body.h on AVX2 + FMA (8 f32 lanes) with F16C conversions. */
+#ifndef FAI_SIMD_AVX2_H
+#define FAI_SIMD_AVX2_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#define FAI_SIMD_NAME "avx2"
+#define FAI_SIMD_WIDTH 8
+/* Register blocks (16 vector registers). */
+#define FAI_QK_KEYS 6
+#define FAI_PV_ROWS 3
+#define FAI_PV_VECS 4
+
+typedef __m256 fvec;
+typedef __m256 fmask;
+
+static inline fvec v_zero(void) { return _mm256_setzero_ps(); }
+static inline fvec v_set1(float x) { return _mm256_set1_ps(x); }
+static inline fvec v_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void v_store(float *p, fvec v) { _mm256_storeu_ps(p, v); }
+static inline fvec v_fma(fvec a, fvec b, fvec c) { return _mm256_fmadd_ps(a, b, c); }
+static inline fvec v_mul(fvec a, fvec b) { return _mm256_mul_ps(a, b); }
+static inline fvec v_add(fvec a, fvec b) { return _mm256_add_ps(a, b); }
+static inline fvec v_sub(fvec a, fvec b) { return _mm256_sub_ps(a, b); }
+static inline fvec v_max(fvec a, fvec b) { return _mm256_max_ps(a, b); }
+static inline fvec v_min(fvec a, fvec b) { return _mm256_min_ps(a, b); }
+static inline fvec v_round(fvec a) {
+    return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+static inline fvec v_exp2i(fvec k) {
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k),
+                                                            _mm256_set1_epi32(127)), 23);
+    return _mm256_castsi256_ps(bits);
+}
+static inline fmask v_lt(fvec a, fvec b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+static inline fmask v_eq(fvec a, fvec b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+static inline fvec v_select(fmask mask, fvec yes, fvec no) { return _mm256_blendv_ps(no, yes, mask); }
+static inline fvec v_load_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+static inline fvec v_load_bf16(const uint16_t *p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+#endif

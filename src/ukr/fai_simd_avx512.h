@@ -1,0 +1,50 @@
+/* The SIMD vocabulary of fai_ukr_body.h on AVX-512F (16 f32 lanes) with F16C conversions. */
+#ifndef FAI_SIMD_AVX512_H
+#define FAI_SIMD_AVX512_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#define FAI_SIMD_NAME "avx512"
+#define FAI_SIMD_WIDTH 16
+/* Register blocks (32 vector registers): QK keys x vectors of query rows, PV rows x vectors. */
+#define FAI_QK_KEYS 12
+#define FAI_PV_ROWS 4
+#define FAI_PV_VECS 4
+
+typedef __m512 fvec;
+typedef __mmask16 fmask;
+
+static inline fvec v_zero(void) { return _mm512_setzero_ps(); }
+static inline fvec v_set1(float x) { return _mm512_set1_ps(x); }
+static inline fvec v_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void v_store(float *p, fvec v) { _mm512_storeu_ps(p, v); }
+static inline fvec v_fma(fvec a, fvec b, fvec c) { return _mm512_fmadd_ps(a, b, c); }
+static inline fvec v_mul(fvec a, fvec b) { return _mm512_mul_ps(a, b); }
+static inline fvec v_add(fvec a, fvec b) { return _mm512_add_ps(a, b); }
+static inline fvec v_sub(fvec a, fvec b) { return _mm512_sub_ps(a, b); }
+/* max(a, b) with NaN in b propagated (x86 returns the second operand when either is NaN) */
+static inline fvec v_max(fvec a, fvec b) { return _mm512_max_ps(a, b); }
+static inline fvec v_min(fvec a, fvec b) { return _mm512_min_ps(a, b); }
+static inline fvec v_round(fvec a) {
+    return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+/* 2^k for integral k in [-126, 127] */
+static inline fvec v_exp2i(fvec k) {
+    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k),
+                                                            _mm512_set1_epi32(127)), 23);
+    return _mm512_castsi512_ps(bits);
+}
+static inline fmask v_lt(fvec a, fvec b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+static inline fmask v_eq(fvec a, fvec b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+/* where mask: yes, else no */
+static inline fvec v_select(fmask mask, fvec yes, fvec no) { return _mm512_mask_blend_ps(mask, no, yes); }
+static inline fvec v_load_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+static inline fvec v_load_bf16(const uint16_t *p) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+#endif

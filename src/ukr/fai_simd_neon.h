@@ -1,0 +1,44 @@
+/* The SIMD vocabulary of fai_ukr_body.h on AArch64 Advanced SIMD (4 f32 lanes). */
+#ifndef FAI_SIMD_NEON_H
+#define FAI_SIMD_NEON_H
+
+#include <arm_neon.h>
+#include <stdint.h>
+
+#define FAI_SIMD_NAME "neon"
+#define FAI_SIMD_WIDTH 4
+/* Register blocks (32 vector registers). */
+#define FAI_QK_KEYS 12
+#define FAI_PV_ROWS 4
+#define FAI_PV_VECS 4
+
+typedef float32x4_t fvec;
+typedef uint32x4_t fmask;
+
+static inline fvec v_zero(void) { return vdupq_n_f32(0.0f); }
+static inline fvec v_set1(float x) { return vdupq_n_f32(x); }
+static inline fvec v_load(const float *p) { return vld1q_f32(p); }
+static inline void v_store(float *p, fvec v) { vst1q_f32(p, v); }
+static inline fvec v_fma(fvec a, fvec b, fvec c) { return vfmaq_f32(c, a, b); }
+static inline fvec v_mul(fvec a, fvec b) { return vmulq_f32(a, b); }
+static inline fvec v_add(fvec a, fvec b) { return vaddq_f32(a, b); }
+static inline fvec v_sub(fvec a, fvec b) { return vsubq_f32(a, b); }
+/* NEON's max and min propagate NaN from either operand */
+static inline fvec v_max(fvec a, fvec b) { return vmaxq_f32(a, b); }
+static inline fvec v_min(fvec a, fvec b) { return vminq_f32(a, b); }
+static inline fvec v_round(fvec a) { return vrndnq_f32(a); }
+static inline fvec v_exp2i(fvec k) {
+    const int32x4_t bits = vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(k), vdupq_n_s32(127)), 23);
+    return vreinterpretq_f32_s32(bits);
+}
+static inline fmask v_lt(fvec a, fvec b) { return vcltq_f32(a, b); }
+static inline fmask v_eq(fvec a, fvec b) { return vceqq_f32(a, b); }
+static inline fvec v_select(fmask mask, fvec yes, fvec no) { return vbslq_f32(mask, yes, no); }
+static inline fvec v_load_f16(const uint16_t *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+static inline fvec v_load_bf16(const uint16_t *p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+
+#endif

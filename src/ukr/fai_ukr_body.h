@@ -1,0 +1,237 @@
+/* The SIMD micro-kernels, written once against the small vocabulary of fai_simd_<isa>.h and
+ * compiled once per ISA (each ukr/<isa>/ file includes its vocabulary, then this body, under its
+ * own compiler flags). Entries not defined here come from the reference table. */
+#include "ukr/fai_ukr.h"
+#include "util/fai_half.h"
+
+#include <math.h>
+#include <string.h>
+
+#define W FAI_SIMD_WIDTH
+
+/* exp(x), vectorised: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), exp(r) by its
+ * degree-7 Taylor polynomial (truncation error below 5e-9 relative), times 2^k built in the
+ * exponent bits. Measured maximum relative error against exp in double: see the test
+ * ukr_exp_accuracy (below 3e-7). x below -87.3 (where e^x leaves the normal f32 range),
+ * including -inf, gives exactly 0; NaN stays NaN. */
+static inline fvec v_exp(fvec x) {
+    const fvec lowest = v_set1(-87.3f);
+    fvec clamped = v_max(lowest, x); /* NaN in x is kept (second operand) */
+    clamped = v_min(v_set1(88.0f), clamped);
+    const fvec k = v_round(v_mul(clamped, v_set1(1.44269504088896341f)));
+    fvec r = v_fma(k, v_set1(-0.693359375f), clamped);
+    r = v_fma(k, v_set1(2.12194440e-4f), r);
+    fvec p = v_set1(1.0f / 5040.0f);
+    p = v_fma(p, r, v_set1(1.0f / 720.0f));
+    p = v_fma(p, r, v_set1(1.0f / 120.0f));
+    p = v_fma(p, r, v_set1(1.0f / 24.0f));
+    p = v_fma(p, r, v_set1(1.0f / 6.0f));
+    p = v_fma(p, r, v_set1(0.5f));
+    p = v_fma(p, r, v_set1(1.0f));
+    p = v_fma(p, r, v_set1(1.0f));
+    return v_select(v_lt(x, lowest), v_zero(), v_mul(p, v_exp2i(k)));
+}
+
+/* Vector exp over an array, for the accuracy test: n a multiple of W. */
+static void exp_array_simd(float *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i + W <= n; i += W) v_store(dst + i, v_exp(v_load(src + i)));
+}
+
+/* -- packing ---------------------------------------------------------------------------------- */
+
+static void pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
+                           int64_t dim, fai_dtype dtype) {
+    for (int64_t r = 0; r < n; r++) {
+        float *out = dst + r * ld_dst;
+        int64_t x = 0;
+        if (dtype == FAI_DTYPE_F32) {
+            memcpy(out, rows[r], (size_t)dim * sizeof(float));
+            x = dim;
+        } else if (dtype == FAI_DTYPE_F16) {
+            const uint16_t *in = rows[r];
+            for (; x + W <= dim; x += W) v_store(out + x, v_load_f16(in + x));
+            for (; x < dim; x++) out[x] = fai__f16_to_f32(in[x]);
+        } else {
+            const uint16_t *in = rows[r];
+            for (; x + W <= dim; x += W) v_store(out + x, v_load_bf16(in + x));
+            for (; x < dim; x++) out[x] = fai__bf16_to_f32(in[x]);
+        }
+        for (; x < ld_dst; x++) out[x] = 0.0f;
+    }
+}
+
+/* -- stage 1: S^T = scale * K Q^T --------------------------------------------------------------
+ * A block of KEYS keys x VECS vectors of query rows stays in registers over the whole d loop:
+ * per d, VECS loads of Q^T and KEYS broadcasts of K feed KEYS * VECS FMAs. */
+#define DEFINE_QK_BLOCK(NAME, KEYS, VECS)                                                          \
+    static inline void NAME(float *s_t, int64_t ld_s, const float *q_t, const float *k,           \
+                            int64_t d, fvec scale) {                                               \
+        fvec acc[KEYS][VECS];                                                                      \
+        for (int r = 0; r < KEYS; r++)                                                             \
+            for (int c = 0; c < VECS; c++) acc[r][c] = v_zero();                                   \
+        for (int64_t x = 0; x < d; x++) {                                                          \
+            fvec q[VECS];                                                                          \
+            for (int c = 0; c < VECS; c++) q[c] = v_load(q_t + x * ld_s + c * W);                  \
+            for (int r = 0; r < KEYS; r++) {                                                       \
+                const fvec key = v_set1(k[r * d + x]);                                             \
+                for (int c = 0; c < VECS; c++) acc[r][c] = v_fma(key, q[c], acc[r][c]);            \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < KEYS; r++)                                                             \
+            for (int c = 0; c < VECS; c++) v_store(s_t + r * ld_s + c * W, v_mul(acc[r][c], scale)); \
+    }
+
+DEFINE_QK_BLOCK(qk_block_wide, FAI_QK_KEYS, 2)
+DEFINE_QK_BLOCK(qk_block_wide_1key, 1, 2)
+DEFINE_QK_BLOCK(qk_block_narrow, (2 * FAI_QK_KEYS), 1)
+DEFINE_QK_BLOCK(qk_block_narrow_1key, 1, 1)
+
+static void qk_simd(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n,
+                    int64_t d, float scale) {
+    const fvec vscale = v_set1(scale);
+    int64_t i0 = 0;
+    for (; i0 + 2 * W <= ld_s; i0 += 2 * W) {
+        int64_t j = 0;
+        for (; j + FAI_QK_KEYS <= n; j += FAI_QK_KEYS)
+            qk_block_wide(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
+        for (; j < n; j++)
+            qk_block_wide_1key(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
+    }
+    for (; i0 < ld_s; i0 += W) {
+        int64_t j = 0;
+        for (; j + 2 * FAI_QK_KEYS <= n; j += 2 * FAI_QK_KEYS)
+            qk_block_narrow(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
+        for (; j < n; j++)
+            qk_block_narrow_1key(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
+    }
+}
+
+/* -- stage 2: online softmax, W query rows at a time --------------------------------------- */
+static void softmax_simd(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *row_max,
+                         float *row_sum, float *row_alpha) {
+    const fvec minus_inf = v_set1(-INFINITY);
+    for (int64_t i0 = 0; i0 < m; i0 += W) {
+        const fvec old_max = v_load(row_max + i0);
+        fvec tile_max = minus_inf;
+        for (int64_t j = 0; j < n; j++) tile_max = v_max(tile_max, v_load(s_t + j * ld_s + i0));
+        const fvec new_max = v_max(old_max, tile_max);
+        /* rows that have seen nothing keep max -inf: subtract 0 instead, so P = exp(-inf) = 0 */
+        const fmask empty = v_eq(new_max, minus_inf);
+        const fvec shift = v_select(empty, v_zero(), new_max);
+        fvec sum = v_zero();
+        for (int64_t j = 0; j < n; j++) {
+            float *s = s_t + j * ld_s + i0;
+            const fvec p = v_exp(v_sub(v_load(s), shift));
+            v_store(s, p);
+            sum = v_add(sum, p);
+        }
+        const fvec alpha = v_select(empty, v_set1(1.0f), v_exp(v_sub(old_max, shift)));
+        v_store(row_alpha + i0, alpha);
+        v_store(row_sum + i0, v_fma(v_load(row_sum + i0), alpha, sum));
+        v_store(row_max + i0, new_max);
+    }
+}
+
+/* -- stage 4: rescale O where the running max moved ------------------------------------------ */
+static void rescale_o_simd(float *o, int64_t ld_o, int64_t m, const float *row_alpha) {
+    for (int64_t i = 0; i < m; i++) {
+        if (row_alpha[i] == 1.0f) continue;
+        const fvec alpha = v_set1(row_alpha[i]);
+        for (int64_t x = 0; x < ld_o; x += W) v_store(o + i * ld_o + x, v_mul(v_load(o + i * ld_o + x), alpha));
+    }
+}
+
+/* -- stage 3: O += P V -------------------------------------------------------------------------
+ * A block of ROWS rows x VECS vectors of O stays in registers over the tile's keys: per key,
+ * VECS loads of V and ROWS broadcasts of P feed ROWS * VECS FMAs. */
+#define DEFINE_PV_BLOCK(NAME, ROWS, VECS)                                                          \
+    static inline void NAME(float *o, int64_t ld_o, const float *p_t, int64_t ld_s,              \
+                            const float *v, int64_t n) {                                           \
+        fvec acc[ROWS][VECS];                                                                      \
+        for (int r = 0; r < ROWS; r++)                                                             \
+            for (int c = 0; c < VECS; c++) acc[r][c] = v_load(o + r * ld_o + c * W);               \
+        for (int64_t j = 0; j < n; j++) {                                                          \
+            fvec values[VECS];                                                                     \
+            for (int c = 0; c < VECS; c++) values[c] = v_load(v + j * ld_o + c * W);               \
+            for (int r = 0; r < ROWS; r++) {                                                       \
+                const fvec p = v_set1(p_t[j * ld_s + r]);                                          \
+                for (int c = 0; c < VECS; c++) acc[r][c] = v_fma(p, values[c], acc[r][c]);         \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < ROWS; r++)                                                             \
+            for (int c = 0; c < VECS; c++) v_store(o + r * ld_o + c * W, acc[r][c]);               \
+    }
+
+DEFINE_PV_BLOCK(pv_block, FAI_PV_ROWS, FAI_PV_VECS)
+DEFINE_PV_BLOCK(pv_block_1vec, FAI_PV_ROWS, 1)
+DEFINE_PV_BLOCK(pv_block_1row, 1, FAI_PV_VECS)
+DEFINE_PV_BLOCK(pv_block_1row_1vec, 1, 1)
+
+static void pv_dense(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const float *v,
+                     int64_t m, int64_t n) {
+    int64_t i = 0;
+    for (; i + FAI_PV_ROWS <= m; i += FAI_PV_ROWS) {
+        int64_t x = 0;
+        for (; x + FAI_PV_VECS * W <= ld_o; x += FAI_PV_VECS * W)
+            pv_block(o + i * ld_o + x, ld_o, p_t + i, ld_s, v + x, n);
+        for (; x < ld_o; x += W) pv_block_1vec(o + i * ld_o + x, ld_o, p_t + i, ld_s, v + x, n);
+    }
+    for (; i < m; i++) {
+        int64_t x = 0;
+        for (; x + FAI_PV_VECS * W <= ld_o; x += FAI_PV_VECS * W)
+            pv_block_1row(o + i * ld_o + x, ld_o, p_t + i, ld_s, v + x, n);
+        for (; x < ld_o; x += W) pv_block_1row_1vec(o + i * ld_o + x, ld_o, p_t + i, ld_s, v + x, n);
+    }
+}
+
+/* Masked tiles: a row adds only the keys it sees (P != 0), so NaN or Inf in V at positions it
+ * cannot see never reach it. */
+static void pv_sparse(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const float *v,
+                      int64_t m, int64_t n) {
+    for (int64_t i = 0; i < m; i++) {
+        float *o_row = o + i * ld_o;
+        for (int64_t j = 0; j < n; j++) {
+            const float p_scalar = p_t[j * ld_s + i];
+            if (p_scalar == 0.0f) continue;
+            const fvec p = v_set1(p_scalar);
+            for (int64_t x = 0; x < ld_o; x += W)
+                v_store(o_row + x, v_fma(p, v_load(v + j * ld_o + x), v_load(o_row + x)));
+        }
+    }
+}
+
+static void pv_simd(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const float *v,
+                    int64_t m, int64_t n, int masked) {
+    if (masked)
+        pv_sparse(o, ld_o, p_t, ld_s, v, m, n);
+    else
+        pv_dense(o, ld_o, p_t, ld_s, v, m, n);
+}
+
+static void store_row_simd(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul) {
+    if (dtype != FAI_DTYPE_F32) { /* 16-bit outputs: once per row, the portable rounding */
+        uint16_t *out = dst;
+        for (int64_t x = 0; x < dim; x++)
+            out[x] = dtype == FAI_DTYPE_F16 ? fai__f32_to_f16_sat(src[x] * mul)
+                                            : fai__f32_to_bf16(src[x] * mul);
+        return;
+    }
+    float *out = dst;
+    const fvec scale = v_set1(mul);
+    int64_t x = 0;
+    for (; x + W <= dim; x += W) v_store(out + x, v_mul(v_load(src + x), scale));
+    for (; x < dim; x++) out[x] = src[x] * mul;
+}
+
+static void init_simd_table(fai_cntx *cntx) {
+    fai_cntx_init_ref(cntx);
+    cntx->name = FAI_SIMD_NAME;
+    cntx->simd_width = W;
+    cntx->pack_rows = pack_rows_simd;
+    cntx->qk = qk_simd;
+    cntx->softmax = softmax_simd;
+    cntx->rescale_o = rescale_o_simd;
+    cntx->pv = pv_simd;
+    cntx->store_row = store_row_simd;
+    cntx->exp_array = exp_array_simd;
+}
