@@ -1,0 +1,755 @@
+/* Every error path of fai_plan_create and fai_run: the status, *plan left NULL, fai_last_error()
+ * naming the field and the offending value, and for fai_run that nothing was written. Each
+ * failing case starts from a problem (or tensors) that is known to succeed and changes one
+ * field. */
+#include "fai.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+
+/* -- helpers ------------------------------------------------------------------------------- */
+
+/* The message holds every given string, in the given order (NULL ends the list). */
+static int message_has_v(const char *message, va_list args) {
+    const char *at = message;
+    for (const char *want = va_arg(args, const char *); want; want = va_arg(args, const char *)) {
+        const char *found = strstr(at, want);
+        if (!found) return 0;
+        at = found + strlen(want);
+    }
+    return 1;
+}
+
+static void print_wanted(va_list args) {
+    for (const char *want = va_arg(args, const char *); want; want = va_arg(args, const char *))
+        fprintf(stderr, " \"%s\"", want);
+    fprintf(stderr, "\n");
+}
+
+/* fai_plan_create must fail with `want`, leave *plan NULL and name the strings in its message. */
+static int plan_fails(const fai_problem *pb, int want, ...) {
+    static int dummy;
+    fai_plan *plan = (fai_plan *)&dummy; /* must be overwritten with NULL */
+    const fai_status status = fai_plan_create(pb, &plan);
+    const char *message = fai_last_error();
+    va_list args;
+    va_start(args, want);
+    const int has = message_has_v(message, args);
+    va_end(args);
+    const int ok = status == (fai_status)want && plan == NULL && has;
+    if (!ok) {
+        fprintf(stderr, "  fai_plan_create: %s (want %s), plan %s, message \"%s\", wanted",
+                fai_status_string(status), fai_status_string((fai_status)want),
+                plan ? "not NULL" : "NULL", message);
+        va_start(args, want);
+        print_wanted(args);
+        va_end(args);
+        if (status == FAI_OK && plan != (fai_plan *)&dummy) fai_plan_free(plan);
+    }
+    return ok;
+}
+
+static int plan_succeeds(const fai_problem *pb) {
+    fai_plan *plan = NULL;
+    const fai_status status = fai_plan_create(pb, &plan);
+    if (status != FAI_OK) {
+        fprintf(stderr, "  fai_plan_create: %s \"%s\"\n", fai_status_string(status),
+                fai_last_error());
+        return 0;
+    }
+    const int ok = plan != NULL && fai_last_error()[0] == '\0';
+    fai_plan_free(plan);
+    return ok;
+}
+
+/* A small valid problem: B 2, Hq 4, Hkv 2, Sq 5, Skv 7, D 8, Dv 6, Q f32, K/V f16, O f32. */
+static void base_problem(fai_problem *pb) {
+    fai_problem_init(pb);
+    pb->batch = 2;
+    pb->heads_q = 4;
+    pb->heads_kv = 2;
+    pb->seq_q = 5;
+    pb->seq_kv = 7;
+    pb->head_dim = 8;
+    pb->head_dim_v = 6;
+    pb->workers = 3;
+    pb->threads = 1;
+}
+
+/* -- fai_status_string and fai_last_error ------------------------------------------------- */
+
+TEST(status_string_every_value) {
+    CHECK(strcmp(fai_status_string(FAI_OK), "FAI_OK") == 0);
+    CHECK(strcmp(fai_status_string(FAI_ERR_INVALID_ARG), "FAI_ERR_INVALID_ARG") == 0);
+    CHECK(strcmp(fai_status_string(FAI_ERR_UNSUPPORTED), "FAI_ERR_UNSUPPORTED") == 0);
+    CHECK(strcmp(fai_status_string(FAI_ERR_WORKSPACE_TOO_SMALL), "FAI_ERR_WORKSPACE_TOO_SMALL") ==
+          0);
+    CHECK(strcmp(fai_status_string(FAI_ERR_NO_MEMORY), "FAI_ERR_NO_MEMORY") == 0);
+    CHECK(strcmp(fai_status_string(FAI_ERR_ISA_UNAVAILABLE), "FAI_ERR_ISA_UNAVAILABLE") == 0);
+    CHECK(strcmp(fai_status_string(FAI_ERR_OVERFLOW), "FAI_ERR_OVERFLOW") == 0);
+    CHECK(strcmp(fai_status_string((fai_status)(FAI_ERR_OVERFLOW + 1)), "FAI_ERR_UNKNOWN") == 0);
+    CHECK(strcmp(fai_status_string((fai_status)-1), "FAI_ERR_UNKNOWN") == 0);
+    CHECK(strcmp(fai_status_string((fai_status)12345), "FAI_ERR_UNKNOWN") == 0);
+}
+
+TEST(last_error_cleared_by_success) {
+    fai_problem pb;
+    base_problem(&pb);
+    pb.batch = -1;
+    fai_plan *plan = NULL;
+    CHECK(fai_plan_create(&pb, &plan) == FAI_ERR_INVALID_ARG);
+    CHECK(fai_last_error()[0] != '\0');
+    base_problem(&pb);
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    CHECK(strcmp(fai_last_error(), "") == 0);
+
+    /* a failing run, then a successful call (run_* tests check a successful run) */
+    CHECK(fai_run(plan, NULL, NULL, 0) == FAI_ERR_INVALID_ARG);
+    CHECK(fai_last_error()[0] != '\0');
+    fai_plan_info info;
+    CHECK(fai_plan_get_info(plan, &info) == FAI_OK);
+    CHECK(strcmp(fai_last_error(), "") == 0);
+    fai_plan_free(plan);
+}
+
+TEST(isa_bogus_is_unavailable) {
+    fai_problem pb;
+    base_problem(&pb);
+    const char *saved = getenv("FAI_ISA");
+    char saved_copy[64] = "";
+    if (saved) snprintf(saved_copy, sizeof saved_copy, "%s", saved);
+    REQUIRE(setenv("FAI_ISA", "bogus", 1) == 0);
+    CHECK(plan_fails(&pb, FAI_ERR_ISA_UNAVAILABLE, "FAI_ISA", "bogus", NULL));
+    if (saved)
+        setenv("FAI_ISA", saved_copy, 1);
+    else
+        unsetenv("FAI_ISA");
+    CHECK(plan_succeeds(&pb));
+}
+
+/* -- fai_plan_create ---------------------------------------------------------------------- */
+
+TEST(plan_null_pointers) {
+    fai_problem pb;
+    base_problem(&pb);
+    CHECK(plan_succeeds(&pb));
+    CHECK(plan_fails(NULL, FAI_ERR_INVALID_ARG, "problem", "NULL", NULL));
+    CHECK(fai_plan_create(&pb, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "plan") && strstr(fai_last_error(), "NULL"));
+}
+
+TEST(plan_counts_out_of_range) {
+    fai_problem pb;
+#define BAD_COUNT(field, value, text)                                                              \
+    do {                                                                                           \
+        base_problem(&pb);                                                                         \
+        pb.field = (value);                                                                        \
+        CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, #field, text, NULL));                           \
+    } while (0)
+    base_problem(&pb);
+    CHECK(plan_succeeds(&pb));
+    BAD_COUNT(batch, -1, "-1");
+    BAD_COUNT(batch, INT64_MIN, "-9223372036854775808");
+    BAD_COUNT(batch, (INT64_C(1) << 24) + 1, "16777217");
+    BAD_COUNT(batch, INT64_MAX, "9223372036854775807");
+    BAD_COUNT(heads_q, 0, "0");
+    BAD_COUNT(heads_q, -4, "-4");
+    BAD_COUNT(heads_q, (INT64_C(1) << 16) + 2, "65538");
+    BAD_COUNT(heads_kv, 0, "0");
+    BAD_COUNT(heads_kv, -2, "-2");
+    BAD_COUNT(heads_kv, (INT64_C(1) << 16) + 1, "65537");
+    BAD_COUNT(seq_q, -1, "-1");
+    BAD_COUNT(seq_q, INT64_C(2147483648), "2147483648");
+    BAD_COUNT(seq_kv, -7, "-7");
+    BAD_COUNT(seq_kv, INT64_C(1) << 40, "1099511627776");
+    BAD_COUNT(head_dim, 0, "0");
+    BAD_COUNT(head_dim, -8, "-8");
+    BAD_COUNT(head_dim, FAI_MAX_HEAD_DIM + 1, "577");
+    BAD_COUNT(head_dim_v, -1, "-1");
+    BAD_COUNT(head_dim_v, FAI_MAX_HEAD_DIM + 1, "577");
+    BAD_COUNT(window_left, -2, "-2");
+    BAD_COUNT(window_left, INT64_MIN, "-9223372036854775808");
+    BAD_COUNT(window_right, -3, "-3");
+    BAD_COUNT(workers, -1, "-1");
+    BAD_COUNT(workers, FAI_MAX_WORKERS + 1, "1025");
+    BAD_COUNT(threads, -1, "-1");
+    BAD_COUNT(threads, FAI_MAX_WORKERS + 1, "1025");
+    BAD_COUNT(tile_q, -1, "-1");
+    BAD_COUNT(tile_q, 4097, "4097");
+    BAD_COUNT(tile_kv, -16, "-16");
+    BAD_COUNT(tile_kv, 4097, "4097");
+#undef BAD_COUNT
+
+    /* the limits themselves are accepted */
+    base_problem(&pb);
+    pb.head_dim = FAI_MAX_HEAD_DIM;
+    pb.head_dim_v = FAI_MAX_HEAD_DIM;
+    pb.workers = FAI_MAX_WORKERS;
+    pb.threads = FAI_MAX_WORKERS;
+    pb.tile_q = 4096;
+    pb.tile_kv = 4096;
+    CHECK(plan_succeeds(&pb));
+    base_problem(&pb);
+    pb.window_left = 0;
+    pb.window_right = 0;
+    CHECK(plan_succeeds(&pb));
+    base_problem(&pb);
+    pb.batch = 0;
+    pb.seq_q = 0;
+    pb.seq_kv = 0;
+    CHECK(plan_succeeds(&pb));
+}
+
+TEST(plan_heads_not_multiple) {
+    fai_problem pb;
+    base_problem(&pb);
+    pb.heads_q = 12;
+    pb.heads_kv = 5;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "heads_q", "12", "heads_kv", "5", NULL));
+    pb.heads_q = 3;
+    pb.heads_kv = 6;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "heads_q", "3", "heads_kv", "6", NULL));
+}
+
+TEST(plan_bad_dtypes) {
+    fai_problem pb;
+#define BAD_DTYPE(field, value, text)                                                              \
+    do {                                                                                           \
+        base_problem(&pb);                                                                         \
+        pb.field = (fai_dtype)(value);                                                             \
+        CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, #field, text, NULL));                           \
+    } while (0)
+    BAD_DTYPE(q_dtype, 3, "3");
+    BAD_DTYPE(q_dtype, -1, "-1");
+    BAD_DTYPE(k_dtype, 7, "7");
+    BAD_DTYPE(k_dtype, -2, "-2");
+    BAD_DTYPE(v_dtype, 3, "3");
+    BAD_DTYPE(v_dtype, 1000, "1000");
+    BAD_DTYPE(o_dtype, 4, "4");
+    BAD_DTYPE(o_dtype, -1, "-1");
+#undef BAD_DTYPE
+}
+
+TEST(plan_scale_not_finite) {
+    fai_problem pb;
+    base_problem(&pb);
+    pb.scale = NAN;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "scale", "nan", NULL));
+    pb.scale = INFINITY;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "scale", "inf", NULL));
+    pb.scale = -INFINITY;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "scale", "-inf", NULL));
+    pb.scale = -0.5f; /* finite, even negative, is allowed */
+    CHECK(plan_succeeds(&pb));
+}
+
+TEST(plan_bad_enums) {
+    fai_problem pb;
+    base_problem(&pb);
+    pb.causal = (fai_causal)3;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "causal", "3", NULL));
+    pb.causal = (fai_causal)-1;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "causal", "-1", NULL));
+    base_problem(&pb);
+    pb.mask_kind = (fai_mask_kind)4;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "mask_kind", "4", NULL));
+    pb.mask_kind = (fai_mask_kind)-1;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "mask_kind", "-1", NULL));
+}
+
+TEST(plan_seqlens) {
+    fai_problem pb;
+    int32_t lens[2];
+    int32_t cu[3] = {0, 2, 5};
+
+    /* valid lengths, including empty sequences and the maxima */
+    base_problem(&pb);
+    lens[0] = 0, lens[1] = 5;
+    pb.seqlens_q = lens;
+    CHECK(plan_succeeds(&pb));
+    base_problem(&pb);
+    lens[0] = 7, lens[1] = 0;
+    pb.seqlens_kv = lens;
+    CHECK(plan_succeeds(&pb));
+
+    base_problem(&pb);
+    lens[0] = 2, lens[1] = -3;
+    pb.seqlens_q = lens;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_q[1]", "-3", NULL));
+    lens[0] = 6, lens[1] = 1; /* seq_q is 5 */
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_q[0]", "6", "5", NULL));
+    lens[0] = 1, lens[1] = INT32_MAX;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_q[1]", "2147483647", NULL));
+
+    base_problem(&pb);
+    lens[0] = -1, lens[1] = 2;
+    pb.seqlens_kv = lens;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_kv[0]", "-1", NULL));
+    lens[0] = 7, lens[1] = 8; /* seq_kv is 7 */
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_kv[1]", "8", "7", NULL));
+    lens[0] = INT32_MIN, lens[1] = 0;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_kv[0]", "-2147483648", NULL));
+
+    /* both forms of one length */
+    base_problem(&pb);
+    lens[0] = 2, lens[1] = 3;
+    pb.seqlens_q = lens;
+    pb.cu_seqlens_q = cu;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_q", "cu_seqlens_q", NULL));
+    base_problem(&pb);
+    pb.seqlens_kv = lens;
+    pb.cu_seqlens_kv = cu;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_kv", "cu_seqlens_kv", NULL));
+}
+
+TEST(plan_cu_seqlens) {
+    fai_problem pb;
+    int32_t cu[3];
+
+    base_problem(&pb);
+    cu[0] = 0, cu[1] = 2, cu[2] = 5;
+    pb.cu_seqlens_q = cu;
+    CHECK(plan_succeeds(&pb));
+    cu[0] = 1, cu[1] = 2, cu[2] = 5;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "cu_seqlens_q[0]", "1", NULL));
+    cu[0] = -1, cu[1] = 2, cu[2] = 5;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "cu_seqlens_q[0]", "-1", NULL));
+    cu[0] = 0, cu[1] = 4, cu[2] = 3;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "cu_seqlens_q[2]", "3", NULL));
+    cu[0] = 0, cu[1] = 3, cu[2] = 6; /* seq_q is 5 packed rows */
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "cu_seqlens_q[2]", "6", "seq_q", "5", NULL));
+
+    base_problem(&pb);
+    cu[0] = 0, cu[1] = 7, cu[2] = 7;
+    pb.cu_seqlens_kv = cu;
+    CHECK(plan_succeeds(&pb));
+    cu[0] = 3, cu[1] = 4, cu[2] = 5;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "cu_seqlens_kv[0]", "3", NULL));
+    cu[0] = 0, cu[1] = 6, cu[2] = 2;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "cu_seqlens_kv[2]", "2", NULL));
+    cu[0] = 0, cu[1] = 0, cu[2] = 8; /* seq_kv is 7 packed rows */
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "cu_seqlens_kv[2]", "8", "seq_kv", "7", NULL));
+}
+
+TEST(plan_paged) {
+    fai_problem pb;
+    int32_t lens[2] = {7, 12};
+    int32_t cu[3] = {0, 3, 7};
+
+    base_problem(&pb);
+    pb.page_size = 4;
+    pb.num_pages = 6;
+    pb.pages_per_seq = 3;
+    pb.seqlens_kv = lens;
+    CHECK(plan_succeeds(&pb)); /* 12 = 3 x 4 fits exactly */
+
+    pb.seqlens_kv = NULL;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_kv", "NULL", "page_size", "4", NULL));
+    pb.cu_seqlens_kv = cu;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "cu_seqlens_kv", "page_size", "4", NULL));
+    pb.seqlens_kv = lens;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_kv", "cu_seqlens_kv", NULL));
+    pb.cu_seqlens_kv = NULL;
+
+    lens[1] = 13;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_kv[1]", "13", "pages_per_seq", "3",
+                     "page_size", "4", NULL));
+    lens[1] = -2;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "seqlens_kv[1]", "-2", NULL));
+    lens[1] = 12;
+
+    pb.num_pages = -1;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "num_pages", "-1", NULL));
+    pb.num_pages = 6;
+    pb.pages_per_seq = -3;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "pages_per_seq", "-3", NULL));
+    pb.pages_per_seq = 3;
+    pb.page_size = -1;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "page_size", "-1", NULL));
+    pb.page_size = INT64_MIN;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "page_size", "-9223372036854775808", NULL));
+    pb.page_size = 4;
+    CHECK(plan_succeeds(&pb));
+
+    /* paged lengths are not bounded by seq_kv, which paging does not use */
+    pb.seq_kv = 0;
+    CHECK(plan_succeeds(&pb));
+}
+
+TEST(plan_size_overflow) {
+    fai_problem pb;
+    base_problem(&pb);
+    pb.batch = INT64_C(1) << 24;
+    pb.seq_q = INT64_C(2147483647);
+    pb.heads_q = INT64_C(1) << 16;
+    pb.heads_kv = 1;
+    CHECK(plan_fails(&pb, FAI_ERR_OVERFLOW, "batch", "16777216", "seq_q", "2147483647", NULL));
+
+    /* the product fits in int64 elements but not in int64 bytes */
+    base_problem(&pb);
+    pb.batch = 16;
+    pb.seq_q = INT64_C(2147483647);
+    pb.heads_q = INT64_C(1) << 16;
+    pb.heads_kv = 1;
+    pb.head_dim = FAI_MAX_HEAD_DIM;
+    CHECK(plan_fails(&pb, FAI_ERR_OVERFLOW, "batch", "16", "seq_q", "2147483647", NULL));
+
+    /* more work units (batch x kv heads x q tiles) than the planner indexes */
+    base_problem(&pb);
+    pb.batch = (INT64_C(1) << 15) + 1;
+    pb.seq_q = 1;
+    pb.seq_kv = 1;
+    pb.heads_q = INT64_C(1) << 16;
+    pb.heads_kv = INT64_C(1) << 16;
+    pb.head_dim = 1;
+    CHECK(plan_fails(&pb, FAI_ERR_OVERFLOW, "units", NULL));
+}
+
+/* -- fai_run ------------------------------------------------------------------------------- */
+
+#define SENTINEL 0xA5
+
+typedef struct run_fixture {
+    fai_problem pb;
+    fai_plan *plan;
+    float *q, *o, *lse;
+    uint16_t *k, *v;
+    unsigned char *mask;
+    int32_t seqlens_kv[2];
+    int32_t block_table[2 * 3];
+    size_t o_bytes, lse_bytes;
+    void *ws;
+    size_t ws_size;
+    fai_tensors t;
+} run_fixture;
+
+/* Padded or paged (page_size 4, 6 pages, 3 pages per sequence, lengths 7 and 10), with an
+ * optional KEEP mask; every tensor filled with small valid values. */
+static int fixture_init(run_fixture *fx, int paged, fai_mask_kind mask_kind) {
+    memset(fx, 0, sizeof *fx);
+    fai_problem *pb = &fx->pb;
+    base_problem(pb);
+    pb->mask_kind = mask_kind;
+    const int64_t B = pb->batch, Sq = pb->seq_q, Hq = pb->heads_q, Hkv = pb->heads_kv;
+    const int64_t D = pb->head_dim, Dv = pb->head_dim_v;
+    int64_t kv_rows = pb->seq_kv, kv_batches = B;
+    if (paged) {
+        pb->page_size = 4;
+        pb->num_pages = 6;
+        pb->pages_per_seq = 3;
+        fx->seqlens_kv[0] = 7;
+        fx->seqlens_kv[1] = 10;
+        pb->seqlens_kv = fx->seqlens_kv;
+        kv_rows = pb->page_size;
+        kv_batches = pb->num_pages;
+        const int32_t table[6] = {5, 0, 3, 1, 4, 2};
+        memcpy(fx->block_table, table, sizeof table);
+    }
+    if (fai_plan_create(pb, &fx->plan) != FAI_OK) {
+        fprintf(stderr, "  fixture plan: %s\n", fai_last_error());
+        return 0;
+    }
+    const size_t q_elems = (size_t)(B * Sq * Hq * D), o_elems = (size_t)(B * Sq * Hq * Dv);
+    const size_t k_elems = (size_t)(kv_batches * kv_rows * Hkv * D);
+    const size_t v_elems = (size_t)(kv_batches * kv_rows * Hkv * Dv);
+    const size_t mask_bytes = (size_t)(Sq * pb->seq_kv > 0 ? Sq * 16 : 1);
+    fx->o_bytes = o_elems * sizeof(float);
+    fx->lse_bytes = (size_t)(B * Hq * Sq) * sizeof(float);
+    fx->q = malloc(q_elems * sizeof(float));
+    fx->o = malloc(fx->o_bytes);
+    fx->lse = malloc(fx->lse_bytes);
+    fx->k = malloc(k_elems * sizeof(uint16_t));
+    fx->v = malloc(v_elems * sizeof(uint16_t));
+    fx->mask = malloc(mask_bytes);
+    fx->ws_size = fai_plan_workspace_size(fx->plan);
+    fx->ws = malloc(fx->ws_size ? fx->ws_size : 1);
+    if (!fx->q || !fx->o || !fx->lse || !fx->k || !fx->v || !fx->mask || !fx->ws) return 0;
+    for (size_t i = 0; i < q_elems; i++)
+        fx->q[i] = (float)((int)(i % 7) - 3) * 0.25f;
+    for (size_t i = 0; i < k_elems; i++)
+        fx->k[i] = (uint16_t)(i % 3 ? 0x3800 : 0xB400);
+    for (size_t i = 0; i < v_elems; i++)
+        fx->v[i] = (uint16_t)(i % 5 ? 0x3C00 : 0xC000);
+    memset(fx->mask, 1, mask_bytes);
+
+    fx->t.q = fai_tensor_bshd(fx->q, FAI_DTYPE_F32, Sq, Hq, D);
+    fx->t.k = fai_tensor_bshd(fx->k, FAI_DTYPE_F16, kv_rows, Hkv, D);
+    fx->t.v = fai_tensor_bshd(fx->v, FAI_DTYPE_F16, kv_rows, Hkv, Dv);
+    fx->t.o = fai_tensor_bshd(fx->o, FAI_DTYPE_F32, Sq, Hq, Dv);
+    fx->t.lse.data = fx->lse;
+    fx->t.lse.dtype = FAI_DTYPE_F32;
+    fx->t.lse.stride_batch = Hq * Sq;
+    fx->t.lse.stride_head = Sq;
+    fx->t.lse.stride_seq = 1;
+    fx->t.lse.stride_dim = 1;
+    if (mask_kind != FAI_MASK_NONE) {
+        fx->t.mask.data = fx->mask;
+        fx->t.mask.stride_q = 16; /* [Sq, Skv] broadcast over batch and heads */
+    }
+    if (paged) fx->t.block_table = fx->block_table;
+    return 1;
+}
+
+static void fixture_free(run_fixture *fx) {
+    fai_plan_free(fx->plan);
+    free(fx->q);
+    free(fx->o);
+    free(fx->lse);
+    free(fx->k);
+    free(fx->v);
+    free(fx->mask);
+    free(fx->ws);
+}
+
+static int all_bytes(const void *data, size_t bytes, unsigned char value) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < bytes; i++)
+        if (p[i] != value) return 0;
+    return 1;
+}
+
+/* fai_run with `t` must fail with `want`, name the strings, and leave O and LSE untouched. */
+static int run_fails(run_fixture *fx, const fai_tensors *t, void *ws, size_t ws_size, int want,
+                     ...) {
+    memset(fx->o, SENTINEL, fx->o_bytes);
+    memset(fx->lse, SENTINEL, fx->lse_bytes);
+    unsigned char *o_before = malloc(fx->o_bytes), *lse_before = malloc(fx->lse_bytes);
+    if (!o_before || !lse_before) {
+        free(o_before);
+        free(lse_before);
+        return 0;
+    }
+    memcpy(o_before, fx->o, fx->o_bytes);
+    memcpy(lse_before, fx->lse, fx->lse_bytes);
+
+    const fai_status status = fai_run(fx->plan, t, ws, ws_size);
+    const char *message = fai_last_error();
+    va_list args;
+    va_start(args, want);
+    const int has = message_has_v(message, args);
+    va_end(args);
+    const int o_same = memcmp(o_before, fx->o, fx->o_bytes) == 0;
+    const int lse_same = memcmp(lse_before, fx->lse, fx->lse_bytes) == 0;
+    free(o_before);
+    free(lse_before);
+    const int ok = status == (fai_status)want && has && o_same && lse_same;
+    if (!ok) {
+        fprintf(stderr, "  fai_run: %s (want %s), O %s, LSE %s, message \"%s\", wanted",
+                fai_status_string(status), fai_status_string((fai_status)want),
+                o_same ? "untouched" : "WRITTEN", lse_same ? "untouched" : "WRITTEN", message);
+        va_start(args, want);
+        print_wanted(args);
+        va_end(args);
+    }
+    return ok;
+}
+
+/* The unchanged fixture runs, writes O and LSE, and clears the last error. */
+static int run_succeeds(run_fixture *fx, const fai_tensors *t) {
+    memset(fx->o, SENTINEL, fx->o_bytes);
+    memset(fx->lse, SENTINEL, fx->lse_bytes);
+    const fai_status status = fai_run(fx->plan, t, fx->ws, fx->ws_size);
+    if (status != FAI_OK) {
+        fprintf(stderr, "  fai_run: %s \"%s\"\n", fai_status_string(status), fai_last_error());
+        return 0;
+    }
+    return fai_last_error()[0] == '\0' && !all_bytes(fx->o, fx->o_bytes, SENTINEL) &&
+           !all_bytes(fx->lse, fx->lse_bytes, SENTINEL);
+}
+
+TEST(run_null_arguments) {
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    CHECK(run_succeeds(&fx, &fx.t));
+
+    memset(fx.o, SENTINEL, fx.o_bytes);
+    CHECK(fai_run(NULL, &fx.t, fx.ws, fx.ws_size) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "plan") && strstr(fai_last_error(), "NULL"));
+    CHECK(all_bytes(fx.o, fx.o_bytes, SENTINEL));
+
+    CHECK(run_fails(&fx, NULL, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "tensors", "NULL", NULL));
+    fixture_free(&fx);
+}
+
+TEST(run_workspace) {
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    REQUIRE(fx.ws_size > 0);
+    char needed[32], given[32];
+    snprintf(needed, sizeof needed, "%zu", fx.ws_size);
+    snprintf(given, sizeof given, "%zu", fx.ws_size - 1);
+
+    CHECK(run_fails(&fx, &fx.t, NULL, fx.ws_size, FAI_ERR_WORKSPACE_TOO_SMALL, "workspace", needed,
+                    NULL));
+    CHECK(run_fails(&fx, &fx.t, NULL, 0, FAI_ERR_WORKSPACE_TOO_SMALL, "workspace", needed, NULL));
+    CHECK(run_fails(&fx, &fx.t, fx.ws, fx.ws_size - 1, FAI_ERR_WORKSPACE_TOO_SMALL, "workspace",
+                    given, needed, NULL));
+    CHECK(run_fails(&fx, &fx.t, fx.ws, 0, FAI_ERR_WORKSPACE_TOO_SMALL, "workspace", needed, NULL));
+    /* exactly the size is enough */
+    CHECK(run_succeeds(&fx, &fx.t));
+    fixture_free(&fx);
+}
+
+TEST(run_null_data) {
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    fai_tensors t;
+#define NULL_DATA(tensor)                                                                          \
+    do {                                                                                           \
+        t = fx.t;                                                                                  \
+        t.tensor.data = NULL;                                                                      \
+        CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, #tensor ".data", "NULL",  \
+                        NULL));                                                                    \
+    } while (0)
+    NULL_DATA(q);
+    NULL_DATA(k);
+    NULL_DATA(v);
+    NULL_DATA(o);
+#undef NULL_DATA
+    /* no LSE is fine */
+    t = fx.t;
+    t.lse.data = NULL;
+    memset(fx.o, SENTINEL, fx.o_bytes);
+    memset(fx.lse, SENTINEL, fx.lse_bytes);
+    CHECK(fai_run(fx.plan, &t, fx.ws, fx.ws_size) == FAI_OK);
+    CHECK(all_bytes(fx.lse, fx.lse_bytes, SENTINEL));
+    CHECK(!all_bytes(fx.o, fx.o_bytes, SENTINEL));
+    fixture_free(&fx);
+}
+
+TEST(run_dtype_mismatch) {
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    fai_tensors t;
+#define BAD_DTYPE(tensor, bad, got, plan_has)                                                      \
+    do {                                                                                           \
+        t = fx.t;                                                                                  \
+        t.tensor.dtype = (bad);                                                                    \
+        CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, #tensor ".dtype", got,    \
+                        plan_has, NULL));                                                          \
+    } while (0)
+    BAD_DTYPE(q, FAI_DTYPE_F16, "f16", "f32");
+    BAD_DTYPE(q, FAI_DTYPE_BF16, "bf16", "f32");
+    BAD_DTYPE(k, FAI_DTYPE_F32, "f32", "f16");
+    BAD_DTYPE(k, FAI_DTYPE_BF16, "bf16", "f16");
+    BAD_DTYPE(v, FAI_DTYPE_F32, "f32", "f16");
+    BAD_DTYPE(o, FAI_DTYPE_F16, "f16", "f32");
+    BAD_DTYPE(o, FAI_DTYPE_BF16, "bf16", "f32");
+    BAD_DTYPE(lse, FAI_DTYPE_F16, "f16", "f32");
+    BAD_DTYPE(lse, FAI_DTYPE_BF16, "bf16", "f32");
+#undef BAD_DTYPE
+    fixture_free(&fx);
+}
+
+TEST(run_bad_strides) {
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    fai_tensors t;
+#define BAD_STRIDE_DIM(tensor, value, text)                                                        \
+    do {                                                                                           \
+        t = fx.t;                                                                                  \
+        t.tensor.stride_dim = (value);                                                             \
+        CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, #tensor ".stride_dim",    \
+                        text, NULL));                                                              \
+    } while (0)
+    BAD_STRIDE_DIM(q, 2, "2");
+    BAD_STRIDE_DIM(k, 2, "2");
+    BAD_STRIDE_DIM(v, 3, "3");
+    BAD_STRIDE_DIM(o, 2, "2");
+    BAD_STRIDE_DIM(lse, 2, "2");
+    BAD_STRIDE_DIM(q, -1, "-1");
+#undef BAD_STRIDE_DIM
+
+#define BAD_STRIDE(tensor, field, value, text)                                                     \
+    do {                                                                                           \
+        t = fx.t;                                                                                  \
+        t.tensor.field = (value);                                                                  \
+        CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, #tensor, text, NULL));    \
+    } while (0)
+    BAD_STRIDE(q, stride_batch, -1, "-1");
+    BAD_STRIDE(q, stride_seq, -32, "-32");
+    BAD_STRIDE(q, stride_head, -8, "-8");
+    BAD_STRIDE(k, stride_batch, -112, "-112");
+    BAD_STRIDE(k, stride_seq, -16, "-16");
+    BAD_STRIDE(v, stride_head, -6, "-6");
+    BAD_STRIDE(o, stride_seq, -24, "-24");
+    BAD_STRIDE(o, stride_batch, INT64_MIN, "-9223372036854775808");
+    BAD_STRIDE(lse, stride_head, -5, "-5");
+    BAD_STRIDE(lse, stride_seq, -1, "-1");
+#undef BAD_STRIDE
+
+    /* stride_dim 0 is read as 1 */
+    t = fx.t;
+    t.q.stride_dim = t.k.stride_dim = t.v.stride_dim = t.o.stride_dim = t.lse.stride_dim = 0;
+    CHECK(run_succeeds(&fx, &t));
+    fixture_free(&fx);
+}
+
+TEST(run_mask) {
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_KEEP));
+    CHECK(run_succeeds(&fx, &fx.t));
+    fai_tensors t = fx.t;
+    t.mask.data = NULL;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "mask.data", "NULL",
+                    "mask_kind", "1", NULL));
+    t = fx.t;
+    t.mask.stride_q = -16;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "mask", "-16", NULL));
+    t = fx.t;
+    t.mask.stride_head = -1;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "mask", "-1", NULL));
+    t = fx.t;
+    t.mask.stride_batch = -80;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "mask", "-80", NULL));
+    fixture_free(&fx);
+
+    /* without a mask kind the mask is not read */
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    t = fx.t;
+    t.mask.data = NULL;
+    t.mask.stride_q = -1;
+    CHECK(run_succeeds(&fx, &t));
+    fixture_free(&fx);
+}
+
+TEST(run_paged_block_table) {
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 1, FAI_MASK_NONE));
+    CHECK(run_succeeds(&fx, &fx.t));
+
+    fai_tensors t = fx.t;
+    t.block_table = NULL;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "block_table", "NULL", NULL));
+
+    /* sequence 1 (10 keys) reaches pages 0..2 of its row */
+    fx.block_table[3 + 2] = -1;
+    CHECK(run_fails(&fx, &fx.t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "block_table[1][2]", "-1",
+                    NULL));
+    fx.block_table[3 + 2] = 6; /* num_pages */
+    CHECK(run_fails(&fx, &fx.t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "block_table[1][2]", "6",
+                    "num_pages", "6", NULL));
+    fx.block_table[3 + 2] = 2;
+    fx.block_table[0] = INT32_MAX;
+    CHECK(run_fails(&fx, &fx.t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "block_table[0][0]",
+                    "2147483647", NULL));
+    fx.block_table[0] = INT32_MIN;
+    CHECK(run_fails(&fx, &fx.t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "block_table[0][0]",
+                    "-2147483648", NULL));
+    fx.block_table[0] = 5;
+    CHECK(run_succeeds(&fx, &fx.t));
+
+    /* entries past a sequence's length are not looked at: sequence 0 (7 keys) uses 2 pages */
+    fx.block_table[2] = -7;
+    CHECK(run_succeeds(&fx, &fx.t));
+    fx.block_table[2] = 3;
+
+    t = fx.t;
+    t.block_table_stride = -3;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "block_table_stride", "-3",
+                    NULL));
+    fixture_free(&fx);
+}
