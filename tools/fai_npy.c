@@ -109,6 +109,14 @@ static void show(char *dst, size_t dstlen, const char *src, size_t n) {
     dst[o] = '\0';
 }
 
+/* Length of [p, end) without the trailing padding, for quoting the rest of a header. */
+static size_t trimmed(const char *p, const char *end) {
+    while (end > p && (end[-1] == ' ' || end[-1] == '\n' || end[-1] == '\r' || end[-1] == '\t' ||
+                       end[-1] == '\0'))
+        end--;
+    return (size_t)(end - p);
+}
+
 void fai_npy_format_shape(char *buf, size_t buflen, int rank, const int64_t *shape) {
     size_t o = 0;
     if (!buf || !buflen) return;
@@ -245,7 +253,7 @@ static int parse_shape(scanner *s, header *h, char *err, size_t errlen) {
         }
         if (s->p == digits) {
             char shown[SHOWN_CHARS + 1];
-            show(shown, sizeof shown, start, (size_t)(s->end - start));
+            show(shown, sizeof shown, start, trimmed(start, s->end));
             return fail(err, errlen, "header: 'shape' %s is not a tuple of integers", shown);
         }
         if (overflow) {
@@ -267,7 +275,7 @@ static int parse_shape(scanner *s, header *h, char *err, size_t errlen) {
             s->p++;
         } else if (*s->p != ')') {
             char shown[SHOWN_CHARS + 1];
-            show(shown, sizeof shown, start, (size_t)(s->end - start));
+            show(shown, sizeof shown, start, trimmed(start, s->end));
             return fail(err, errlen, "header: 'shape' %s is not a tuple of integers", shown);
         }
     }
@@ -286,7 +294,7 @@ static int parse_dict(const char *text, size_t len, header *h, char *err, size_t
     skip_space(&s);
     if (s.p >= s.end || *s.p != '{') {
         char shown[SHOWN_CHARS + 1];
-        show(shown, sizeof shown, text, len);
+        show(shown, sizeof shown, text, trimmed(text, text + len));
         return fail(err, errlen, "header is not a dict: '%s'", shown);
     }
     s.p++;
@@ -299,7 +307,7 @@ static int parse_dict(const char *text, size_t len, header *h, char *err, size_t
         }
         if (*s.p != '\'' && *s.p != '"') {
             char shown[SHOWN_CHARS + 1];
-            show(shown, sizeof shown, s.p, (size_t)(s.end - s.p));
+            show(shown, sizeof shown, s.p, trimmed(s.p, s.end));
             return fail(err, errlen, "header: expected a quoted key at '%s'", shown);
         }
         const char *key = NULL;
@@ -347,7 +355,7 @@ static int parse_dict(const char *text, size_t len, header *h, char *err, size_t
             s.p++;
         } else if (*s.p != '}') {
             char shown[SHOWN_CHARS + 1];
-            show(shown, sizeof shown, s.p, (size_t)(s.end - s.p));
+            show(shown, sizeof shown, s.p, trimmed(s.p, s.end));
             return fail(err, errlen, "header: expected ',' or '}' at '%s'", shown);
         }
     }
@@ -357,7 +365,7 @@ static int parse_dict(const char *text, size_t len, header *h, char *err, size_t
         s.p++;
     if (s.p < s.end) {
         char shown[SHOWN_CHARS + 1];
-        show(shown, sizeof shown, s.p, (size_t)(s.end - s.p));
+        show(shown, sizeof shown, s.p, trimmed(s.p, s.end));
         return fail(err, errlen, "header: unexpected text after the dict: '%s'", shown);
     }
     if (!(seen & KEY_DESCR)) return fail(err, errlen, "header has no 'descr'");

@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Bad input to `fai run`: every case must exit 2, print exactly one line on stderr (naming the
+culprit), print nothing on stdout, and leave the output files as they were: byte-identical when
+they existed, absent when they did not, with no temporary files left behind.
+
+Usage: python3 test_run_badinput.py /path/to/fai
+
+The .npy files are built byte by byte here (no numpy needed), so malformed ones are exact.
+"""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+
+def npy(descr, shape, payload=None, fortran=False, version=1, header=None, fill=0.25):
+    """A .npy image. payload defaults to the right number of bytes (float32 `fill` for '<f4')."""
+    if header is None:
+        shape_text = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+        header = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (
+            descr, "True" if fortran else "False", shape_text)
+    pre = 10 if version == 1 else 12
+    total = (pre + len(header) + 1 + 63) // 64 * 64
+    header = header + " " * (total - pre - len(header) - 1) + "\n"
+    hb = header.encode("latin-1")
+    lenfield = struct.pack("<H", len(hb)) if version == 1 else struct.pack("<I", len(hb))
+    if payload is None:
+        count = 1
+        for d in shape:
+            count *= max(d, 0)
+        size = {"<f4": 4, "<f2": 2, "<u2": 2, "<i4": 4, "|b1": 1, "|u1": 1, "<f8": 8,
+                ">f4": 4, "|O": 8}.get(descr, 4)
+        if descr == "<f4":
+            payload = struct.pack("<%df" % count, *([fill] * count))
+        elif descr == "<i4":
+            payload = struct.pack("<%di" % count, *([1] * count))
+        else:
+            payload = bytes(count * size)
+    return b"\x93NUMPY" + bytes([version, 0]) + lenfield + hb + payload
+
+
+def f32(shape, fill=0.25):
+    return npy("<f4", shape, fill=fill)
+
+
+def i32(shape, values):
+    return npy("<i4", shape, payload=struct.pack("<%di" % len(values), *values))
+
+
+# A valid problem: B=2, Sq=4, Hq=2, D=8; Skv=6, Hkv=1, Dv=8.
+GOOD = {
+    "q.npy": f32((2, 4, 2, 8)),
+    "k.npy": f32((2, 6, 1, 8)),
+    "v.npy": f32((2, 6, 1, 8), fill=0.5),
+}
+BASE = ["--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy"]
+
+# Paged variant: pool of 3 pages of 4 keys; block table [2, 2]; seqlens_kv (6, 5).
+PAGED = {
+    "kp.npy": f32((3, 4, 1, 8)),
+    "vp.npy": f32((3, 4, 1, 8), fill=0.5),
+    "skv.npy": i32((2,), [6, 5]),
+}
+PAGED_ARGS = ["--q", "q.npy", "--k", "kp.npy", "--v", "vp.npy", "--out", "o.npy",
+              "--seqlens-kv", "skv.npy"]
+
+
+def with_arg(args, opt, value):
+    """args with the value of opt replaced."""
+    out = list(args)
+    out[out.index(opt) + 1] = value
+    return out
+
+
+def without(args, opt, has_value=True):
+    out = list(args)
+    i = out.index(opt)
+    del out[i:i + (2 if has_value else 1)]
+    return out
+
+
+Q_TRUNC = f32((2, 4, 2, 8))
+Q_TRUNC = Q_TRUNC[:len(Q_TRUNC) - 5]
+Q_HEADER_PAST = bytearray(f32((2, 4, 2, 8)))
+Q_HEADER_PAST[8:10] = struct.pack("<H", 60000)
+
+# name, extra files, argv (after "run"), text the stderr line must contain
+CASES = [
+    ("truncated payload", {"q.npy": Q_TRUNC}, BASE, "q.npy"),
+    ("truncated preamble", {"q.npy": b"\x93NUMPY\x01"}, BASE, "q.npy"),
+    ("empty file", {"k.npy": b""}, BASE, "k.npy"),
+    ("wrong magic", {"v.npy": b"PK\x03\x04" + bytes(200)}, BASE, "v.npy"),
+    ("header length past the file", {"q.npy": bytes(Q_HEADER_PAST)}, BASE, "q.npy"),
+    ("header not a dict", {"q.npy": npy("<f4", (1,), header="['descr', '<f4']")}, BASE,
+     "q.npy"),
+    ("header missing shape",
+     {"q.npy": npy("<f4", (1,), header="{'descr': '<f4', 'fortran_order': False}")}, BASE,
+     "shape"),
+    ("header garbage bytes",
+     {"q.npy": npy("<f4", (1,), header="{'descr': '<f4', \x01\x02\x7f\xff}")}, BASE, "q.npy"),
+    ("big-endian", {"k.npy": npy(">f4", (2, 6, 1, 8))}, BASE, "big-endian"),
+    ("fortran order", {"v.npy": npy("<f4", (2, 6, 1, 8), fortran=True)}, BASE, "Fortran"),
+    ("object dtype", {"q.npy": npy("|O", (2, 4, 2, 8))}, BASE, "object"),
+    ("float64 dtype", {"q.npy": npy("<f8", (2, 4, 2, 8))}, BASE, "<f8"),
+    ("int32 as q", {"q.npy": npy("<i4", (2, 4, 2, 8))}, BASE, "int32"),
+    ("uint16 without --bf16", {"q.npy": npy("<u2", (2, 4, 2, 8))}, BASE, "--bf16"),
+    ("negative shape", {"q.npy": npy("<f4", (2, -4, 2, 8), payload=b"")}, BASE, "negative"),
+    ("overflowing dimension",
+     {"q.npy": npy("<f4", (2, 99999999999999999999999, 2, 8), payload=b"")}, BASE, "q.npy"),
+    ("overflowing product",
+     {"q.npy": npy("<f4", (4294967296, 4294967296, 2, 8), payload=b"")}, BASE, "overflow"),
+    ("rank 9", {"q.npy": npy("<f4", (1,) * 9)}, BASE, "rank"),
+    ("q rank 3", {"q.npy": f32((2, 4, 16))}, BASE, "--q"),
+    ("k rank 5", {"k.npy": f32((2, 6, 1, 8, 1))}, BASE, "--k"),
+    ("k head_dim mismatch", {"k.npy": f32((2, 6, 1, 4))}, BASE, "head_dim"),
+    ("k batch mismatch", {"k.npy": f32((3, 6, 1, 8))}, BASE, "batch"),
+    ("v seq mismatch", {"v.npy": f32((2, 5, 1, 8))}, BASE, "--v"),
+    ("v heads mismatch", {"v.npy": f32((2, 6, 2, 8))}, BASE, "--v"),
+    ("hq not a multiple of hkv",
+     {"q.npy": f32((2, 4, 3, 8)), "k.npy": f32((2, 6, 2, 8)), "v.npy": f32((2, 6, 2, 8))},
+     BASE, "heads"),
+    ("head_dim zero",
+     {"q.npy": f32((2, 4, 2, 0)), "k.npy": f32((2, 6, 1, 0))}, BASE, "head_dim"),
+    ("missing --v", {}, without(BASE, "--v"), "--v"),
+    ("missing --out", {}, without(BASE, "--out"), "--out"),
+    ("missing value at the end", {}, BASE + ["--lse"], "--lse"),
+    ("no arguments", {}, [], "--q"),
+    ("unknown option", {}, BASE + ["--frobnicate"], "--frobnicate"),
+    ("positional argument", {}, BASE + ["extra.npy"], "extra.npy"),
+    ("option given twice", {}, BASE + ["--q", "q.npy"], "--q"),
+    ("nonexistent input", {}, with_arg(BASE, "--k", "nope.npy"), "nope.npy"),
+    ("directory as input", {}, with_arg(BASE, "--k", "."), "--k"),
+    ("window without comma", {}, BASE + ["--window", "3"], "--window"),
+    ("window not numbers", {}, BASE + ["--window", "a,b"], "--window"),
+    ("window three values", {}, BASE + ["--window", "1,2,3"], "--window"),
+    ("window below -1", {}, BASE + ["--window", "-2,0"], "--window"),
+    ("window empty side", {}, BASE + ["--window", ",4"], "--window"),
+    ("threads not a number", {}, BASE + ["--threads", "abc"], "--threads"),
+    ("threads negative", {}, BASE + ["--threads", "-1"], "--threads"),
+    ("workers trailing junk", {}, BASE + ["--workers", "4x"], "--workers"),
+    ("scale not a number", {}, BASE + ["--scale", "abc"], "--scale"),
+    ("scale infinite", {}, BASE + ["--scale", "inf"], "--scale"),
+    ("scale nan", {}, BASE + ["--scale", "nan"], "--scale"),
+    ("out-dtype unknown", {}, BASE + ["--out-dtype", "f64"], "--out-dtype"),
+    ("two causal options", {}, BASE + ["--causal", "--causal-top-left"], "--causal"),
+    ("flag with a value", {}, BASE + ["--causal=yes"], "--causal"),
+    ("two masks", {"m.npy": npy("|b1", (4, 6)), "d.npy": npy("|b1", (4, 6))},
+     BASE + ["--mask", "m.npy", "--mask-drop", "d.npy"], "--mask"),
+    ("mask wrong shape", {"m.npy": npy("|b1", (4, 5))}, BASE + ["--mask", "m.npy"], "--mask"),
+    ("mask wrong batch", {"m.npy": npy("|b1", (3, 4, 6))}, BASE + ["--mask", "m.npy"], "--mask"),
+    ("mask wrong heads", {"m.npy": npy("|b1", (2, 3, 4, 6))}, BASE + ["--mask", "m.npy"],
+     "--mask"),
+    ("mask rank 1", {"m.npy": npy("|b1", (24,))}, BASE + ["--mask", "m.npy"], "--mask"),
+    ("mask float for keep", {"m.npy": f32((4, 6))}, BASE + ["--mask", "m.npy"], "float32"),
+    ("additive mask bool", {"m.npy": npy("|b1", (4, 6))}, BASE + ["--mask-add", "m.npy"],
+     "--mask-add"),
+    ("seqlens wrong length", {"s.npy": i32((3,), [1, 2, 3])}, BASE + ["--seqlens-q", "s.npy"],
+     "--seqlens-q"),
+    ("seqlens float", {"s.npy": f32((2,))}, BASE + ["--seqlens-kv", "s.npy"], "--seqlens-kv"),
+    ("seqlens past seq_q", {"s.npy": i32((2,), [4, 5])}, BASE + ["--seqlens-q", "s.npy"], "5"),
+    ("seqlens negative", {"s.npy": i32((2,), [1, -1])}, BASE + ["--seqlens-kv", "s.npy"], "-1"),
+    ("lse same file as out", {}, BASE + ["--lse", "o.npy"], "--lse"),
+    ("output directory missing", {}, with_arg(BASE, "--out", "nodir/o.npy"), "nodir/o.npy"),
+    ("block table without seqlens-kv", dict(PAGED, **{"bt.npy": i32((2, 2), [0, 1, 2, 0])}),
+     without(PAGED_ARGS, "--seqlens-kv") + ["--block-table", "bt.npy"], "--seqlens-kv"),
+    ("block table entry past the pool", dict(PAGED, **{"bt.npy": i32((2, 2), [0, 1, 2, 3])}),
+     PAGED_ARGS + ["--block-table", "bt.npy"], "--block-table"),
+    ("block table entry negative", dict(PAGED, **{"bt.npy": i32((2, 2), [0, -1, 2, 1])}),
+     PAGED_ARGS + ["--block-table", "bt.npy"], "-1"),
+    ("block table wrong batch", dict(PAGED, **{"bt.npy": i32((3, 1), [0, 1, 2])}),
+     PAGED_ARGS + ["--block-table", "bt.npy"], "--block-table"),
+    ("block table int8 pages", dict(PAGED, **{"bt.npy": npy("|u1", (2, 2))}),
+     PAGED_ARGS + ["--block-table", "bt.npy"], "--block-table"),
+    ("seqlens-kv past the pages", dict(PAGED, **{"bt.npy": i32((2, 2), [0, 1, 2, 0]),
+                                                 "skv.npy": i32((2,), [6, 9])}),
+     PAGED_ARGS + ["--block-table", "bt.npy"], "9"),
+    ("paged v pool mismatch", dict(PAGED, **{"bt.npy": i32((2, 2), [0, 1, 2, 0]),
+                                             "vp.npy": f32((3, 2, 1, 8))}),
+     PAGED_ARGS + ["--block-table", "bt.npy"], "--v"),
+]
+
+OLD_O = b"previous output, must survive\n"
+OLD_LSE = b"previous lse, must survive\n"
+
+
+def run(fai, d, args):
+    return subprocess.run([fai, "run"] + args, cwd=d, capture_output=True, timeout=120)
+
+
+def one_case(fai, name, files, args, needle, preexisting):
+    """Returns None or the reason the case failed."""
+    d = tempfile.mkdtemp(prefix="fai_bad_")
+    try:
+        for fname, data in dict(GOOD, **files).items():
+            with open(os.path.join(d, fname), "wb") as f:
+                f.write(data)
+        outs = {"o.npy": OLD_O, "lse.npy": OLD_LSE}
+        if preexisting:
+            for fname, data in outs.items():
+                with open(os.path.join(d, fname), "wb") as f:
+                    f.write(data)
+        argv = list(args)
+        if "--lse" not in argv and argv and argv[-1] != "--lse":
+            argv += ["--lse", "lse.npy"]
+        before = sorted(os.listdir(d))
+        r = run(fai, d, argv)
+        err = r.stderr.decode("utf-8", "replace")
+        problems = []
+        if r.returncode != 2:
+            problems.append("exit status %d, expected 2" % r.returncode)
+        if not err.endswith("\n") or err.count("\n") != 1 or not err.strip():
+            problems.append("stderr is not exactly one line: %r" % err)
+        if r.stdout:
+            problems.append("stdout is not empty: %r" % r.stdout[:200])
+        if needle not in err:
+            problems.append("stderr does not mention %r: %r" % (needle, err.strip()))
+        if not err.startswith("fai run: "):
+            problems.append("stderr does not start with 'fai run: ': %r" % err.strip())
+        after = sorted(os.listdir(d))
+        if after != before:
+            problems.append("directory changed: %s -> %s" % (before, after))
+        if preexisting:
+            for fname, data in outs.items():
+                with open(os.path.join(d, fname), "rb") as f:
+                    if f.read() != data:
+                        problems.append("%s was changed" % fname)
+        return "; ".join(problems) or None
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def sanity(fai):
+    """The good inputs succeed (else every rejection above proves nothing), --help works."""
+    d = tempfile.mkdtemp(prefix="fai_good_")
+    try:
+        for fname, data in dict(GOOD, **PAGED).items():
+            with open(os.path.join(d, fname), "wb") as f:
+                f.write(data)
+        with open(os.path.join(d, "bt.npy"), "wb") as f:
+            f.write(i32((2, 2), [0, 1, 2, 0]))
+        with open(os.path.join(d, "o.npy"), "wb") as f:
+            f.write(OLD_O)
+        problems = []
+        for label, args in (("dense", BASE + ["--lse", "lse.npy"]),
+                            ("paged", PAGED_ARGS + ["--block-table", "bt.npy"])):
+            r = run(fai, d, args)
+            if r.returncode != 0 or r.stderr:
+                problems.append("%s good input: exit %d, stderr %r" % (
+                    label, r.returncode, r.stderr.decode("utf-8", "replace")))
+                continue
+            with open(os.path.join(d, "o.npy"), "rb") as f:
+                data = f.read()
+            if not data.startswith(b"\x93NUMPY") or len(data) != 128 + 2 * 4 * 2 * 8 * 4:
+                problems.append("%s good input: o.npy is %d bytes" % (label, len(data)))
+            # V is 0.5 everywhere, so every output element is 0.5
+            if data[128:] != struct.pack("<f", 0.5) * (2 * 4 * 2 * 8):
+                problems.append("%s good input: O is not all 0.5" % label)
+        stray = [n for n in os.listdir(d) if n.startswith(".")]
+        if stray:
+            problems.append("temporary files left: %s" % stray)
+        r = subprocess.run([fai, "run", "--help"], capture_output=True, timeout=60)
+        if r.returncode != 0 or b"usage" not in r.stdout or r.stderr:
+            problems.append("--help: exit %d, stdout %r, stderr %r" % (
+                r.returncode, r.stdout[:80], r.stderr[:200]))
+        return problems
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print("usage: test_run_badinput.py /path/to/fai")
+        return 2
+    fai = os.path.abspath(sys.argv[1])
+    if not os.access(fai, os.X_OK):
+        print("test_run_badinput: %s is not an executable" % fai)
+        return 1
+    passed = failed = 0
+    for why in sanity(fai):
+        print("FAIL sanity: %s" % why)
+        failed += 1
+    if not failed:
+        print("ok   sanity (good inputs succeed, --help)")
+        passed += 1
+    for name, files, args, needle in CASES:
+        reasons = []
+        for pre in (True, False):
+            why = one_case(fai, name, files, args, needle, pre)
+            if why:
+                reasons.append("%s outputs: %s" % ("existing" if pre else "absent", why))
+        if reasons:
+            failed += 1
+            print("FAIL %s: %s" % (name, " | ".join(reasons)))
+        else:
+            passed += 1
+            print("ok   %s" % name)
+        sys.stdout.flush()
+    print("run_badinput: %d passed, %d failed" % (passed, failed))
+    return 1 if failed or not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
