@@ -84,16 +84,26 @@ static double check_rows(const fai_shape *shape, const fai_shape_data *data, uin
     return worst;
 }
 
+static int compare_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *values, int64_t count) {
+    qsort(values, (size_t)count, sizeof *values, compare_double);
+    return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
+}
+
 static void print_usage(FILE *out) {
-    fprintf(out, "usage: fai demo [--threads N] [SHAPE ...]\n"
-                 "Runs the benchmark shapes (default: P1 P2 D1 D2 C1; Q f32, K/V f16, O f32) once\n"
-                 "each, checks %d sampled rows of each against an fp64 reference, and prints the\n"
-                 "time and GFLOP/s, or GB/s of K/V read for decode shapes.\n",
+    fprintf(out, "usage: fai demo [--threads N] [--runs N] [SHAPE ...]\n"
+                 "Runs the benchmark shapes (default: P1 P2 D1 D2 C1; Q f32, K/V f16, O f32)\n"
+                 "--runs times each (default 3), checks %d sampled rows of each against an fp64\n"
+                 "reference, and prints the median time with GFLOP/s, and GB/s of K/V read.\n",
             SAMPLED_ROWS);
 }
 
 int fai_cmd_demo(int argc, char **argv) {
-    int64_t threads = 0;
+    int64_t threads = 0, runs = 3;
     int selected[16] = {0}, any_selected = 0;
     for (int i = 1; i < argc; i++) {
         int found = 0;
@@ -109,12 +119,17 @@ int fai_cmd_demo(int argc, char **argv) {
             i++;
             continue;
         }
+        if (!strcmp(argv[i], "--runs") && i + 1 < argc &&
+            !fai_parse_int64(argv[i + 1], 1, 1000, &runs)) {
+            i++;
+            continue;
+        }
         fprintf(stderr, "fai demo: unknown or incomplete option '%s' (fai demo --help)\n", argv[i]);
         return 2;
     }
     const double tolerance = 2e-3; /* f16 K/V, f32 output */
     int failures = 0;
-    printf("%-4s %-34s %10s %10s %12s %10s  %s\n", "shape", "problem", "time_ms", "GFLOP/s",
+    printf("%-5s %-34s %10s %10s %12s %10s  %s\n", "shape", "problem", "median_ms", "GFLOP/s",
            "KV GB/s", "max_err", "check");
     for (int s = 0; s < fai_shape_count; s++) {
         if (any_selected && !selected[s]) continue;
@@ -136,10 +151,14 @@ int fai_cmd_demo(int argc, char **argv) {
         }
         const size_t workspace_bytes = fai_plan_workspace_size(plan);
         workspace = malloc(workspace_bytes ? workspace_bytes : 1);
-        const double start = fai_now_seconds();
-        const fai_status status =
-            workspace ? fai_run(plan, &data.tensors, workspace, workspace_bytes) : FAI_ERR_NO_MEMORY;
-        const double seconds = fai_now_seconds() - start;
+        double times[1000];
+        fai_status status = workspace ? FAI_OK : FAI_ERR_NO_MEMORY;
+        for (int64_t r = 0; r < runs && status == FAI_OK; r++) {
+            const double start = fai_now_seconds();
+            status = fai_run(plan, &data.tensors, workspace, workspace_bytes);
+            times[r] = fai_now_seconds() - start;
+        }
+        const double seconds = median(times, runs);
         if (status != FAI_OK) {
             fprintf(stderr, "fai demo: %s: %s\n", shape->name, fai_last_error());
             failures++;

@@ -60,7 +60,10 @@ fai_status fai__build_units(fai_plan *plan) {
         int64_t per_batch;
         if (!fai__mul_ok(q_tiles, pb->heads_kv, &per_batch) ||
             !fai__add_ok(count, per_batch, &count) || count > (INT64_C(1) << 31))
-            return fai__fail(FAI_ERR_OVERFLOW, "the problem has more than 2^31 work units");
+            return fai__fail(FAI_ERR_OVERFLOW,
+                             "batch = %lld x heads_kv = %lld x q tiles makes more than 2^31 "
+                             "work units",
+                             (long long)pb->batch, (long long)pb->heads_kv);
     }
     plan->unit_count = count;
     plan->units = calloc(count ? (size_t)count : 1, sizeof *plan->units);

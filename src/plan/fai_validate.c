@@ -154,14 +154,26 @@ fai_status fai__validate_problem(const fai_problem *pb) {
     const int64_t dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
     int64_t elements;
     const int64_t q_batch = pb->cu_seqlens_q ? 1 : pb->batch;
+    const int64_t widest = pb->head_dim > dv ? pb->head_dim : dv;
     if (!fai__mul_ok(q_batch, pb->seq_q, &elements) ||
         !fai__mul_ok(elements, pb->heads_q, &elements) ||
-        !fai__mul_ok(elements, pb->head_dim > dv ? pb->head_dim : dv, &elements) ||
-        elements > (INT64_MAX >> 3))
+        !fai__mul_ok(elements, widest, &elements) || elements > (INT64_MAX >> 3))
         return fai__fail(FAI_ERR_OVERFLOW,
                          "batch = %" PRId64 " x seq_q = %" PRId64 " x heads_q = %" PRId64
-                         " x head_dim overflows the address space",
-                         pb->batch, pb->seq_q, pb->heads_q);
+                         " x head_dim = %" PRId64 " overflows the address space",
+                         pb->batch, pb->seq_q, pb->heads_q, widest);
+    /* K and V: a page pool, a packed tensor, or a padded batch */
+    const int64_t kv_slots = pb->page_size > 0 ? pb->num_pages : pb->cu_seqlens_kv ? 1 : pb->batch;
+    const int64_t kv_rows = pb->page_size > 0 ? pb->page_size : pb->seq_kv;
+    if (!fai__mul_ok(kv_slots, kv_rows, &elements) ||
+        !fai__mul_ok(elements, pb->heads_kv, &elements) ||
+        !fai__mul_ok(elements, widest, &elements) || elements > (INT64_MAX >> 3))
+        return fai__fail(FAI_ERR_OVERFLOW,
+                         "%s = %" PRId64 " x %s = %" PRId64 " x heads_kv = %" PRId64
+                         " x head_dim = %" PRId64 " overflows the address space",
+                         pb->page_size > 0 ? "num_pages" : "batch", kv_slots,
+                         pb->page_size > 0 ? "page_size" : "seq_kv", kv_rows, pb->heads_kv,
+                         widest);
     return FAI_OK;
 }
 
