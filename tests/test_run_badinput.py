@@ -162,6 +162,8 @@ CASES = [
     ("seqlens past seq_q", {"s.npy": i32((2,), [4, 5])}, BASE + ["--seqlens-q", "s.npy"], "5"),
     ("seqlens negative", {"s.npy": i32((2,), [1, -1])}, BASE + ["--seqlens-kv", "s.npy"], "-1"),
     ("lse same file as out", {}, BASE + ["--lse", "o.npy"], "--lse"),
+    ("lse is a directory", {"lsedir": None}, BASE + ["--lse", "lsedir"], "lsedir"),
+    ("out is a directory", {"odir": None}, with_arg(BASE, "--out", "odir"), "odir"),
     ("output directory missing", {}, with_arg(BASE, "--out", "nodir/o.npy"), "nodir/o.npy"),
     ("block table without seqlens-kv", dict(PAGED, **{"bt.npy": i32((2, 2), [0, 1, 2, 0])}),
      without(PAGED_ARGS, "--seqlens-kv") + ["--block-table", "bt.npy"], "--seqlens-kv"),
@@ -194,6 +196,9 @@ def one_case(fai, name, files, args, needle, preexisting):
     d = tempfile.mkdtemp(prefix="fai_bad_")
     try:
         for fname, data in dict(GOOD, **files).items():
+            if data is None:  # a directory
+                os.mkdir(os.path.join(d, fname))
+                continue
             with open(os.path.join(d, fname), "wb") as f:
                 f.write(data)
         outs = {"o.npy": OLD_O, "lse.npy": OLD_LSE}

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define ERR_LEN 1024
 #define SHAPE_LEN (FAI_NPY_MAX_RANK * 22 + 8)
@@ -262,6 +263,15 @@ static int parse_args(int argc, char **argv, run_args *a) {
                          a->value[OPT_BLOCK_TABLE]);
     if (a->value[OPT_LSE] && !strcmp(a->value[OPT_LSE], a->value[OPT_OUT]))
         return run_error("--lse %s: the same file as --out", a->value[OPT_LSE]);
+    /* the outputs are renamed into place one after the other: catch what would make the second
+     * rename fail before anything is written */
+    static const int outputs[] = {OPT_OUT, OPT_LSE};
+    for (int o = 0; o < 2; o++) {
+        struct stat st;
+        const char *path = a->value[outputs[o]];
+        if (path && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            return run_error("%s %s: is a directory", options[outputs[o]].name, path);
+    }
     return 0;
 }
 
