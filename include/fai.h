@@ -217,9 +217,10 @@ void fai_plan_free(fai_plan *plan);
 size_t fai_plan_workspace_size(const fai_plan *plan);
 
 /* Computes attention for the plan's problem. Checks the tensors against the plan (dtypes,
- * pointers, head strides of 1, block-table entries inside the pool) before anything is read or
- * written; on failure nothing is written. Allocates nothing: all scratch lives in the caller's
- * workspace of at least fai_plan_workspace_size(plan) bytes. Runs the plan's workers on the
+ * pointers, head strides of 1, and every block-table entry of a page that holds keys inside the
+ * pool; entries past a sequence's length are never read) before anything is read or written; on
+ * failure nothing is written. Allocates nothing: all scratch lives in the caller's workspace of
+ * at least fai_plan_workspace_size(plan) bytes (NULL is accepted only when that size is 0). Runs the plan's workers on the
  * plan's pool (the process-wide default pool unless fai_plan_set_pool chose another).
  * Thread-safety: a plan is read-only, so several threads may run one plan at once, each with its
  * own tensors and workspace; runs on one pool are served one after another. */

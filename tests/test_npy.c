@@ -3,12 +3,12 @@
  * bounds), and writer round trips. */
 #include "test_util.h"
 
-/* The reader is part of the tool, not of the library the tests link: compile it in here. */
-#include "fai_npy.c"
+#include "fai_npy.h"
 
 #include <dirent.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Builds a .npy image: preamble of the given version, `dict` padded with spaces to a multiple
  * of 64 (or `pad_to` when nonzero) and ended with '\n', then `payload_len` payload bytes
