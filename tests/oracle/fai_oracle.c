@@ -1,0 +1,446 @@
+/*
+ * fai_oracle.c - the fp64 reference. See fai_oracle.h for the output layout.
+ *
+ * Semantics (DESIGN.md section 1, fai.h), for query i of sequence b with lq queries and lk keys:
+ *   diag(i) = i (causal TOP_LEFT) or i + lk - lq (otherwise: bottom-right);
+ *   key j is visible iff 0 <= j < lk, (wl < 0 or j >= diag - wl), (wr < 0 or j <= diag + wr)
+ *   where wr is clamped to 0 when causal, and the explicit mask keeps it;
+ *   s_j = scale * q.k_j (+ add mask), P = softmax over the visible keys, O = P V,
+ *   LSE = log sum exp s_j. No visible key (or all ADD = -inf): O = 0, LSE = -inf.
+ * Everything is computed in double from the exactly decoded inputs; softmax is the plain
+ * two-pass max / sum form, with no tiling and no online rescaling.
+ */
+#include "fai_oracle.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* -- storage types -------------------------------------------------------------------------- */
+
+/* A binary floating-point format with `mbits` stored mantissa bits and `ebits` exponent bits. */
+static double mini_decode(uint32_t bits, int mbits, int ebits) {
+    const uint32_t emask = (1u << ebits) - 1u;
+    const uint32_t sign = (bits >> (mbits + ebits)) & 1u;
+    const uint32_t e = (bits >> mbits) & emask;
+    const uint32_t m = bits & ((1u << mbits) - 1u);
+    const int bias = (1 << (ebits - 1)) - 1;
+    double v;
+    if (e == emask)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp((double)m, 1 - bias - mbits);
+    else
+        v = ldexp((double)(m | (1u << mbits)), (int)e - bias - mbits);
+    return sign ? -v : v;
+}
+
+static uint32_t mini_encode(double x, int mbits, int ebits) {
+    const uint32_t emask = (1u << ebits) - 1u;
+    const int bias = (1 << (ebits - 1)) - 1;
+    const uint32_t sign = signbit(x) ? 1u << (mbits + ebits) : 0u;
+    if (isnan(x)) return (emask << mbits) | (1u << (mbits - 1));
+    const double a = fabs(x);
+    if (isinf(a)) return sign | (emask << mbits);
+    if (a < ldexp(1.0, 1 - bias)) {
+        /* subnormal: integer multiple of 2^(1 - bias - mbits); 2^mbits rounds up into the
+         * smallest normal, whose encoding is the same integer */
+        const double q = nearbyint(ldexp(a, bias - 1 + mbits));
+        return sign | (uint32_t)q;
+    }
+    int k;
+    const double f = frexp(a, &k); /* a = f 2^k, f in [0.5, 1) */
+    int e = k - 1;
+    double r = nearbyint(ldexp(f, mbits + 1)); /* in [2^mbits, 2^(mbits+1)] */
+    if (r == ldexp(1.0, mbits + 1)) {
+        r = ldexp(1.0, mbits);
+        e++;
+    }
+    if (e + bias >= (int)emask) return sign | (emask << mbits);
+    return sign | ((uint32_t)(e + bias) << mbits) | ((uint32_t)r - (1u << mbits));
+}
+
+double fai_oracle_f16_decode(uint16_t bits) { return mini_decode(bits, 10, 5); }
+
+double fai_oracle_bf16_decode(uint16_t bits) { return mini_decode(bits, 7, 8); }
+
+uint16_t fai_oracle_f16_encode(double x) { return (uint16_t)mini_encode(x, 10, 5); }
+
+uint16_t fai_oracle_bf16_encode(double x) { return (uint16_t)mini_encode(x, 7, 8); }
+
+double fai_oracle_load(const void *data, fai_dtype dtype, int64_t index) {
+    switch (dtype) {
+    case FAI_DTYPE_F32: {
+        float f;
+        memcpy(&f, (const char *)data + index * 4, 4);
+        return (double)f;
+    }
+    case FAI_DTYPE_F16: {
+        uint16_t h;
+        memcpy(&h, (const char *)data + index * 2, 2);
+        return fai_oracle_f16_decode(h);
+    }
+    case FAI_DTYPE_BF16: {
+        uint16_t h;
+        memcpy(&h, (const char *)data + index * 2, 2);
+        return fai_oracle_bf16_decode(h);
+    }
+    }
+    return NAN;
+}
+
+void fai_oracle_store(void *data, fai_dtype dtype, int64_t index, double value) {
+    switch (dtype) {
+    case FAI_DTYPE_F32: {
+        const float f = (float)value;
+        memcpy((char *)data + index * 4, &f, 4);
+        return;
+    }
+    case FAI_DTYPE_F16: {
+        const uint16_t h = fai_oracle_f16_encode(value);
+        memcpy((char *)data + index * 2, &h, 2);
+        return;
+    }
+    case FAI_DTYPE_BF16: {
+        const uint16_t h = fai_oracle_bf16_encode(value);
+        memcpy((char *)data + index * 2, &h, 2);
+        return;
+    }
+    }
+}
+
+size_t fai_oracle_dtype_size(fai_dtype dtype) {
+    switch (dtype) {
+    case FAI_DTYPE_F32:
+        return 4;
+    case FAI_DTYPE_F16:
+    case FAI_DTYPE_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+const char *fai_oracle_dtype_name(fai_dtype dtype) {
+    switch (dtype) {
+    case FAI_DTYPE_F32:
+        return "f32";
+    case FAI_DTYPE_F16:
+        return "f16";
+    case FAI_DTYPE_BF16:
+        return "bf16";
+    }
+    return "?";
+}
+
+/* -- the reference -------------------------------------------------------------------------- */
+
+static fai_status fail(char *err, size_t err_size, fai_status st, const char *fmt, ...) {
+    if (err && err_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_size, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+static int dtype_ok(fai_dtype dt) {
+    return dt == FAI_DTYPE_F32 || dt == FAI_DTYPE_F16 || dt == FAI_DTYPE_BF16;
+}
+
+void fai_oracle_out_free(fai_oracle_out *out) {
+    if (!out) return;
+    free(out->o);
+    free(out->lse);
+    free(out->row_state);
+    memset(out, 0, sizeof *out);
+}
+
+/* Element offsets of sequence b's token t in a Q/K/V tensor. */
+typedef struct seq_map {
+    int packed;        /* cu_seqlens: rows cu[b] + t, batch stride ignored */
+    int paged;         /* block table: page bt[b][t / ps], slot t % ps */
+    const int32_t *cu; /* packed prefix sums */
+    const int32_t *bt; /* block table */
+    int64_t bt_stride, page_size;
+} seq_map;
+
+static int64_t token_offset(const seq_map *m, const fai_tensor *t, int64_t b, int64_t tok) {
+    if (m->packed) return ((int64_t)m->cu[b] + tok) * t->stride_seq;
+    if (m->paged) {
+        const int64_t page = m->bt[b * m->bt_stride + tok / m->page_size];
+        return page * t->stride_batch + (tok % m->page_size) * t->stride_seq;
+    }
+    return b * t->stride_batch + tok * t->stride_seq;
+}
+
+static fai_status check_cu(const int32_t *cu, int64_t batch, int64_t rows, const char *name,
+                           char *err, size_t err_size) {
+    if (cu[0] != 0) return fail(err, err_size, FAI_ERR_INVALID_ARG, "%s[0] = %d", name, cu[0]);
+    for (int64_t b = 0; b < batch; b++)
+        if (cu[b + 1] < cu[b])
+            return fail(err, err_size, FAI_ERR_INVALID_ARG, "%s decreases at %lld", name,
+                        (long long)b);
+    if (cu[batch] > rows)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "%s[%lld] = %d exceeds %lld rows", name,
+                    (long long)batch, cu[batch], (long long)rows);
+    return FAI_OK;
+}
+
+fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracle_out *out,
+                          char *err, size_t err_size) {
+    if (err && err_size) err[0] = 0;
+    if (!pb || !t || !out) return fail(err, err_size, FAI_ERR_INVALID_ARG, "NULL argument");
+    memset(out, 0, sizeof *out);
+
+    /* -- validation: only what the reference needs to be well defined -- */
+    const int64_t B = pb->batch, Hq = pb->heads_q, Hkv = pb->heads_kv;
+    const int64_t Sq = pb->seq_q, Skv = pb->seq_kv, D = pb->head_dim;
+    const int64_t Dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+    if (B < 0) return fail(err, err_size, FAI_ERR_INVALID_ARG, "batch = %lld", (long long)B);
+    if (Hq < 1 || Hkv < 1 || Hq % Hkv)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "heads_q = %lld, heads_kv = %lld",
+                    (long long)Hq, (long long)Hkv);
+    if (D < 1 || D > FAI_MAX_HEAD_DIM || Dv < 1 || Dv > FAI_MAX_HEAD_DIM)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "head_dim = %lld, head_dim_v = %lld",
+                    (long long)D, (long long)Dv);
+    if (Sq < 0 || Skv < 0)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "seq_q = %lld, seq_kv = %lld",
+                    (long long)Sq, (long long)Skv);
+    if (!dtype_ok(pb->q_dtype) || !dtype_ok(pb->k_dtype) || !dtype_ok(pb->v_dtype) ||
+        !dtype_ok(pb->o_dtype))
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "unknown dtype");
+    if (t->q.dtype != pb->q_dtype || t->k.dtype != pb->k_dtype || t->v.dtype != pb->v_dtype ||
+        t->o.dtype != pb->o_dtype)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "tensor dtypes differ from the problem");
+    if (!isfinite(pb->scale))
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "scale = %g", (double)pb->scale);
+    if (pb->causal != FAI_CAUSAL_NONE && pb->causal != FAI_CAUSAL_BOTTOM_RIGHT &&
+        pb->causal != FAI_CAUSAL_TOP_LEFT)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "causal = %d", (int)pb->causal);
+    if (pb->window_left < -1 || pb->window_right < -1)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "window = %lld,%lld",
+                    (long long)pb->window_left, (long long)pb->window_right);
+    if (pb->mask_kind != FAI_MASK_NONE && pb->mask_kind != FAI_MASK_KEEP &&
+        pb->mask_kind != FAI_MASK_DROP && pb->mask_kind != FAI_MASK_ADD)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "mask_kind = %d", (int)pb->mask_kind);
+    if (pb->seqlens_q && pb->cu_seqlens_q)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "seqlens_q with cu_seqlens_q");
+    if (pb->seqlens_kv && pb->cu_seqlens_kv)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "seqlens_kv with cu_seqlens_kv");
+    const int paged = pb->page_size > 0;
+    if (pb->page_size < 0)
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "page_size = %lld",
+                    (long long)pb->page_size);
+    if (paged && (pb->cu_seqlens_kv || !pb->seqlens_kv || !t->block_table))
+        return fail(err, err_size, FAI_ERR_INVALID_ARG,
+                    "paged KV needs seqlens_kv and a block table, and no cu_seqlens_kv");
+    if (paged && (pb->pages_per_seq < 0 || pb->num_pages < 0))
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "pages_per_seq = %lld, num_pages = %lld",
+                    (long long)pb->pages_per_seq, (long long)pb->num_pages);
+    if (B > 0 && pb->cu_seqlens_q) {
+        const fai_status st = check_cu(pb->cu_seqlens_q, B, Sq, "cu_seqlens_q", err, err_size);
+        if (st != FAI_OK) return st;
+    }
+    if (B > 0 && pb->cu_seqlens_kv) {
+        const fai_status st = check_cu(pb->cu_seqlens_kv, B, Skv, "cu_seqlens_kv", err, err_size);
+        if (st != FAI_OK) return st;
+    }
+
+    const double scale = pb->scale != 0.0f ? (double)pb->scale : 1.0 / sqrt((double)D);
+    const int64_t G = Hq / Hkv;
+    const int64_t groups = pb->cu_seqlens_q ? 1 : B;
+    const double n_out = (double)groups * (double)Sq * (double)Hq;
+    if (n_out * (double)Dv > 1e9)
+        return fail(err, err_size, FAI_ERR_OVERFLOW, "output too large for the reference");
+
+    out->groups = groups;
+    out->rows = Sq;
+    out->heads_q = Hq;
+    out->head_dim_v = Dv;
+    const size_t n_rows = (size_t)(groups * Sq * Hq);
+    out->o = calloc(n_rows * (size_t)Dv + 1, sizeof(double));
+    out->lse = malloc((n_rows + 1) * sizeof(double));
+    out->row_state = malloc(n_rows + 1);
+    if (!out->o || !out->lse || !out->row_state) {
+        fai_oracle_out_free(out);
+        return fail(err, err_size, FAI_ERR_NO_MEMORY, "out of memory");
+    }
+    for (size_t r = 0; r < n_rows; r++) {
+        out->lse[r] = -INFINITY;
+        out->row_state[r] = FAI_ORACLE_ROW_PAST;
+    }
+
+    seq_map qmap = {0}, kvmap = {0};
+    qmap.packed = pb->cu_seqlens_q != NULL;
+    qmap.cu = pb->cu_seqlens_q;
+    kvmap.packed = pb->cu_seqlens_kv != NULL;
+    kvmap.cu = pb->cu_seqlens_kv;
+    kvmap.paged = paged;
+    kvmap.bt = t->block_table;
+    kvmap.bt_stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
+    kvmap.page_size = pb->page_size;
+
+    /* -- pass 1: lengths, and the block table entries that will be read -- */
+    int64_t max_lk = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t lq, lk;
+        if (pb->cu_seqlens_q)
+            lq = (int64_t)pb->cu_seqlens_q[b + 1] - pb->cu_seqlens_q[b];
+        else
+            lq = pb->seqlens_q ? pb->seqlens_q[b] : Sq;
+        if (pb->cu_seqlens_kv)
+            lk = (int64_t)pb->cu_seqlens_kv[b + 1] - pb->cu_seqlens_kv[b];
+        else
+            lk = pb->seqlens_kv ? pb->seqlens_kv[b] : Skv;
+        if (lq < 0 || lq > Sq) {
+            fai_oracle_out_free(out);
+            return fail(err, err_size, FAI_ERR_INVALID_ARG, "query length %lld of batch %lld",
+                        (long long)lq, (long long)b);
+        }
+        const int64_t kv_cap = paged ? pb->pages_per_seq * pb->page_size : Skv;
+        if (lk < 0 || lk > kv_cap) {
+            fai_oracle_out_free(out);
+            return fail(err, err_size, FAI_ERR_INVALID_ARG, "key length %lld of batch %lld",
+                        (long long)lk, (long long)b);
+        }
+        if (paged)
+            for (int64_t p = 0; p * pb->page_size < lk; p++) {
+                const int32_t page = t->block_table[b * kvmap.bt_stride + p];
+                if (page < 0 || page >= pb->num_pages) {
+                    fai_oracle_out_free(out);
+                    return fail(err, err_size, FAI_ERR_INVALID_ARG, "block_table[%lld][%lld] = %d",
+                                (long long)b, (long long)p, page);
+                }
+            }
+        if (lq > 0 && lk > 0 && pb->mask_kind != FAI_MASK_NONE && !t->mask.data) {
+            fai_oracle_out_free(out);
+            return fail(err, err_size, FAI_ERR_INVALID_ARG, "mask data NULL");
+        }
+        if (lk > max_lk) max_lk = lk;
+    }
+
+    double *kd = malloc(((size_t)max_lk * (size_t)D + 1) * sizeof(double));
+    double *vd = malloc(((size_t)max_lk * (size_t)Dv + 1) * sizeof(double));
+    double *s = malloc(((size_t)max_lk + 1) * sizeof(double));
+    unsigned char *vis = malloc((size_t)max_lk + 1);
+    double *qd = malloc((size_t)D * sizeof(double));
+    if (!kd || !vd || !s || !vis || !qd) {
+        free(kd);
+        free(vd);
+        free(s);
+        free(vis);
+        free(qd);
+        fai_oracle_out_free(out);
+        return fail(err, err_size, FAI_ERR_NO_MEMORY, "out of memory");
+    }
+
+    const int top_left = pb->causal == FAI_CAUSAL_TOP_LEFT;
+    const int64_t wl = pb->window_left;
+    int64_t wr = pb->window_right;
+    /* causal is window_right = min(window_right, 0), unbounded included: windows are -1 or >= 0 */
+    if (pb->causal != FAI_CAUSAL_NONE) wr = 0;
+
+    for (int64_t b = 0; b < B; b++) {
+        int64_t lq, lk;
+        if (pb->cu_seqlens_q)
+            lq = (int64_t)pb->cu_seqlens_q[b + 1] - pb->cu_seqlens_q[b];
+        else
+            lq = pb->seqlens_q ? pb->seqlens_q[b] : Sq;
+        if (pb->cu_seqlens_kv)
+            lk = (int64_t)pb->cu_seqlens_kv[b + 1] - pb->cu_seqlens_kv[b];
+        else
+            lk = pb->seqlens_kv ? pb->seqlens_kv[b] : Skv;
+        const int64_t g = pb->cu_seqlens_q ? 0 : b;
+        const int64_t row0 = pb->cu_seqlens_q ? pb->cu_seqlens_q[b] : 0;
+
+        /* visible pairs (causal, window, lengths) */
+        for (int64_t i = 0; i < lq; i++) {
+            const int64_t diag = top_left ? i : i + lk - lq;
+            int64_t lo = 0, hi = lk - 1;
+            if (wl >= 0 && diag - wl > lo) lo = diag - wl;
+            if (wr >= 0 && diag + wr < hi) hi = diag + wr;
+            if (hi >= lo) out->visible_pairs += (hi - lo + 1) * Hq;
+        }
+
+        for (int64_t hk = 0; hk < Hkv; hk++) {
+            /* decode this kv head's keys and values */
+            for (int64_t j = 0; j < lk && lq > 0; j++) {
+                const int64_t ko = token_offset(&kvmap, &t->k, b, j) + hk * t->k.stride_head;
+                const int64_t vo = token_offset(&kvmap, &t->v, b, j) + hk * t->v.stride_head;
+                for (int64_t d = 0; d < D; d++)
+                    kd[j * D + d] = fai_oracle_load(t->k.data, pb->k_dtype, ko + d);
+                for (int64_t d = 0; d < Dv; d++)
+                    vd[j * Dv + d] = fai_oracle_load(t->v.data, pb->v_dtype, vo + d);
+            }
+            for (int64_t hg = 0; hg < G; hg++) {
+                const int64_t h = hk * G + hg;
+                for (int64_t i = 0; i < lq; i++) {
+                    const int64_t r = row0 + i;
+                    const size_t orow = (size_t)((g * Sq + r) * Hq + h);
+                    double *o = out->o + orow * (size_t)Dv;
+                    double *lse = out->lse + (size_t)((g * Hq + h) * Sq + r);
+                    const int64_t qo = token_offset(&qmap, &t->q, b, i) + h * t->q.stride_head;
+                    for (int64_t d = 0; d < D; d++)
+                        qd[d] = fai_oracle_load(t->q.data, pb->q_dtype, qo + d);
+
+                    const int64_t diag = top_left ? i : i + lk - lq;
+                    double m = -INFINITY;
+                    for (int64_t j = 0; j < lk; j++) {
+                        vis[j] = 0;
+                        if (wl >= 0 && j < diag - wl) continue;
+                        if (wr >= 0 && j > diag + wr) continue;
+                        double add = 0.0;
+                        if (pb->mask_kind != FAI_MASK_NONE) {
+                            const int64_t mo = b * t->mask.stride_batch + h * t->mask.stride_head +
+                                               i * t->mask.stride_q + j;
+                            if (pb->mask_kind == FAI_MASK_ADD) {
+                                float f;
+                                memcpy(&f, (const char *)t->mask.data + mo * 4, 4);
+                                if (f == -INFINITY) continue;
+                                add = (double)f;
+                            } else {
+                                const unsigned char byte =
+                                    ((const unsigned char *)t->mask.data)[mo];
+                                if ((pb->mask_kind == FAI_MASK_KEEP) == (byte == 0)) continue;
+                            }
+                        }
+                        double dot = 0.0;
+                        for (int64_t d = 0; d < D; d++)
+                            dot += qd[d] * kd[j * D + d];
+                        s[j] = scale * dot + add;
+                        vis[j] = 1;
+                        if (s[j] > m) m = s[j];
+                    }
+                    if (m == -INFINITY) {
+                        out->row_state[orow] = FAI_ORACLE_ROW_MASKED;
+                        out->rows_masked++;
+                        continue; /* O stays 0, LSE -inf */
+                    }
+                    double sum = 0.0;
+                    for (int64_t j = 0; j < lk; j++) {
+                        if (!vis[j]) continue;
+                        const double p = exp(s[j] - m);
+                        sum += p;
+                        for (int64_t d = 0; d < Dv; d++)
+                            o[d] += p * vd[j * Dv + d];
+                    }
+                    for (int64_t d = 0; d < Dv; d++)
+                        o[d] /= sum;
+                    *lse = m + log(sum);
+                    out->row_state[orow] = FAI_ORACLE_ROW_VALID;
+                    out->rows_valid++;
+                }
+            }
+        }
+    }
+    out->rows_past = (int64_t)n_rows - out->rows_valid - out->rows_masked;
+    free(kd);
+    free(vd);
+    free(s);
+    free(vis);
+    free(qd);
+    return FAI_OK;
+}

@@ -1,0 +1,855 @@
+/*
+ * test_sweep.c - the library against the fp64 oracle: the oracle's own checks, a seeded random
+ * sweep (FAI_SWEEP_CASES cases, FAI_SWEEP_SEED base seed), and targeted cases for each edge of
+ * the semantics.
+ */
+#include "test_util.h"
+
+#include "fai.h"
+#include "fai_cases.h"
+#include "fai_oracle.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Sanitizer builds run the suite about 15x slower: fewer random cases by default there. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SWEEP_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SWEEP_SANITIZED 1
+#endif
+#endif
+#ifdef SWEEP_SANITIZED
+#define SWEEP_DEFAULT_CASES 250
+#else
+#define SWEEP_DEFAULT_CASES 1500
+#endif
+#define SWEEP_DEFAULT_SEED 20240601u
+
+/* -- helpers -------------------------------------------------------------------------------- */
+
+static long env_long(const char *name, long fallback) {
+    const char *s = getenv(name);
+    if (!s || !*s) return fallback;
+    char *end;
+    const long v = strtol(s, &end, 0);
+    return *end ? fallback : v;
+}
+
+static void print_failure(const fai_case_result *r) {
+    fprintf(stderr, "  FAIL %s\n       %s\n", r->desc, r->why);
+}
+
+/* Runs one case; prints it when it fails. */
+static int run_case(const fai_case_spec *spec, uint64_t seed) {
+    fai_case_result r;
+    const int ok = fai_case_run(spec, seed, &r);
+    if (!ok) print_failure(&r);
+    return ok;
+}
+
+/* Runs `count` cases of a spec with consecutive seeds; returns the number that failed. */
+static int run_cases(const fai_case_spec *spec, uint64_t seed, int count) {
+    int failed = 0;
+    for (int i = 0; i < count; i++)
+        failed += !run_case(spec, fai_case_seed(seed, (uint64_t)i));
+    return failed;
+}
+
+/* A small default spec: one sequence, a few heads, f32 everywhere except what a test sets. */
+static void spec_small(fai_case_spec *s) {
+    fai_case_spec_any(s);
+    s->batch = 1;
+    s->heads_q = 2;
+    s->heads_kv = 1;
+    s->seq_q = 5;
+    s->seq_kv = 9;
+    s->head_dim = 8;
+    s->head_dim_v = 8;
+}
+
+/* -- the oracle's own checks ---------------------------------------------------------------- */
+
+TEST(oracle_half_conversions) {
+    /* every finite f16 survives decode + encode, and the decoded value is what the bits say */
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        const double x = fai_oracle_f16_decode((uint16_t)h);
+        if (isnan(x)) {
+            CHECK(((h >> 10) & 0x1F) == 0x1F && (h & 0x3FF));
+            continue;
+        }
+        if (fai_oracle_f16_encode(x) != (uint16_t)h) {
+            CHECK(fai_oracle_f16_encode(x) == (uint16_t)h);
+            break;
+        }
+    }
+    CHECK(fai_oracle_f16_decode(0x3C00) == 1.0);
+    CHECK(fai_oracle_f16_decode(0xC000) == -2.0);
+    CHECK(fai_oracle_f16_decode(0x7BFF) == 65504.0);
+    CHECK(fai_oracle_f16_decode(0x0001) == ldexp(1.0, -24));
+    CHECK(fai_oracle_f16_decode(0x03FF) == ldexp(1023.0, -24));
+    CHECK(fai_oracle_f16_decode(0x0400) == ldexp(1.0, -14));
+    CHECK(isinf(fai_oracle_f16_decode(0x7C00)) && fai_oracle_f16_decode(0xFC00) < 0);
+    /* rounding: ties to even, overflow, subnormals */
+    CHECK(fai_oracle_f16_encode(65519.0) == 0x7BFF);
+    CHECK(fai_oracle_f16_encode(65520.0) == 0x7C00);
+    CHECK(fai_oracle_f16_encode(1.0 + ldexp(1.0, -11)) == 0x3C00);     /* tie -> even */
+    CHECK(fai_oracle_f16_encode(1.0 + 3 * ldexp(1.0, -11)) == 0x3C02); /* tie -> even */
+    CHECK(fai_oracle_f16_encode(ldexp(1.0, -25)) == 0x0000);           /* tie -> even (0) */
+    CHECK(fai_oracle_f16_encode(ldexp(3.0, -25)) == 0x0002);
+    CHECK(fai_oracle_f16_encode(ldexp(1023.5, -24)) == 0x0400); /* rounds up into normals */
+    CHECK(fai_oracle_f16_encode(-0.0) == 0x8000);
+    /* bf16 is the upper half of a binary32 */
+    for (uint32_t h = 0; h < 0x10000u; h += 7) {
+        const uint32_t bits = h << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        const double x = fai_oracle_bf16_decode((uint16_t)h);
+        if (isnan(f)) {
+            CHECK(isnan(x));
+            continue;
+        }
+        if (x != (double)f || fai_oracle_bf16_encode(x) != (uint16_t)h) {
+            CHECK(x == (double)f);
+            CHECK(fai_oracle_bf16_encode(x) == (uint16_t)h);
+            break;
+        }
+    }
+    CHECK(fai_oracle_bf16_encode(1.0 + ldexp(1.0, -8)) == 0x3F80);
+    CHECK(fai_oracle_bf16_encode(1.0 + ldexp(3.0, -8)) == 0x3F82);
+    CHECK(fai_oracle_bf16_encode(1.0 + ldexp(1.0, -8) + ldexp(1.0, -30)) == 0x3F81);
+    CHECK(fai_oracle_bf16_encode(ldexp(1.0, -133)) == 0x0001);
+    CHECK(fai_oracle_bf16_encode(3.5e38) == 0x7F80);
+}
+
+/* Keys all zero and V the identity: O[i] is the uniform distribution over the keys row i sees,
+ * which spells out the oracle's causal and window semantics. */
+static void visibility(const fai_problem *base, int64_t sq, int64_t skv, double *o_out) {
+    fai_problem pb = *base;
+    pb.batch = 1;
+    pb.heads_q = pb.heads_kv = 1;
+    pb.seq_q = sq;
+    pb.seq_kv = skv;
+    pb.head_dim = 1;
+    pb.head_dim_v = skv;
+    pb.q_dtype = pb.k_dtype = pb.v_dtype = pb.o_dtype = FAI_DTYPE_F32;
+    float q[16] = {0}, k[16] = {0}, v[256] = {0}, o[256];
+    for (int64_t j = 0; j < skv; j++)
+        v[j * skv + j] = 1.0f;
+    fai_tensors t;
+    memset(&t, 0, sizeof t);
+    t.q = fai_tensor_bshd(q, FAI_DTYPE_F32, sq, 1, 1);
+    t.k = fai_tensor_bshd(k, FAI_DTYPE_F32, skv, 1, 1);
+    t.v = fai_tensor_bshd(v, FAI_DTYPE_F32, skv, 1, skv);
+    t.o = fai_tensor_bshd(o, FAI_DTYPE_F32, sq, 1, skv);
+    fai_oracle_out out;
+    char err[128];
+    if (fai_oracle_run(&pb, &t, &out, err, sizeof err) != FAI_OK) {
+        fprintf(stderr, "  oracle: %s\n", err);
+        for (int64_t i = 0; i < sq * skv; i++)
+            o_out[i] = NAN;
+        return;
+    }
+    for (int64_t i = 0; i < sq * skv; i++)
+        o_out[i] = out.o[i];
+    fai_oracle_out_free(&out);
+}
+
+/* Compares a visibility pattern ("x" visible, "." not; rows of skv characters) with O. */
+static int pattern_is(const double *o, int64_t sq, int64_t skv, const char *pattern) {
+    for (int64_t i = 0; i < sq; i++) {
+        int count = 0;
+        for (int64_t j = 0; j < skv; j++)
+            count += pattern[i * skv + j] == 'x';
+        for (int64_t j = 0; j < skv; j++) {
+            const double want = pattern[i * skv + j] == 'x' ? 1.0 / count : 0.0;
+            if (fabs(o[i * skv + j] - want) > 1e-12) return 0;
+        }
+    }
+    return 1;
+}
+
+TEST(oracle_visibility) {
+    fai_problem pb;
+    fai_problem_init(&pb);
+    double o[64];
+    visibility(&pb, 3, 5, o);
+    CHECK(pattern_is(o, 3, 5,
+                     "xxxxx"
+                     "xxxxx"
+                     "xxxxx"));
+    pb.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    visibility(&pb, 3, 5, o);
+    CHECK(pattern_is(o, 3, 5,
+                     "xxx.."
+                     "xxxx."
+                     "xxxxx"));
+    pb.causal = FAI_CAUSAL_TOP_LEFT;
+    visibility(&pb, 3, 5, o);
+    CHECK(pattern_is(o, 3, 5,
+                     "x...."
+                     "xx..."
+                     "xxx.."));
+    /* bottom-right with more queries than keys: the first rows see nothing */
+    pb.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    visibility(&pb, 4, 2, o);
+    CHECK(pattern_is(o, 4, 2,
+                     ".."
+                     ".."
+                     "x."
+                     "xx"));
+    /* window from the bottom-right diagonal, without causal */
+    pb.causal = FAI_CAUSAL_NONE;
+    pb.window_left = 1;
+    pb.window_right = 1;
+    visibility(&pb, 3, 5, o);
+    CHECK(pattern_is(o, 3, 5,
+                     ".xxx."
+                     "..xxx"
+                     "...xx"));
+    /* causal clamps the right side to 0 */
+    pb.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    visibility(&pb, 3, 5, o);
+    CHECK(pattern_is(o, 3, 5,
+                     ".xx.."
+                     "..xx."
+                     "...xx"));
+    pb.causal = FAI_CAUSAL_TOP_LEFT;
+    pb.window_left = 0;
+    pb.window_right = -1;
+    visibility(&pb, 3, 5, o);
+    CHECK(pattern_is(o, 3, 5,
+                     "x...."
+                     ".x..."
+                     "..x.."));
+    pb.causal = FAI_CAUSAL_NONE;
+    pb.window_left = -1;
+    pb.window_right = 0;
+    visibility(&pb, 3, 5, o);
+    CHECK(pattern_is(o, 3, 5,
+                     "xxx.."
+                     "xxxx."
+                     "xxxxx"));
+}
+
+TEST(oracle_softmax_by_hand) {
+    /* one query, two keys: logits 0 and log 3 -> P = (1/4, 3/4) */
+    fai_problem pb;
+    fai_problem_init(&pb);
+    pb.batch = 1;
+    pb.heads_q = pb.heads_kv = 1;
+    pb.seq_q = 1;
+    pb.seq_kv = 2;
+    pb.head_dim = 1;
+    pb.head_dim_v = 2;
+    pb.scale = 1.0f;
+    pb.q_dtype = pb.k_dtype = pb.v_dtype = pb.o_dtype = FAI_DTYPE_F32;
+    float q[1] = {1.0f}, k[2] = {0.0f, (float)log(3.0)}, v[4] = {4, 8, -4, 0}, o[2];
+    fai_tensors t;
+    memset(&t, 0, sizeof t);
+    t.q = fai_tensor_bshd(q, FAI_DTYPE_F32, 1, 1, 1);
+    t.k = fai_tensor_bshd(k, FAI_DTYPE_F32, 2, 1, 1);
+    t.v = fai_tensor_bshd(v, FAI_DTYPE_F32, 2, 1, 2);
+    t.o = fai_tensor_bshd(o, FAI_DTYPE_F32, 1, 1, 2);
+    fai_oracle_out out;
+    REQUIRE(fai_oracle_run(&pb, &t, &out, NULL, 0) == FAI_OK);
+    const double l3 = (double)(float)log(3.0), p1 = exp(l3) / (1.0 + exp(l3)), p0 = 1.0 - p1;
+    CHECK(fabs(out.o[0] - (4 * p0 - 4 * p1)) < 1e-14);
+    CHECK(fabs(out.o[1] - 8 * p0) < 1e-14);
+    CHECK(fabs(out.lse[0] - log(1.0 + exp(l3))) < 1e-14);
+    CHECK(out.visible_pairs == 2);
+    fai_oracle_out_free(&out);
+    /* an additive mask of -inf on key 1 leaves key 0 alone; on both, the row is masked */
+    const float add[2] = {0.0f, -INFINITY}, add_all[2] = {-INFINITY, -INFINITY};
+    pb.mask_kind = FAI_MASK_ADD;
+    t.mask.data = add;
+    t.mask.stride_q = 2;
+    REQUIRE(fai_oracle_run(&pb, &t, &out, NULL, 0) == FAI_OK);
+    CHECK(out.o[0] == 4.0 && out.o[1] == 8.0 && out.lse[0] == 0.0);
+    fai_oracle_out_free(&out);
+    t.mask.data = add_all;
+    REQUIRE(fai_oracle_run(&pb, &t, &out, NULL, 0) == FAI_OK);
+    CHECK(out.o[0] == 0.0 && out.o[1] == 0.0 && out.lse[0] == -INFINITY);
+    CHECK(out.row_state[0] == FAI_ORACLE_ROW_MASKED);
+    fai_oracle_out_free(&out);
+    /* keep and drop bytes: any nonzero byte counts */
+    const unsigned char keep[2] = {0, 200}, drop[2] = {0, 17};
+    pb.mask_kind = FAI_MASK_KEEP;
+    t.mask.data = keep;
+    REQUIRE(fai_oracle_run(&pb, &t, &out, NULL, 0) == FAI_OK);
+    CHECK(out.o[0] == -4.0 && out.o[1] == 0.0);
+    fai_oracle_out_free(&out);
+    pb.mask_kind = FAI_MASK_DROP;
+    t.mask.data = drop;
+    REQUIRE(fai_oracle_run(&pb, &t, &out, NULL, 0) == FAI_OK);
+    CHECK(out.o[0] == 4.0 && out.o[1] == 8.0);
+    fai_oracle_out_free(&out);
+}
+
+/* -- the random sweep ----------------------------------------------------------------------- */
+
+TEST(sweep_random) {
+    const long cases = env_long("FAI_SWEEP_CASES", SWEEP_DEFAULT_CASES);
+    const uint64_t base = (uint64_t)env_long("FAI_SWEEP_SEED", SWEEP_DEFAULT_SEED);
+    fai_case_spec spec;
+    fai_case_spec_any(&spec);
+    fai_case_stats stats;
+    fai_case_stats_init(&stats);
+    int shown = 0, pairs_off = 0;
+    for (long i = 0; i < cases; i++) {
+        fai_case_result r;
+        fai_case_run(&spec, fai_case_seed(base, (uint64_t)i), &r);
+        fai_case_stats_add(&stats, &r);
+        if (!r.ok && shown++ < 20) print_failure(&r);
+        if (r.ok && r.plan_visible_pairs >= 0 && r.plan_visible_pairs != r.visible_pairs &&
+            pairs_off++ < 5)
+            fprintf(stderr, "  visible_pairs: plan %lld, oracle %lld: %s\n",
+                    (long long)r.plan_visible_pairs, (long long)r.visible_pairs, r.desc);
+    }
+    printf("  sweep: %lld cases, %lld failed, worst error/tolerance %.3g\n", (long long)stats.cases,
+           (long long)stats.failed, stats.max_ratio);
+    CHECK(stats.failed == 0);
+    CHECK(pairs_off == 0);
+}
+
+/* -- targeted cases ------------------------------------------------------------------------- */
+
+TEST(sweep_zero_and_one_lengths) {
+    static const int64_t lens[] = {0, 1, 2};
+    int failed = 0;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int64_t q_lens = FAI_CASE_LEN_FULL; q_lens <= FAI_CASE_LEN_PACKED; q_lens++)
+                for (int64_t kv_lens = FAI_CASE_LEN_FULL; kv_lens <= FAI_CASE_LEN_PAGED;
+                     kv_lens++) {
+                    fai_case_spec s;
+                    spec_small(&s);
+                    s.batch = 2;
+                    s.seq_q = lens[a];
+                    s.seq_kv = lens[b];
+                    s.q_lens = q_lens;
+                    s.kv_lens = kv_lens;
+                    failed += run_cases(&s, (uint64_t)(a * 100 + b * 10 + q_lens * 4 + kv_lens), 2);
+                }
+    /* an empty batch */
+    fai_case_spec s;
+    fai_case_spec_any(&s);
+    s.batch = 0;
+    failed += run_cases(&s, 77, 12);
+    CHECK(failed == 0);
+}
+
+TEST(sweep_odd_head_dims) {
+    static const int64_t dims[] = {1, 3, 5, 7, 13, 17, 31, 33, 63, 65, 100, 127, 129, 255, 257};
+    int failed = 0;
+    for (int i = 0; i < (int)(sizeof dims / sizeof dims[0]); i++) {
+        fai_case_spec s;
+        spec_small(&s);
+        s.head_dim = dims[i];
+        s.head_dim_v = FAI_CASE_ANY;
+        failed += run_cases(&s, 300 + (uint64_t)i, 3);
+        s.head_dim_v = dims[(i + 5) % (int)(sizeof dims / sizeof dims[0])];
+        failed += run_cases(&s, 400 + (uint64_t)i, 2);
+    }
+    CHECK(failed == 0);
+}
+
+TEST(sweep_mla_decode) {
+    int failed = 0;
+    for (int i = 0; i < 6; i++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 1 + i % 2;
+        s.heads_q = 16;
+        s.heads_kv = 1;
+        s.seq_q = i < 4 ? 1 : 3;
+        s.seq_kv = 100 + 37 * i;
+        s.head_dim = 576;
+        s.head_dim_v = 512;
+        s.kv_lens = i % 2 ? FAI_CASE_LEN_PAGED : FAI_CASE_LEN_SEQLENS;
+        s.page_size = i % 4 == 1 ? 16 : 1;
+        s.q_dtype = i % 3 == 0 ? FAI_DTYPE_F32 : FAI_DTYPE_BF16;
+        s.k_dtype = s.v_dtype = i % 2 ? FAI_DTYPE_BF16 : FAI_DTYPE_F16;
+        s.causal = i >= 4 ? FAI_CAUSAL_BOTTOM_RIGHT : FAI_CAUSAL_NONE;
+        s.max_work = 1e8;
+        failed += !run_case(&s, 500 + (uint64_t)i);
+    }
+    CHECK(failed == 0);
+}
+
+/* MLA keeps one latent cache: V is the first Dv columns of K, the same memory. */
+TEST(sweep_mla_shared_kv) {
+    for (int i = 0; i < 4; i++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 2;
+        s.heads_q = 16;
+        s.heads_kv = 1;
+        s.seq_q = 1 + (i % 2) * 3;
+        s.seq_kv = 150 + 29 * i;
+        s.head_dim = 576;
+        s.head_dim_v = 512;
+        s.kv_lens = i < 2 ? FAI_CASE_LEN_PAGED : FAI_CASE_LEN_SEQLENS;
+        s.page_size = 16;
+        s.k_dtype = s.v_dtype = i % 2 ? FAI_DTYPE_BF16 : FAI_DTYPE_F16;
+        s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+        s.max_work = 1e8;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 550 + (uint64_t)i) == 0);
+        c.tensors.v.data = c.tensors.k.data;
+        c.tensors.v.stride_batch = c.tensors.k.stride_batch;
+        c.tensors.v.stride_seq = c.tensors.k.stride_seq;
+        c.tensors.v.stride_head = c.tensors.k.stride_head;
+        fai_case_result r;
+        CHECK(fai_case_check(&c, NULL, &r));
+        if (!r.ok) print_failure(&r);
+        fai_case_free(&c);
+    }
+}
+
+TEST(sweep_gqa_heads) {
+    static const int64_t hkv[] = {1, 2, 7, 8}, groups[] = {1, 2, 3, 8};
+    int failed = 0;
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++) {
+            fai_case_spec s;
+            fai_case_spec_any(&s);
+            s.heads_kv = hkv[a];
+            s.heads_q = hkv[a] * groups[b];
+            s.max_work = 5e5;
+            failed += run_cases(&s, 600 + (uint64_t)(a * 4 + b), 3);
+        }
+    CHECK(failed == 0);
+}
+
+TEST(sweep_paged_pages) {
+    static const int64_t sizes[] = {1, 3, 16, 128};
+    int failed = 0;
+    for (int i = 0; i < 4; i++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.kv_lens = FAI_CASE_LEN_PAGED;
+        s.page_size = sizes[i];
+        s.batch = 3;
+        s.seq_kv = sizes[i] * 2 + 5;
+        s.max_work = 5e5;
+        failed += run_cases(&s, 700 + (uint64_t)i, 8);
+        s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+        s.seq_q = 4;
+        failed += run_cases(&s, 710 + (uint64_t)i, 4);
+    }
+    CHECK(failed == 0);
+}
+
+TEST(sweep_mask_kinds) {
+    int failed = 0;
+    for (int64_t kind = FAI_MASK_KEEP; kind <= FAI_MASK_ADD; kind++)
+        for (int64_t shape = 0; shape < 4; shape++)
+            for (int combo = 0; combo < 4; combo++) {
+                fai_case_spec s;
+                fai_case_spec_any(&s);
+                s.mask_kind = kind;
+                s.mask_shape = shape;
+                s.causal = combo == 1   ? FAI_CAUSAL_BOTTOM_RIGHT
+                           : combo == 2 ? FAI_CAUSAL_TOP_LEFT
+                                        : FAI_CAUSAL_NONE;
+                s.window_left = combo == 3 ? 4 : -1;
+                s.window_right = combo == 3 ? 2 : -1;
+                s.max_work = 3e5;
+                failed += run_cases(&s, 800 + (uint64_t)(kind * 100 + shape * 10 + combo), 2);
+            }
+    CHECK(failed == 0);
+}
+
+TEST(sweep_windows) {
+    static const int64_t w[][2] = {{0, 0}, {1, 0}, {0, 3}, {5, -1}, {-1, 2}, {3, 3}, {40, 1}};
+    int failed = 0;
+    for (int i = 0; i < 7; i++)
+        for (int64_t causal = 0; causal <= 2; causal++) {
+            fai_case_spec s;
+            fai_case_spec_any(&s);
+            s.window_left = w[i][0];
+            s.window_right = w[i][1];
+            s.causal = causal;
+            s.max_work = 3e5;
+            failed += run_cases(&s, 900 + (uint64_t)(i * 3 + causal), 2);
+        }
+    CHECK(failed == 0);
+}
+
+TEST(sweep_ragged_empty_sequences) {
+    static const int32_t lq[][4] = {{0, 5, 0, 3}, {0, 0, 0, 0}, {7, 0, 0, 1}, {1, 1, 0, 33}};
+    static const int32_t lk[][4] = {{4, 0, 0, 9}, {0, 3, 0, 0}, {7, 2, 0, 40}, {0, 1, 17, 33}};
+    int failed = 0;
+    for (int i = 0; i < 4; i++)
+        for (int64_t kv_lens = FAI_CASE_LEN_SEQLENS; kv_lens <= FAI_CASE_LEN_PAGED; kv_lens++)
+            for (int64_t q_lens = FAI_CASE_LEN_SEQLENS; q_lens <= FAI_CASE_LEN_PACKED; q_lens++) {
+                fai_case_spec s;
+                fai_case_spec_any(&s);
+                s.batch = 4;
+                s.lens_q = lq[i];
+                s.lens_kv = lk[i];
+                s.q_lens = q_lens;
+                s.kv_lens = kv_lens;
+                s.head_dim = FAI_CASE_ANY;
+                s.max_work = 1e6;
+                failed += run_cases(&s, 1000 + (uint64_t)(i * 16 + kv_lens * 4 + q_lens), 2);
+            }
+    CHECK(failed == 0);
+}
+
+TEST(sweep_many_workers) {
+    int failed = 0;
+    static const int64_t workers[] = {1, 2, 3, 17, 1000, FAI_MAX_WORKERS};
+    for (int i = 0; i < 6; i++) {
+        fai_case_spec s;
+        spec_small(&s);
+        s.seq_q = 1;
+        s.seq_kv = 1;
+        s.heads_q = 1;
+        s.workers = workers[i];
+        failed += run_cases(&s, 1100 + (uint64_t)i, 2);
+        fai_case_spec_any(&s);
+        s.workers = workers[i];
+        s.max_work = 3e5;
+        failed += run_cases(&s, 1110 + (uint64_t)i, 3);
+    }
+    CHECK(failed == 0);
+}
+
+TEST(sweep_tile_overrides) {
+    static const int64_t tq[] = {1, 3, 16, 64, 128}, tkv[] = {1, 5, 16, 64, 256};
+    int failed = 0;
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++) {
+            fai_case_spec s;
+            fai_case_spec_any(&s);
+            s.tile_q = tq[a];
+            s.tile_kv = tkv[b];
+            s.max_work = 3e5;
+            failed += run_cases(&s, 1200 + (uint64_t)(a * 5 + b), 2);
+        }
+    CHECK(failed == 0);
+}
+
+/* Runs the case's problem with `plan`; copies O and LSE (as bytes) out. */
+static int run_plan_copy(fai_case *c, fai_plan *plan, unsigned char *o, unsigned char *lse) {
+    fai_case_reset(c);
+    const size_t ws_size = fai_plan_workspace_size(plan);
+    void *ws = malloc(ws_size + 64);
+    if (!ws) return -1;
+    const fai_status st = fai_run(plan, &c->tensors, ws, ws_size);
+    free(ws);
+    if (st != FAI_OK) {
+        fprintf(stderr, "  fai_run: %s: %s\n", fai_status_string(st), fai_last_error());
+        return -1;
+    }
+    memcpy(o, c->buf[FAI_CASE_BUF_O], c->bytes[FAI_CASE_BUF_O]);
+    if (c->buf[FAI_CASE_BUF_LSE]) memcpy(lse, c->buf[FAI_CASE_BUF_LSE], c->bytes[FAI_CASE_BUF_LSE]);
+    return 0;
+}
+
+TEST(sweep_threads_bitwise) {
+    for (int k = 0; k < 3; k++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 2;
+        s.heads_q = 8;
+        s.heads_kv = 2;
+        s.seq_q = k == 2 ? 1 : 37;
+        s.seq_kv = 75 + k * 50;
+        s.head_dim = 64;
+        s.head_dim_v = 48;
+        s.workers = k == 1 ? 0 : 7;
+        s.threads = 0;
+        s.lse = 1;
+        s.kv_lens = k == 2 ? FAI_CASE_LEN_PAGED : FAI_CASE_LEN_SEQLENS;
+        s.page_size = 16;
+        s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 1300 + (uint64_t)k) == 0);
+        if (k == 1) c.problem.workers = 5;
+        fai_pool *pool1 = NULL, *pool2 = NULL;
+        fai_plan *plan = NULL, *plan1 = NULL;
+        unsigned char *o[3], *lse[3];
+        for (int i = 0; i < 3; i++) {
+            o[i] = malloc(c.bytes[FAI_CASE_BUF_O]);
+            lse[i] = malloc(c.bytes[FAI_CASE_BUF_LSE] ? c.bytes[FAI_CASE_BUF_LSE] : 1);
+        }
+        REQUIRE(fai_pool_create(1, &pool1) == FAI_OK);
+        REQUIRE(fai_pool_create(2, &pool2) == FAI_OK);
+        REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+        /* one plan (threads 0: all of the pool's) on a 1-thread and on a 2-thread pool */
+        fai_plan_set_pool(plan, pool1);
+        CHECK(run_plan_copy(&c, plan, o[0], lse[0]) == 0);
+        fai_plan_set_pool(plan, pool2);
+        CHECK(run_plan_copy(&c, plan, o[1], lse[1]) == 0);
+        /* a plan with threads = 1 on the 2-thread pool */
+        c.problem.threads = 1;
+        REQUIRE(fai_plan_create(&c.problem, &plan1) == FAI_OK);
+        fai_plan_set_pool(plan1, pool2);
+        CHECK(run_plan_copy(&c, plan1, o[2], lse[2]) == 0);
+        CHECK(memcmp(o[0], o[1], c.bytes[FAI_CASE_BUF_O]) == 0);
+        CHECK(memcmp(o[0], o[2], c.bytes[FAI_CASE_BUF_O]) == 0);
+        CHECK(memcmp(lse[0], lse[1], c.bytes[FAI_CASE_BUF_LSE]) == 0);
+        CHECK(memcmp(lse[0], lse[2], c.bytes[FAI_CASE_BUF_LSE]) == 0);
+        /* and the output is right */
+        fai_case_result r;
+        c.problem.threads = 2;
+        fai_case_reset(&c);
+        CHECK(fai_case_check(&c, pool2, &r));
+        if (!r.ok) print_failure(&r);
+        fai_plan_free(plan);
+        fai_plan_free(plan1);
+        fai_pool_free(pool1);
+        fai_pool_free(pool2);
+        for (int i = 0; i < 3; i++) {
+            free(o[i]);
+            free(lse[i]);
+        }
+        fai_case_free(&c);
+    }
+}
+
+/* One plan run from several user threads at once, each with its own output and workspace. */
+typedef struct concurrent_run {
+    const fai_plan *plan;
+    fai_tensors tensors;
+    fai_status status;
+} concurrent_run;
+
+static void *concurrent_main(void *arg) {
+    concurrent_run *run = arg;
+    const size_t ws_size = fai_plan_workspace_size(run->plan);
+    void *ws = malloc(ws_size + 1);
+    run->status = ws ? fai_run(run->plan, &run->tensors, ws, ws_size) : FAI_ERR_NO_MEMORY;
+    free(ws);
+    return NULL;
+}
+
+TEST(sweep_concurrent_runs) {
+    enum { RUNS = 4 };
+    fai_case_spec s;
+    fai_case_spec_any(&s);
+    s.batch = 2;
+    s.heads_q = 4;
+    s.heads_kv = 2;
+    s.seq_q = 33;
+    s.seq_kv = 90;
+    s.head_dim = 32;
+    s.head_dim_v = 32;
+    s.lse = 1;
+    s.workers = 6;
+    s.threads = 0;
+    fai_case c;
+    REQUIRE(fai_case_build(&c, &s, 1350) == 0);
+    fai_plan *plan = NULL;
+    REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+    const size_t o_bytes = c.bytes[FAI_CASE_BUF_O], l_bytes = c.bytes[FAI_CASE_BUF_LSE];
+    unsigned char *ref_o = malloc(o_bytes), *ref_l = malloc(l_bytes);
+    REQUIRE(ref_o && ref_l);
+    CHECK(run_plan_copy(&c, plan, ref_o, ref_l) == 0);
+    concurrent_run runs[RUNS];
+    pthread_t threads[RUNS];
+    unsigned char *outs[RUNS], *lses[RUNS];
+    for (int i = 0; i < RUNS; i++) {
+        outs[i] = malloc(o_bytes);
+        lses[i] = malloc(l_bytes);
+        REQUIRE(outs[i] && lses[i]);
+        memcpy(outs[i], c.init[FAI_CASE_BUF_O], o_bytes);
+        memcpy(lses[i], c.init[FAI_CASE_BUF_LSE], l_bytes);
+        runs[i].plan = plan;
+        runs[i].tensors = c.tensors;
+        runs[i].tensors.o.data = outs[i];
+        runs[i].tensors.lse.data = lses[i];
+        runs[i].status = FAI_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < RUNS; i++)
+        CHECK(pthread_create(&threads[i], NULL, concurrent_main, &runs[i]) == 0);
+    for (int i = 0; i < RUNS; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < RUNS; i++) {
+        CHECK(runs[i].status == FAI_OK);
+        CHECK(memcmp(outs[i], ref_o, o_bytes) == 0);
+        CHECK(memcmp(lses[i], ref_l, l_bytes) == 0);
+        free(outs[i]);
+        free(lses[i]);
+    }
+    fai_case_result r;
+    fai_case_reset(&c);
+    CHECK(fai_case_check(&c, NULL, &r));
+    if (!r.ok) print_failure(&r);
+    free(ref_o);
+    free(ref_l);
+    fai_plan_free(plan);
+    fai_case_free(&c);
+}
+
+/* Logits of magnitude 1e4 built to be exact in f32: q = (+-100, 0, ...), k = (integer, ...), so
+ * every logit is an exact multiple of 100 and the softmax is one-hot or uniform over ties. */
+TEST(sweep_large_logits) {
+    for (int variant = 0; variant < 12; variant++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 2;
+        s.heads_q = 2;
+        s.heads_kv = 1;
+        s.seq_q = 3;
+        s.seq_kv = 20 + variant;
+        s.head_dim = 4;
+        s.head_dim_v = 8;
+        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
+        s.mask_kind = FAI_MASK_NONE;
+        s.scale = 1.0;
+        s.q_dtype = variant % 3;
+        s.k_dtype = (variant / 3) % 3;
+        s.lse = 1;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 1400 + (uint64_t)variant) == 0);
+        fai_rng g = {(uint64_t)variant};
+        for (int64_t b = 0; b < 2; b++) {
+            for (int64_t i = 0; i < 3; i++)
+                for (int64_t h = 0; h < 2; h++)
+                    for (int64_t d = 0; d < 4; d++)
+                        fai_case_set(&c.tensors.q, b, i, h, d,
+                                     d ? 0.0 : ((i + h) % 2 ? -100.0 : 100.0));
+            for (int64_t j = 0; j < s.seq_kv; j++) {
+                /* variants 8+ make every key equal: all logits +-1e4, a uniform softmax */
+                const double kj = variant >= 8 ? 100.0 : (double)fai_rng_range(&g, -100, 100);
+                fai_case_set(&c.tensors.k, b, j, 0, 0, kj);
+            }
+        }
+        fai_case_reset(&c);
+        fai_case_result r;
+        CHECK(fai_case_check(&c, NULL, &r));
+        if (!r.ok) print_failure(&r);
+        fai_case_free(&c);
+    }
+    /* random values of amplitude 100: logits up to ~1e4 with no structure. Accuracy is limited
+     * by f32 logits there, so only require finite O inside the range of V and finite LSE. */
+    for (int variant = 0; variant < 6; variant++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.amplitude = 100.0;
+        s.scale = 1.0 / 16;
+        s.head_dim = 16;
+        s.mask_kind = FAI_MASK_NONE;
+        s.lse = 1;
+        s.max_work = 3e5;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 1500 + (uint64_t)variant) == 0);
+        fai_plan *plan = NULL;
+        REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+        const size_t ws_size = fai_plan_workspace_size(plan);
+        void *ws = malloc(ws_size + 1);
+        CHECK(fai_run(plan, &c.tensors, ws, ws_size) == FAI_OK);
+        free(ws);
+        fai_plan_free(plan);
+        fai_oracle_out ref;
+        REQUIRE(fai_oracle_run(&c.problem, &c.tensors, &ref, NULL, 0) == FAI_OK);
+        const fai_tensor *o = &c.tensors.o, *l = &c.tensors.lse;
+        const int packed = c.problem.cu_seqlens_q != NULL;
+        int bad = 0;
+        for (int64_t g = 0; g < ref.groups; g++)
+            for (int64_t row = 0; row < ref.rows; row++)
+                for (int64_t h = 0; h < ref.heads_q; h++) {
+                    const int64_t base = (packed ? 0 : g * o->stride_batch) + row * o->stride_seq +
+                                         h * o->stride_head;
+                    for (int64_t d = 0; d < ref.head_dim_v; d++) {
+                        const double x = fai_oracle_load(o->data, o->dtype, base + d);
+                        if (!(fabs(x) <= 1.0 + 1e-2)) bad++;
+                    }
+                    const int64_t lo = (packed ? 0 : g * l->stride_batch) + h * l->stride_head +
+                                       row * l->stride_seq;
+                    float f;
+                    memcpy(&f, (const char *)l->data + lo * 4, 4);
+                    const double want = ref.lse[(g * ref.heads_q + h) * ref.rows + row];
+                    if (want == -INFINITY ? f != -INFINITY
+                                          : !(fabs(f - want) <= 1e-3 * fabs(want) + 1e-2))
+                        bad++;
+                }
+        if (bad) fprintf(stderr, "  %d bad values: %s\n", bad, c.desc);
+        CHECK(bad == 0);
+        fai_oracle_out_free(&ref);
+        fai_case_free(&c);
+    }
+}
+
+TEST(sweep_fully_masked_rows) {
+    int failed = 0, masked_seen = 0;
+    for (int i = 0; i < 12; i++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.max_work = 3e5;
+        s.lse = 1;
+        if (i < 4) { /* every mask entry masks */
+            s.mask_kind = FAI_MASK_KEEP + i % 3;
+            s.mask_density = 100;
+        } else if (i < 8) { /* bottom-right causal with more queries than keys */
+            s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+            s.seq_q = 9 + i;
+            s.seq_kv = 3 + i % 3;
+            s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
+        } else { /* additive rows of -inf, and empty key sequences */
+            s.mask_kind = FAI_MASK_ADD;
+            s.mask_density = 60;
+            s.batch = 3;
+            static const int32_t lk[3] = {0, 4, 0}, lq[3] = {2, 3, 1};
+            s.lens_q = lq;
+            s.lens_kv = lk;
+        }
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 1600 + (uint64_t)i) == 0);
+        fai_case_result r;
+        if (!fai_case_check(&c, NULL, &r)) {
+            print_failure(&r);
+            failed++;
+        }
+        fai_oracle_out ref;
+        if (fai_oracle_run(&c.problem, &c.tensors, &ref, NULL, 0) == FAI_OK) {
+            masked_seen += ref.rows_masked > 0;
+            fai_oracle_out_free(&ref);
+        }
+        fai_case_free(&c);
+    }
+    CHECK(failed == 0);
+    CHECK(masked_seen >= 10);
+}
+
+TEST(sweep_rows_past_seqlens) {
+    static const int32_t lq[3] = {0, 3, 7};
+    int failed = 0;
+    for (int i = 0; i < 8; i++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 3;
+        s.lens_q = lq;
+        s.seq_q = 9;
+        s.q_lens = i % 2 ? FAI_CASE_LEN_PACKED : FAI_CASE_LEN_SEQLENS;
+        s.packed_rows_extra = i % 4 < 2 ? 0 : 4;
+        s.lse = 1;
+        s.max_work = 5e5;
+        failed += run_cases(&s, 1700 + (uint64_t)i, 2);
+    }
+    CHECK(failed == 0);
+}
+
+TEST(sweep_dtype_combinations) {
+    /* every (q, k, v, o) dtype combination at least twice */
+    int failed = 0;
+    for (int combo = 0; combo < FAI_CASE_COMBOS; combo++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.q_dtype = combo % 3;
+        s.k_dtype = combo / 3 % 3;
+        s.v_dtype = combo / 9 % 3;
+        s.o_dtype = combo / 27 % 3;
+        s.max_work = 2e5;
+        failed += run_cases(&s, 1800 + (uint64_t)combo, 2);
+    }
+    CHECK(failed == 0);
+}
