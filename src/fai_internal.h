@@ -65,6 +65,10 @@ struct fai_plan {
     int64_t tile_q, tile_kv, tile_rows;
     int64_t ld_s; /* tile_rows padded to the micro-kernels' vector width: S^T and Q^T rows */
     int64_t ld_o; /* dv padded likewise: V tile and O accumulator rows */
+    /* Small Q tiles (decode) read K and V rows directly instead of packing them; Q is then
+     * row-major with rows of ld_q (d padded to the vector width). */
+    int direct_kv;
+    int64_t ld_q;
     fai_unit *units;
     int64_t unit_count;
     int64_t total_weight;

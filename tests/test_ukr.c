@@ -2,8 +2,10 @@
  * stage, and the vectorised exp's accuracy against exp in double. */
 #include "test_util.h"
 #include "ukr/fai_ukr.h"
+#include "util/fai_half.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -138,5 +140,82 @@ TEST(ukr_masked_pv_ignores_invisible_nan) {
             CHECK(o[x] == 1.5f);
             CHECK(isnan(o[ld_o + x]));
         }
+    }
+}
+
+/* The direct (small Q tile) kernels on rows of every dtype, with d and dv off the vector width
+ * and m off the block of 4, against the reference table. The rows are allocated to their exact
+ * length, so a read past a row is caught by the sanitizer build. */
+TEST(ukr_direct_rows_match_reference) {
+    const fai_cntx *ref = fai__cntx_by_name("ref");
+    REQUIRE(ref != NULL);
+    static const int64_t shapes[][4] = {{1, 1, 1, 1}, {4, 64, 128, 128}, {3, 13, 19, 23},
+                                        {8, 7, 576, 512}, {5, 66, 40, 72}};
+    const fai_dtype dtypes[] = {FAI_DTYPE_F32, FAI_DTYPE_F16, FAI_DTYPE_BF16};
+    for (size_t t = 0; t < sizeof table_names / sizeof *table_names; t++) {
+        const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
+        if (!cntx || cntx == ref) continue;
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (size_t dt = 0; dt < 3; dt++)
+                for (int masked = 0; masked < 2; masked++) {
+                    const int64_t m = shapes[s][0], n = shapes[s][1], d = shapes[s][2];
+                    const int64_t dv = shapes[s][3], w = cntx->simd_width;
+                    const int64_t ld_s = (m + w - 1) / w * w, ld_o = (dv + w - 1) / w * w;
+                    const int64_t ld_q = (d + w - 1) / w * w;
+                    const size_t esize = dtypes[dt] == FAI_DTYPE_F32 ? 4 : 2;
+                    uint64_t state = 7 + s;
+                    float *q = calloc((size_t)(m * ld_q), sizeof(float));
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t x = 0; x < d; x++) q[i * ld_q + x] = uniform(&state);
+                    void **k_rows = malloc(sizeof(void *) * (size_t)n);
+                    void **v_rows = malloc(sizeof(void *) * (size_t)n);
+                    for (int64_t j = 0; j < n; j++) {
+                        k_rows[j] = malloc((size_t)d * esize);
+                        v_rows[j] = malloc((size_t)dv * esize);
+                        /* small integers / 8: exact in every dtype */
+                        for (int64_t x = 0; x < d; x++) {
+                            const float value = (float)((int)(uniform(&state) * 8)) / 8.0f;
+                            if (esize == 4) ((float *)k_rows[j])[x] = value;
+                            else ((uint16_t *)k_rows[j])[x] = dtypes[dt] == FAI_DTYPE_BF16
+                                ? fai__f32_to_bf16(value) : fai__f32_to_f16_sat(value);
+                        }
+                        for (int64_t x = 0; x < dv; x++) {
+                            const float value = (float)((int)(uniform(&state) * 8)) / 8.0f;
+                            if (esize == 4) ((float *)v_rows[j])[x] = value;
+                            else ((uint16_t *)v_rows[j])[x] = dtypes[dt] == FAI_DTYPE_BF16
+                                ? fai__f32_to_bf16(value) : fai__f32_to_f16_sat(value);
+                        }
+                    }
+                    float *s_t[2], *o[2];
+                    for (int b = 0; b < 2; b++) {
+                        const fai_cntx *c = b ? cntx : ref;
+                        s_t[b] = calloc((size_t)(n * ld_s), sizeof(float));
+                        o[b] = calloc((size_t)(m * ld_o), sizeof(float));
+                        c->qk_rows(s_t[b], ld_s, q, ld_q, m, (const void *const *)k_rows,
+                                   dtypes[dt], n, d, 0.5f);
+                        /* P: the scores made positive, some exactly zero */
+                        for (int64_t j = 0; j < n; j++)
+                            for (int64_t i = 0; i < m; i++)
+                                s_t[b][j * ld_s + i] = (i + j) % 5 == 0 ? 0.0f : fabsf(s_t[b][j * ld_s + i]);
+                        c->pv_rows(o[b], ld_o, s_t[b], ld_s, m, (const void *const *)v_rows,
+                                   dtypes[dt], n, dv, masked);
+                    }
+                    double worst_s = 0.0, worst_o = 0.0;
+                    for (int64_t j = 0; j < n; j++)
+                        for (int64_t i = 0; i < m; i++)
+                            worst_s = fmax(worst_s, fabs(s_t[0][j * ld_s + i] - s_t[1][j * ld_s + i]));
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t x = 0; x < dv; x++)
+                            worst_o = fmax(worst_o, fabs(o[0][i * ld_o + x] - o[1][i * ld_o + x]));
+                    const double tol = 1e-6 * (double)(d + n * 8);
+                    CHECK(worst_s <= tol && worst_o <= tol * 8);
+                    if (worst_s > tol || worst_o > tol * 8)
+                        printf("  %s m=%lld n=%lld d=%lld dv=%lld dtype=%zu masked=%d: S %.3g O %.3g\n",
+                               cntx->name, (long long)m, (long long)n, (long long)d, (long long)dv,
+                               dt, masked, worst_s, worst_o);
+                    for (int b = 0; b < 2; b++) free(s_t[b]), free(o[b]);
+                    for (int64_t j = 0; j < n; j++) free(k_rows[j]), free(v_rows[j]);
+                    free(k_rows), free(v_rows), free(q);
+                }
     }
 }

@@ -97,7 +97,10 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         for (int64_t r = 0; r < rows; r++)
             sc->row_ptrs[r] = fai__q_row(plan, &t->q, b, unit->q_begin + r / group,
                                          unit->head_kv * group + r % group);
-        cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
+        if (plan->direct_kv)
+            cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
+        else
+            cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
         for (int64_t r = 0; r < ld_s; r++) { /* the vector lanes past `rows` too */
             sc->row_max[r] = -INFINITY;
             sc->row_sum[r] = 0.0f;
@@ -114,9 +117,23 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
             const int band_partial = !(fai__band_lo(&band, last_row) <= key_begin &&
                                        fai__band_hi(&band, first_row) >= key_begin + n - 1);
 
+            if (plan->direct_kv && tile + 1 < unit->kv_tiles) {
+                /* decode streams K and V once: ask for the next tile now */
+                const int64_t next = key_begin + tile_kv;
+                const int64_t next_n = seq->kv_len - next < tile_kv ? seq->kv_len - next : tile_kv;
+                fai__kv_prefetch(plan, t, &t->k, b, unit->head_kv, next, next_n,
+                                 d * (int64_t)fai__dtype_size(t->k.dtype));
+                fai__kv_prefetch(plan, t, &t->v, b, unit->head_kv, next, next_n,
+                                 dv * (int64_t)fai__dtype_size(t->v.dtype));
+            }
             fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-            cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
-            cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
+            if (plan->direct_kv) {
+                cntx->qk_rows(sc->s_tile, ld_s, sc->q_tile, plan->ld_q, rows, sc->row_ptrs,
+                              t->k.dtype, n, d, plan->scale);
+            } else {
+                cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
+                cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
+            }
 
             const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
             if (masked)
@@ -125,8 +142,13 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
             cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
 
             fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-            cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
-            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked);
+            if (plan->direct_kv) {
+                cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, ld_s, rows, sc->row_ptrs, t->v.dtype, n,
+                              dv, masked);
+            } else {
+                cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
+                cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked);
+            }
         }
 
         /* -- Step 3: O = O / l and LSE = m + log l; rows that saw nothing get 0 and -inf -- */

@@ -5,27 +5,49 @@ static const unsigned char *element_at(const fai_tensor *tensor, int64_t offset)
     return (const unsigned char *)tensor->data + offset * (int64_t)fai__dtype_size(tensor->dtype);
 }
 
+/* One address computation per page (or per tile when dense), then a byte stride per row. */
 void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor, int64_t b,
                   int64_t h, int64_t key_begin, int64_t count, const void **rows) {
-    const int64_t head_offset = h * tensor->stride_head;
+    const int64_t element = (int64_t)fai__dtype_size(tensor->dtype);
+    const int64_t row_step = tensor->stride_seq * element;
+    const unsigned char *data = tensor->data;
     if (plan->paged) {
         const int64_t page_size = plan->pb.page_size;
         const int64_t table_stride =
             t->block_table_stride ? t->block_table_stride : plan->pb.pages_per_seq;
         const int32_t *table = t->block_table + b * table_stride;
-        int64_t page_index = key_begin / page_size, slot = key_begin % page_size;
-        for (int64_t r = 0; r < count; r++) {
-            const int64_t page = table[page_index];
-            rows[r] = element_at(tensor, page * tensor->stride_batch + slot * tensor->stride_seq +
-                                             head_offset);
-            if (++slot == page_size) slot = 0, page_index++;
+        int64_t r = 0;
+        while (r < count) {
+            const int64_t key = key_begin + r;
+            const int64_t slot = key % page_size;
+            const int64_t run = page_size - slot < count - r ? page_size - slot : count - r;
+            const unsigned char *row =
+                data + ((int64_t)table[key / page_size] * tensor->stride_batch +
+                        slot * tensor->stride_seq + h * tensor->stride_head) *
+                           element;
+            for (int64_t k = 0; k < run; k++, row += row_step) rows[r + k] = row;
+            r += run;
         }
         return;
     }
-    const int64_t base = plan->packed_kv ? plan->seqs[b].kv_row0 * tensor->stride_seq
-                                         : b * tensor->stride_batch;
-    for (int64_t r = 0; r < count; r++)
-        rows[r] = element_at(tensor, base + (key_begin + r) * tensor->stride_seq + head_offset);
+    const int64_t first_row = plan->packed_kv ? plan->seqs[b].kv_row0 + key_begin : key_begin;
+    const int64_t batch_offset = plan->packed_kv ? 0 : b * tensor->stride_batch;
+    const unsigned char *row =
+        data + (batch_offset + first_row * tensor->stride_seq + h * tensor->stride_head) * element;
+    for (int64_t r = 0; r < count; r++, row += row_step) rows[r] = row;
+}
+
+void fai__kv_prefetch(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor,
+                      int64_t b, int64_t h, int64_t key_begin, int64_t count, int64_t row_bytes) {
+    enum { CHUNK = 16 };
+    const void *rows[CHUNK];
+    for (int64_t done = 0; done < count; done += CHUNK) {
+        const int64_t chunk = count - done < CHUNK ? count - done : CHUNK;
+        fai__kv_rows(plan, t, tensor, b, h, key_begin + done, chunk, rows);
+        for (int64_t r = 0; r < chunk; r++)
+            for (int64_t offset = 0; offset < row_bytes; offset += 64)
+                __builtin_prefetch((const char *)rows[r] + offset, 0, 2);
+    }
 }
 
 void *fai__q_row(const fai_plan *plan, const fai_tensor *tensor, int64_t b, int64_t i, int64_t h) {

@@ -24,6 +24,9 @@ void fai_problem_init(fai_problem *pb) {
  * core. */
 #define TARGET_TILE_ROWS 64
 #define DEFAULT_TILE_KV 64
+/* Q tiles of at most this many rows (decode: one position times the GQA group) stream K and V
+ * rows straight from memory: packing them would cost more than the few rows that reuse them. */
+#define DIRECT_KV_MAX_ROWS 8
 
 static void choose_tile(fai_plan *plan) {
     const fai_problem *pb = &plan->pb;
@@ -56,12 +59,16 @@ static fai_status layout_workspace(fai_plan *plan) {
     const int64_t width = plan->cntx->simd_width;
     plan->ld_s = fai__ceil_div(plan->tile_rows, width) * width;
     plan->ld_o = fai__ceil_div(plan->head_dim_v, width) * width;
+    plan->ld_q = fai__ceil_div(plan->pb.head_dim, width) * width;
+    plan->direct_kv = plan->tile_rows <= DIRECT_KV_MAX_ROWS;
     const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
     const size_t d = (size_t)plan->pb.head_dim, ld_o = (size_t)plan->ld_o;
     const size_t ld_s = (size_t)plan->ld_s;
     fai_ws_layout *ws = &plan->ws;
     size_t offset = 0;
-    ws->q_tile = offset, offset += align64(d * ld_s * sizeof(float));       /* Q^T [d, ld_s] */
+    /* Q^T [d, ld_s], or Q [rows, ld_q] when K and V are read directly */
+    const size_t q_floats = plan->direct_kv ? rows * (size_t)plan->ld_q : d * ld_s;
+    ws->q_tile = offset, offset += align64(q_floats * sizeof(float));
     ws->k_tile = offset, offset += align64(keys * d * sizeof(float));       /* K [keys, d] */
     ws->v_tile = offset, offset += align64(keys * ld_o * sizeof(float));    /* V [keys, ld_o] */
     ws->s_tile = offset, offset += align64(keys * ld_s * sizeof(float));    /* S^T [keys, ld_s] */

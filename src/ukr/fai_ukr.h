@@ -55,6 +55,18 @@ typedef struct fai_cntx {
     void (*pv)(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const float *v, int64_t m,
                int64_t n, int masked);
 
+    /* Small Q tiles (decode): K and V are read straight from their rows (converted on the fly),
+     * without packing, and Q is row-major q [m, ld_q] (ld_q = d padded to the vector width,
+     * zero-filled). qk_rows: s_t [n, ld_s] = scale * k_rows . q^T. pv_rows: o [m, ld_o] +=
+     * p_t^T . v_rows, with the same `masked` rule as pv. Rows hold d (dv) elements: nothing past
+     * them is read. */
+    void (*qk_rows)(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, int64_t m,
+                    const void *const *k_rows, fai_dtype k_dtype, int64_t n, int64_t d,
+                    float scale);
+    void (*pv_rows)(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t m,
+                    const void *const *v_rows, fai_dtype v_dtype, int64_t n, int64_t dv,
+                    int masked);
+
     /* Writes dim f32 values times mul to dst in dtype (round to nearest even; f16 saturates to
      * +-65504 instead of overflowing to infinity). */
     void (*store_row)(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul);

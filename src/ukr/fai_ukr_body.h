@@ -208,6 +208,178 @@ static void pv_simd(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, cons
         pv_dense(o, ld_o, p_t, ld_s, v, m, n);
 }
 
+/* -- small Q tiles: K and V straight from their rows ---------------------------------------- */
+
+/* W elements of a row from x on, f32 (fewer than W at the row's end: zero-filled, and nothing
+ * past the row is read). */
+static inline fvec load_row_full(const void *row, int64_t x, fai_dtype dtype) {
+    if (dtype == FAI_DTYPE_F16) return v_load_f16((const uint16_t *)row + x);
+    if (dtype == FAI_DTYPE_BF16) return v_load_bf16((const uint16_t *)row + x);
+    return v_load((const float *)row + x);
+}
+
+static inline fvec load_row_tail(const void *row, int64_t x, int64_t count, fai_dtype dtype) {
+    float part[W];
+    for (int64_t k = 0; k < W; k++) part[k] = 0.0f;
+    for (int64_t k = 0; k < count; k++) {
+        if (dtype == FAI_DTYPE_F16)
+            part[k] = fai__f16_to_f32(((const uint16_t *)row)[x + k]);
+        else if (dtype == FAI_DTYPE_BF16)
+            part[k] = fai__bf16_to_f32(((const uint16_t *)row)[x + k]);
+        else
+            part[k] = ((const float *)row)[x + k];
+    }
+    return v_load(part);
+}
+
+/* Rows a few keys ahead are fetched while the current ones are computed: with paged K/V the
+ * next rows may sit on another page, where the hardware prefetchers cannot follow. */
+#define PREFETCH_KEYS 8
+
+static inline void prefetch_row(const void *row, int64_t bytes) {
+    for (int64_t offset = 0; offset < bytes; offset += 64)
+        __builtin_prefetch((const char *)row + offset, 0, 3);
+}
+
+/* 4 keys x 4 query rows of dot products over d, in 16 vector accumulators, reduced at the end.
+ * Edge blocks repeat a valid row or key and store only the valid results. The dtype is a
+ * constant in each instance, so the load's branch folds away. */
+#define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
+    static void NAME(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, int64_t m,          \
+                     const void *const *k_rows, int64_t n, int64_t d, float scale) {               \
+        const int64_t row_bytes = d * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                            \
+        const int64_t full = d / W * W;                                                            \
+        for (int64_t j0 = 0; j0 < n; j0 += 4) {                                                    \
+            const void *key[4];                                                                    \
+            for (int c = 0; c < 4; c++) key[c] = k_rows[j0 + c < n ? j0 + c : j0];                 \
+            for (int c = 0; c < 4 && j0 + PREFETCH_KEYS + c < n; c++)                              \
+                prefetch_row(k_rows[j0 + PREFETCH_KEYS + c], row_bytes);                           \
+            for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
+                const float *query[4];                                                             \
+                for (int r = 0; r < 4; r++) query[r] = q + (i0 + r < m ? i0 + r : i0) * ld_q;      \
+                fvec acc[4][4];                                                                    \
+                for (int r = 0; r < 4; r++)                                                        \
+                    for (int c = 0; c < 4; c++) acc[r][c] = v_zero();                              \
+                for (int64_t x = 0; x < full; x += W) {                                            \
+                    fvec kv[4];                                                                    \
+                    for (int c = 0; c < 4; c++) kv[c] = load_row_full(key[c], x, DTYPE);           \
+                    for (int r = 0; r < 4; r++) {                                                  \
+                        const fvec qv = v_load(query[r] + x);                                      \
+                        for (int c = 0; c < 4; c++) acc[r][c] = v_fma(qv, kv[c], acc[r][c]);       \
+                    }                                                                              \
+                }                                                                                  \
+                if (full < d) {                                                                    \
+                    fvec kv[4];                                                                    \
+                    for (int c = 0; c < 4; c++) kv[c] = load_row_tail(key[c], full, d - full, DTYPE); \
+                    for (int r = 0; r < 4; r++) {                                                  \
+                        const fvec qv = v_load(query[r] + full);                                   \
+                        for (int c = 0; c < 4; c++) acc[r][c] = v_fma(qv, kv[c], acc[r][c]);       \
+                    }                                                                              \
+                }                                                                                  \
+                for (int c = 0; c < 4 && j0 + c < n; c++)                                          \
+                    for (int r = 0; r < 4 && i0 + r < m; r++)                                      \
+                        s_t[(j0 + c) * ld_s + i0 + r] = v_hsum(acc[r][c]) * scale;                 \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEFINE_QK_ROWS(qk_rows_f32, FAI_DTYPE_F32)
+DEFINE_QK_ROWS(qk_rows_f16, FAI_DTYPE_F16)
+DEFINE_QK_ROWS(qk_rows_bf16, FAI_DTYPE_BF16)
+
+static void qk_rows_simd(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, int64_t m,
+                         const void *const *k_rows, fai_dtype k_dtype, int64_t n, int64_t d,
+                         float scale) {
+    if (k_dtype == FAI_DTYPE_F16)
+        qk_rows_f16(s_t, ld_s, q, ld_q, m, k_rows, n, d, scale);
+    else if (k_dtype == FAI_DTYPE_BF16)
+        qk_rows_bf16(s_t, ld_s, q, ld_q, m, k_rows, n, d, scale);
+    else
+        qk_rows_f32(s_t, ld_s, q, ld_q, m, k_rows, n, d, scale);
+}
+
+/* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
+ * row segment is converted once per block of rows. Edge rows repeat row 0 of the block and are
+ * not stored. With `masked`, a row skips keys with P = 0. */
+#define DEFINE_PV_ROWS_BLOCK(NAME, DTYPE, VECS, TAIL)                                              \
+    static inline void NAME(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t rows,  \
+                            const void *const *v_rows, int64_t n, int64_t x0, int64_t dv) {        \
+        const int64_t row_bytes = dv * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                           \
+        const float *o_row[4];                                                                     \
+        for (int r = 0; r < 4; r++) o_row[r] = o + (r < rows ? r : 0) * ld_o + x0;                 \
+        fvec acc[4][VECS];                                                                         \
+        for (int r = 0; r < 4; r++)                                                                \
+            for (int c = 0; c < VECS; c++) acc[r][c] = v_load(o_row[r] + c * W);                   \
+        for (int64_t j = 0; j < n; j++) {                                                          \
+            if (x0 == 0 && j + PREFETCH_KEYS < n) prefetch_row(v_rows[j + PREFETCH_KEYS], row_bytes); \
+            fvec values[VECS];                                                                     \
+            for (int c = 0; c < VECS; c++)                                                         \
+                values[c] = TAIL ? load_row_tail(v_rows[j], x0, dv - x0, DTYPE)                    \
+                                 : load_row_full(v_rows[j], x0 + c * W, DTYPE);                    \
+            const float *p_row = p_t + j * ld_s;                                                   \
+            for (int r = 0; r < 4; r++) {                                                          \
+                const fvec p = v_set1(p_row[r < rows ? r : 0]);                                    \
+                for (int c = 0; c < VECS; c++) acc[r][c] = v_fma(p, values[c], acc[r][c]);         \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < 4; r++)                                                                \
+            if (r < rows)                                                                          \
+                for (int c = 0; c < VECS; c++) v_store(o + r * ld_o + x0 + c * W, acc[r][c]);      \
+    }
+
+#define DEFINE_PV_ROWS(NAME, DTYPE)                                                                \
+    DEFINE_PV_ROWS_BLOCK(NAME##_wide, DTYPE, 4, 0)                                                 \
+    DEFINE_PV_ROWS_BLOCK(NAME##_one, DTYPE, 1, 0)                                                  \
+    DEFINE_PV_ROWS_BLOCK(NAME##_tail, DTYPE, 1, 1)                                                 \
+    static void NAME(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t m,           \
+                     const void *const *v_rows, int64_t n, int64_t dv, int masked) {               \
+        const int64_t row_bytes = dv * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                           \
+        for (int64_t j = 0; j < n && j < PREFETCH_KEYS; j++) prefetch_row(v_rows[j], row_bytes);   \
+        if (masked) {                                                                              \
+            for (int64_t i = 0; i < m; i++)                                                        \
+                for (int64_t j = 0; j < n; j++) {                                                  \
+                    const float p_scalar = p_t[j * ld_s + i];                                      \
+                    if (p_scalar == 0.0f) continue;                                                \
+                    const fvec p = v_set1(p_scalar);                                               \
+                    float *o_row = o + i * ld_o;                                                   \
+                    int64_t x = 0;                                                                 \
+                    for (; x + W <= dv; x += W)                                                    \
+                        v_store(o_row + x, v_fma(p, load_row_full(v_rows[j], x, DTYPE),           \
+                                                 v_load(o_row + x)));                              \
+                    if (x < dv)                                                                    \
+                        v_store(o_row + x, v_fma(p, load_row_tail(v_rows[j], x, dv - x, DTYPE),   \
+                                                 v_load(o_row + x)));                              \
+                }                                                                                  \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                    \
+            const int64_t rows = m - i0 < 4 ? m - i0 : 4;                                          \
+            float *o_block = o + i0 * ld_o;                                                        \
+            const float *p_block = p_t + i0;                                                       \
+            int64_t x0 = 0;                                                                        \
+            for (; x0 + 4 * W <= dv; x0 += 4 * W)                                                  \
+                NAME##_wide(o_block, ld_o, p_block, ld_s, rows, v_rows, n, x0, dv);                \
+            for (; x0 + W <= dv; x0 += W)                                                          \
+                NAME##_one(o_block, ld_o, p_block, ld_s, rows, v_rows, n, x0, dv);                 \
+            if (x0 < dv) NAME##_tail(o_block, ld_o, p_block, ld_s, rows, v_rows, n, x0, dv);       \
+        }                                                                                          \
+    }
+
+DEFINE_PV_ROWS(pv_rows_f32, FAI_DTYPE_F32)
+DEFINE_PV_ROWS(pv_rows_f16, FAI_DTYPE_F16)
+DEFINE_PV_ROWS(pv_rows_bf16, FAI_DTYPE_BF16)
+
+static void pv_rows_simd(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t m,
+                         const void *const *v_rows, fai_dtype v_dtype, int64_t n, int64_t dv,
+                         int masked) {
+    if (v_dtype == FAI_DTYPE_F16)
+        pv_rows_f16(o, ld_o, p_t, ld_s, m, v_rows, n, dv, masked);
+    else if (v_dtype == FAI_DTYPE_BF16)
+        pv_rows_bf16(o, ld_o, p_t, ld_s, m, v_rows, n, dv, masked);
+    else
+        pv_rows_f32(o, ld_o, p_t, ld_s, m, v_rows, n, dv, masked);
+}
+
 static void store_row_simd(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul) {
     if (dtype != FAI_DTYPE_F32) { /* 16-bit outputs: once per row, the portable rounding */
         uint16_t *out = dst;
@@ -234,4 +406,6 @@ static void init_simd_table(fai_cntx *cntx) {
     cntx->pv = pv_simd;
     cntx->store_row = store_row_simd;
     cntx->exp_array = exp_array_simd;
+    cntx->qk_rows = qk_rows_simd;
+    cntx->pv_rows = pv_rows_simd;
 }

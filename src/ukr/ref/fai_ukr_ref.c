@@ -92,6 +92,28 @@ static void pv_ref(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const
     }
 }
 
+static void qk_rows_ref(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, int64_t m,
+                        const void *const *k_rows, fai_dtype k_dtype, int64_t n, int64_t d,
+                        float scale) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < m; i++) {
+            float dot = 0.0f;
+            for (int64_t x = 0; x < d; x++) dot += q[i * ld_q + x] * load_element(k_rows[j], x, k_dtype);
+            s_t[j * ld_s + i] = dot * scale;
+        }
+}
+
+static void pv_rows_ref(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t m,
+                        const void *const *v_rows, fai_dtype v_dtype, int64_t n, int64_t dv,
+                        int masked) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            const float p = p_t[j * ld_s + i];
+            if (p == 0.0f) continue;
+            for (int64_t x = 0; x < dv; x++) o[i * ld_o + x] += p * load_element(v_rows[j], x, v_dtype);
+        }
+}
+
 static void store_row_ref(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul) {
     if (dtype == FAI_DTYPE_F32) {
         float *out = dst;
@@ -120,4 +142,6 @@ void fai_cntx_init_ref(fai_cntx *cntx) {
     cntx->pv = pv_ref;
     cntx->store_row = store_row_ref;
     cntx->exp_array = exp_array_ref;
+    cntx->qk_rows = qk_rows_ref;
+    cntx->pv_rows = pv_rows_ref;
 }
