@@ -448,7 +448,7 @@ TEST(sweep_paged_pages) {
 TEST(sweep_mask_kinds) {
     int failed = 0;
     for (int64_t kind = FAI_MASK_KEEP; kind <= FAI_MASK_ADD; kind++)
-        for (int64_t shape = 0; shape < 4; shape++)
+        for (int64_t shape = 0; shape < FAI_CASE_MASK_SHAPES; shape++)
             for (int combo = 0; combo < 4; combo++) {
                 fai_case_spec s;
                 fai_case_spec_any(&s);
@@ -533,6 +533,27 @@ TEST(sweep_tile_overrides) {
             s.max_work = 3e5;
             failed += run_cases(&s, 1200 + (uint64_t)(a * 5 + b), 2);
         }
+    CHECK(failed == 0);
+}
+
+/* fai.h: 64-byte alignment of the workspace is fast, any is correct. */
+TEST(sweep_workspace_alignment) {
+    static const size_t offsets[] = {1, 2, 4, 8, 16, 32, 60};
+    int failed = 0;
+    for (int i = 0; i < 7; i++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.max_work = 3e5;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 1250 + (uint64_t)i) == 0);
+        c.workspace_offset = offsets[i];
+        fai_case_result r;
+        if (!fai_case_check(&c, NULL, &r)) {
+            print_failure(&r);
+            failed++;
+        }
+        fai_case_free(&c);
+    }
     CHECK(failed == 0);
 }
 

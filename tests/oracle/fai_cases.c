@@ -93,6 +93,16 @@ static int64_t draw_len(fai_rng *g) {
     return fai_rng_range(g, 101, 300);
 }
 
+/* A tile override: mostly none (the planner's choice), sometimes small or odd, rarely huge. */
+static int64_t draw_tile(fai_rng *g, int kv) {
+    const int64_t p = fai_rng_range(g, 0, 99);
+    if (p < 75) return 0;
+    if (p < 98)
+        return kv ? PICK(g, 1, 2, 3, 5, 8, 16, 24, 32, 64, 128, 256)
+                  : PICK(g, 1, 2, 3, 4, 7, 8, 16, 24, 32, 64, 128);
+    return fai_rng_range(g, 257, 4096);
+}
+
 /* A sequence length in [0, max], often the maximum, sometimes empty. */
 static int64_t draw_seq_len(fai_rng *g, int64_t max) {
     const int64_t p = fai_rng_range(g, 0, 99);
@@ -182,8 +192,9 @@ static const char *mask_name(int64_t kind) {
 }
 
 static const char *mask_shape_name(int shape) {
-    static const char *names[] = {"[Sq,Skv]", "[B,Sq,Skv]", "[B,Hq,Sq,Skv]", "[Hq,Sq,Skv]"};
-    return shape >= 0 && shape < 4 ? names[shape] : "?";
+    static const char *names[] = {"[Sq,Skv]", "[B,Sq,Skv]", "[B,Hq,Sq,Skv]", "[Hq,Sq,Skv]",
+                                  "[B,1,1,Skv]"};
+    return shape >= 0 && shape < FAI_CASE_MASK_SHAPES ? names[shape] : "?";
 }
 
 static const char *lens_name(int lens) {
@@ -262,7 +273,10 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     if (ANY(sp.batch)) {
         if (sp.lens_q || sp.lens_kv) return build_fail(c, "lens need the batch");
         const int64_t p = fai_rng_range(g, 0, 99);
-        sp.batch = p < 3 ? 0 : p < 40 ? 1 : fai_rng_range(g, 2, 4);
+        sp.batch = p < 2    ? 0
+                   : p < 40 ? 1
+                   : p < 95 ? fai_rng_range(g, 2, 4)
+                            : fai_rng_range(g, 5, 33);
     }
     if (ANY(sp.heads_kv)) {
         if (ANY(sp.heads_q)) {
@@ -277,7 +291,8 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         }
     }
     if (ANY(sp.heads_q)) {
-        const int64_t group = PICK(g, 1, 1, 2, 3, 4, 8);
+        const int64_t group =
+            fai_rng_range(g, 0, 99) < 4 ? PICK(g, 16, 32) : PICK(g, 1, 1, 2, 3, 4, 8);
         sp.heads_q = sp.heads_kv * group;
     }
     if (ANY(sp.head_dim)) sp.head_dim = draw_dim(g);
@@ -291,28 +306,33 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         sp.seq_q = sp.seq_kv;
         sp.seq_kv = tmp;
     }
-    const int64_t B = sp.batch;
+    const int given_batch = !ANY(spec->batch);
     if (sp.lens_q) {
         int64_t mx = 0;
-        for (int64_t b = 0; b < B; b++)
+        for (int64_t b = 0; b < sp.batch; b++)
             mx = sp.lens_q[b] > mx ? sp.lens_q[b] : mx;
         if (!given_seq_q) sp.seq_q = mx;
     }
     if (sp.lens_kv) {
         int64_t mx = 0;
-        for (int64_t b = 0; b < B; b++)
+        for (int64_t b = 0; b < sp.batch; b++)
             mx = sp.lens_kv[b] > mx ? sp.lens_kv[b] : mx;
         if (!given_seq_kv) sp.seq_kv = mx;
     }
     /* keep drawn shapes inside the work budget */
     const double budget = sp.max_work > 0 ? sp.max_work : 2e6;
     for (int guard = 0; guard < 64; guard++) {
-        const double work = (double)(B ? B : 1) * (double)sp.heads_q * (double)sp.seq_q *
-                            (double)sp.seq_kv * (double)(sp.head_dim + sp.head_dim_v);
+        /* attention work, and (through the minimum of 8 keys) the size of the tensors */
+        const double work = (double)(sp.batch ? sp.batch : 1) * (double)sp.heads_q *
+                            (double)(sp.seq_q ? sp.seq_q : 1) *
+                            (double)(sp.seq_kv > 8 ? sp.seq_kv : 8) *
+                            (double)(sp.head_dim + sp.head_dim_v);
         if (work <= budget) break;
         const int can_kv = !given_seq_kv && !sp.lens_kv && sp.seq_kv > 8;
         const int can_q = !given_seq_q && !sp.lens_q && sp.seq_q > 4;
-        if (!given_heads && sp.heads_q > 2 * sp.heads_kv)
+        if (!given_batch && sp.batch > 4)
+            sp.batch = sp.batch / 2;
+        else if (!given_heads && sp.heads_q > 2 * sp.heads_kv)
             sp.heads_q = sp.heads_kv * (sp.heads_q / sp.heads_kv / 2);
         else if (can_kv && (!can_q || sp.seq_kv >= sp.seq_q))
             sp.seq_kv = sp.seq_kv / 2 + 1;
@@ -330,6 +350,7 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         else
             break;
     }
+    const int64_t B = sp.batch;
     const int64_t Hq = sp.heads_q, Hkv = sp.heads_kv, D = sp.head_dim, Dv = sp.head_dim_v;
     if (B < 0 || Hq < 1 || Hkv < 1 || Hq % Hkv || D < 1 || D > FAI_MAX_HEAD_DIM || Dv < 0 ||
         Dv > FAI_MAX_HEAD_DIM || sp.seq_q < 0 || sp.seq_kv < 0)
@@ -439,7 +460,7 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
                        : p < 85 ? FAI_MASK_DROP
                                 : FAI_MASK_ADD;
     }
-    if (ANY(sp.mask_shape)) sp.mask_shape = fai_rng_range(g, 0, 3);
+    if (ANY(sp.mask_shape)) sp.mask_shape = fai_rng_range(g, 0, FAI_CASE_MASK_SHAPES - 1);
     if (ANY(sp.mask_density))
         sp.mask_density = fai_rng_range(g, 0, 99) < 4 ? 100 : PICK(g, 0, 10, 10, 30, 30, 60, 90);
     pb->causal = (fai_causal)sp.causal;
@@ -462,12 +483,8 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     }
     if (ANY(sp.threads))
         sp.threads = fai_rng_range(g, 0, 99) < 5 ? PICK(g, 3, 8) : PICK(g, 0, 0, 1, 1, 2, 2);
-    if (ANY(sp.tile_q))
-        sp.tile_q =
-            fai_rng_range(g, 0, 99) < 75 ? 0 : PICK(g, 1, 2, 3, 4, 7, 8, 16, 24, 32, 64, 128);
-    if (ANY(sp.tile_kv))
-        sp.tile_kv =
-            fai_rng_range(g, 0, 99) < 75 ? 0 : PICK(g, 1, 2, 3, 5, 8, 16, 24, 32, 64, 128, 256);
+    if (ANY(sp.tile_q)) sp.tile_q = draw_tile(g, 0);
+    if (ANY(sp.tile_kv)) sp.tile_kv = draw_tile(g, 1);
     if (ANY(sp.lse)) sp.lse = fai_rng_range(g, 0, 99) < 85;
     pb->workers = sp.workers;
     pb->threads = sp.threads;
@@ -622,18 +639,23 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
                                   : 1;
         c->mask_rows = mrows;
         c->mask_cols = mcols;
-        const int per_b =
-            c->mask_shape == FAI_CASE_MASK_B_SQ_SKV || c->mask_shape == FAI_CASE_MASK_B_H_SQ_SKV;
+        const int per_b = c->mask_shape == FAI_CASE_MASK_B_SQ_SKV ||
+                          c->mask_shape == FAI_CASE_MASK_B_H_SQ_SKV ||
+                          c->mask_shape == FAI_CASE_MASK_B_SKV;
         const int per_h =
             c->mask_shape == FAI_CASE_MASK_B_H_SQ_SKV || c->mask_shape == FAI_CASE_MASK_H_SQ_SKV;
+        /* a key-padding mask [B, Skv] is one row per sequence, read by every query */
+        const int key_rows = c->mask_shape == FAI_CASE_MASK_B_SKV;
+        const int64_t rows_stored = key_rows ? 1 : mrows;
         fai_mask *m = &t->mask;
-        m->stride_q = mcols + (fai_rng_range(g, 0, 1) ? fai_rng_range(g, 1, 5) : 0);
-        const int64_t plane = mrows * m->stride_q + fai_rng_range(g, 0, 3);
+        const int64_t row_len = mcols + (fai_rng_range(g, 0, 1) ? fai_rng_range(g, 1, 5) : 0);
+        m->stride_q = key_rows ? 0 : row_len;
+        const int64_t plane = rows_stored * row_len + fai_rng_range(g, 0, 3);
         m->stride_head = per_h ? plane : 0;
         m->stride_batch = per_b ? (per_h ? Hq * plane : plane) + fai_rng_range(g, 0, 3) : 0;
         const int64_t nbm = per_b ? (B > 0 ? B : 1) : 1, nhm = per_h ? Hq : 1;
         const int64_t ext = (nbm - 1) * m->stride_batch + (nhm - 1) * m->stride_head +
-                            (mrows - 1) * m->stride_q + mcols;
+                            (rows_stored - 1) * m->stride_q + mcols;
         const size_t esize = add ? 4 : 1;
         if (alloc_buf(c, BUF_MASK, ext, esize)) return build_fail(c, "out of memory");
         unsigned char *mb = c->buf[BUF_MASK];
@@ -645,11 +667,11 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         const int64_t density = sp.mask_density;
         for (int64_t bm = 0; bm < nbm; bm++)
             for (int64_t hm = 0; hm < nhm; hm++)
-                for (int64_t i = 0; i < mrows; i++) {
-                    const int64_t lq = per_b && B > 0 ? c->len_q[bm] : mrows;
+                for (int64_t i = 0; i < rows_stored; i++) {
+                    const int64_t lq = per_b && B > 0 && !key_rows ? c->len_q[bm] : rows_stored;
                     const int64_t lk = per_b && B > 0 ? c->len_kv[bm] : mcols;
                     if (i >= lq) continue; /* stays garbage */
-                    const int row_masked = density > 0 && fai_rng_range(g, 0, 99) < 4;
+                    const int row_masked = density > 0 && !key_rows && fai_rng_range(g, 0, 99) < 4;
                     for (int64_t j = 0; j < lk; j++) {
                         const int64_t off =
                             bm * m->stride_batch + hm * m->stride_head + i * m->stride_q + j;

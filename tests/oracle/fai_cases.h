@@ -38,7 +38,9 @@ enum {
     FAI_CASE_MASK_SQ_SKV = 0,     /* [Sq, Skv] */
     FAI_CASE_MASK_B_SQ_SKV = 1,   /* [B, Sq, Skv] */
     FAI_CASE_MASK_B_H_SQ_SKV = 2, /* [B, Hq, Sq, Skv] */
-    FAI_CASE_MASK_H_SQ_SKV = 3    /* [Hq, Sq, Skv] broadcast over the batch */
+    FAI_CASE_MASK_H_SQ_SKV = 3,   /* [Hq, Sq, Skv] broadcast over the batch */
+    FAI_CASE_MASK_B_SKV = 4,      /* [B, 1, 1, Skv]: key padding, stride_q = 0 */
+    FAI_CASE_MASK_SHAPES = 5
 };
 
 /* Layout of Q, K, V and O. */
