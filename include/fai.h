@@ -94,6 +94,21 @@ typedef enum fai_mask_kind {
     FAI_MASK_ADD = 3
 } fai_mask_kind;
 
+/* How fai_plan_create splits the work across workers.
+ *   AUTO:   the valid kv tiles of all units are laid in one line and cut into equal pieces; a
+ *           unit cut by a worker boundary is computed in parts (split-KV) whose partial results
+ *           are merged by their LSE in a fixed order, so the result is deterministic for a plan.
+ *           Boundaries that fall close to a unit's edge snap to it, to save the merge.
+ *   UNITS:  whole units in contiguous ranges by weight (no split-KV).
+ *   GREEDY: the seed's ComputeSplitNBSeq: whole units; a new worker opens at a unit whose weight
+ *           exceeds twice the current worker's remaining deficit to its cumulative target. Kept
+ *           to compare against. */
+typedef enum fai_split {
+    FAI_SPLIT_AUTO = 0,
+    FAI_SPLIT_UNITS = 1,
+    FAI_SPLIT_GREEDY = 2
+} fai_split;
+
 /* Everything fai_plan_create needs to know. Start from fai_problem_init() and set what differs.
  *
  * Lengths. A padded batch stores sequence b's rows at batch index b; seqlens_q / seqlens_kv
@@ -143,6 +158,7 @@ typedef struct fai_problem {
      * how many threads run them (0: all of the pool's; 1: only the calling thread). */
     int64_t workers;
     int64_t threads;
+    fai_split split; /* how the work is split (default AUTO) */
     /* Tile shape override (0: the planner chooses): query positions and keys per tile. */
     int64_t tile_q, tile_kv;
 } fai_problem;
@@ -240,7 +256,9 @@ typedef struct fai_plan_info {
     int64_t threads;        /* threads that run them */
     int64_t total_weight;   /* valid (q tile, kv tile) pairs over all units */
     double imbalance;       /* max worker weight / mean worker weight (1.0 is perfect) */
-    int split_kv;           /* nonzero when a unit's kv range is split (not in this version) */
+    int split_kv;           /* nonzero when some unit's kv range is split across workers */
+    int64_t split_units;    /* units computed in several parts */
+    int64_t partials;       /* partial results those parts write and merge */
     int64_t visible_pairs;  /* (query, key) pairs left by causal, window and lengths, all heads */
     size_t workspace_bytes; /* fai_plan_workspace_size() */
     const char *isa;        /* micro-kernel table in use: "ref", "avx2", "avx512", "neon" */
@@ -249,10 +267,14 @@ typedef struct fai_plan_info {
 /* Fills *info. Thread-safe. */
 fai_status fai_plan_get_info(const fai_plan *plan, fai_plan_info *info);
 
-/* Worker w's contiguous unit range [unit_begin, unit_end) and its weight (valid kv tiles). */
+/* Worker w's contiguous unit range [unit_begin, unit_end) and its weight (valid kv tiles). All
+ * units' valid kv tiles, in unit order, form one line [0, total_weight); the worker computes the
+ * tiles [line_begin, line_end) of it. With split-KV the first and last unit of a range may be
+ * shared with the neighbouring workers. */
 typedef struct fai_worker_range {
     int64_t unit_begin, unit_end;
     int64_t weight;
+    int64_t line_begin, line_end;
 } fai_worker_range;
 
 fai_status fai_plan_get_worker(const fai_plan *plan, int64_t worker, fai_worker_range *range);

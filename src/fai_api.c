@@ -2,6 +2,7 @@
 #include "fai_internal.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t heads, int64_t dim) {
@@ -96,7 +97,7 @@ static void run_thread(void *arg, int64_t thread_index) {
     const run_job *job = arg;
     unsigned char *ws = job->workspace + (size_t)thread_index * job->plan->ws.per_thread;
     for (int64_t w = thread_index; w < job->plan->workers; w += job->threads)
-        fai__kernel_run_worker(job->plan, job->tensors, w, ws);
+        fai__kernel_run_worker(job->plan, job->tensors, w, ws, job->workspace);
 }
 
 fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
@@ -114,6 +115,9 @@ fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *works
     int64_t threads = plan->threads;
     if (!pool) threads = 1; /* no pool could be started: the caller runs everything */
     else if (threads > fai__pool_size(pool)) threads = fai__pool_size(pool);
+    /* split units count their finished parts: start every count at zero */
+    atomic_llong *done = (atomic_llong *)((unsigned char *)workspace + plan->ws.counters);
+    for (int64_t u = 0; u < plan->split_units; u++) atomic_init(&done[u], 0);
     run_job job = {plan, tensors, workspace, threads < 1 ? 1 : threads};
     if (job.threads == 1)
         run_thread(&job, 0);

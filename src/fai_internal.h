@@ -33,7 +33,20 @@ typedef struct fai_unit {
     int64_t q_begin, q_len;
     int64_t pad_begin, pad_end;
     int64_t kv_tile_begin, kv_tiles;
+    int64_t line_begin; /* position of the unit's first valid tile in the line of all tiles */
+    int64_t parts;      /* workers computing it: 1, or more with split-KV */
+    int64_t first_slot; /* parts > 1: its partial results' first slot, and its counter index */
+    int64_t split_index;
 } fai_unit;
+
+/* One worker's share: units [unit_begin, unit_end) and the tiles [line_begin, line_end) of the
+ * line; `first_part` / `last_part` are the part indices of its first and last unit when it
+ * computes only part of them (-1: the whole unit). */
+typedef struct fai_worker {
+    int64_t unit_begin, unit_end;
+    int64_t line_begin, line_end;
+    int64_t first_part, last_part;
+} fai_worker;
 
 /* Visibility of keys from query rows under causal, window and lengths: query i sees keys
  * [lo(i), hi(i)] with lo(i) = i + lo_offset and hi(i) = i + hi_offset before clipping to
@@ -51,6 +64,9 @@ int64_t fai__band_hi(const fai_band *band, int64_t i); /* clipped to <= kv_len -
 typedef struct fai_ws_layout {
     size_t q_tile, k_tile, v_tile, s_tile, o_acc, row_max, row_sum, row_alpha, kv_rows;
     size_t per_thread; /* bytes of one thread's slice, a multiple of 64 */
+    /* after the threads' slices: the split units' partial results and completion counters */
+    size_t partials, partial_bytes; /* offset, and bytes of one slot: O [rows, ld_o], m, l */
+    size_t counters;
 } fai_ws_layout;
 
 struct fai_plan {
@@ -75,9 +91,10 @@ struct fai_plan {
     int64_t visible_pairs;
 
     int64_t workers;
-    int64_t *worker_begin;  /* [workers + 1]: unit index where each worker starts */
+    fai_worker *worker;     /* [workers] */
     int64_t *worker_weight; /* [workers] */
     double imbalance;
+    int64_t split_units, partials; /* split-KV: units computed in parts, and their parts */
 
     int64_t threads;
     fai_ws_layout ws;
@@ -96,9 +113,10 @@ fai_status fai__split_units(fai_plan *plan);
 /* Run-time checks of the tensors against the plan (fai_api.c). */
 fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t);
 
-/* The kernel driver: runs worker `worker` of the plan with scratch `ws` (kernel/). */
+/* The kernel driver: runs worker `worker` of the plan with its thread's scratch `ws`; ws_base is
+ * the whole workspace, where split units keep their parts (kernel/). */
 void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker,
-                            unsigned char *ws);
+                            unsigned char *ws, unsigned char *ws_base);
 
 /* Thread pool (thread/): runs fn(arg, thread_index) on threads 0..threads-1, the caller being
  * thread 0, and returns when all are done. */

@@ -13,6 +13,7 @@
 #include "kv/fai_kv.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 typedef struct unit_scratch {
@@ -83,8 +84,10 @@ static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b
     if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = -INFINITY;
 }
 
-static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
-                     const unit_scratch *sc) {
+/* Runs the unit's kv tiles [tile_begin, tile_end) (offsets into its valid range) and leaves
+ * the unnormalised O, the running max m and the running sum l of its rows in the scratch. */
+static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                          int64_t tile_begin, int64_t tile_end, const unit_scratch *sc) {
     const fai_cntx *cntx = plan->cntx;
     const int64_t group = plan->group, rows = unit->q_len * group;
     const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, tile_kv = plan->tile_kv;
@@ -92,90 +95,155 @@ static void run_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     const int64_t b = unit->batch;
     const fai_seq *seq = &plan->seqs[b];
 
-    if (rows > 0) {
-        /* -- Step 1: the Q tile of the whole GQA group, converted once -- */
-        for (int64_t r = 0; r < rows; r++)
-            sc->row_ptrs[r] = fai__q_row(plan, &t->q, b, unit->q_begin + r / group,
-                                         unit->head_kv * group + r % group);
-        if (plan->direct_kv)
-            cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
-        else
-            cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
-        for (int64_t r = 0; r < ld_s; r++) { /* the vector lanes past `rows` too */
-            sc->row_max[r] = -INFINITY;
-            sc->row_sum[r] = 0.0f;
+    /* -- Step 1: the Q tile of the whole GQA group, converted once -- */
+    for (int64_t r = 0; r < rows; r++)
+        sc->row_ptrs[r] = fai__q_row(plan, &t->q, b, unit->q_begin + r / group,
+                                     unit->head_kv * group + r % group);
+    if (plan->direct_kv)
+        cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
+    else
+        cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
+    for (int64_t r = 0; r < ld_s; r++) { /* the vector lanes past `rows` too */
+        sc->row_max[r] = -INFINITY;
+        sc->row_sum[r] = 0.0f;
+    }
+    memset(sc->o_acc, 0, (size_t)(rows * ld_o) * sizeof(float));
+
+    /* -- Step 2: the valid kv tiles, in order -- */
+    const fai_band band = fai__band_of(&plan->pb, seq->q_len, seq->kv_len);
+    const int64_t first_row = unit->q_begin, last_row = unit->q_begin + unit->q_len - 1;
+    for (int64_t tile = tile_begin; tile < tile_end; tile++) {
+        const int64_t key_begin = (unit->kv_tile_begin + tile) * tile_kv;
+        const int64_t n = seq->kv_len - key_begin < tile_kv ? seq->kv_len - key_begin : tile_kv;
+        /* every row sees every key of the tile: no band masking needed */
+        const int band_partial = !(fai__band_lo(&band, last_row) <= key_begin &&
+                                   fai__band_hi(&band, first_row) >= key_begin + n - 1);
+
+        if (plan->direct_kv && tile + 1 < tile_end) {
+            /* decode streams K and V once: ask for the next tile now */
+            const int64_t next = key_begin + tile_kv;
+            const int64_t next_n = seq->kv_len - next < tile_kv ? seq->kv_len - next : tile_kv;
+            fai__kv_prefetch(plan, t, &t->k, b, unit->head_kv, next, next_n,
+                             d * (int64_t)fai__dtype_size(t->k.dtype));
+            fai__kv_prefetch(plan, t, &t->v, b, unit->head_kv, next, next_n,
+                             dv * (int64_t)fai__dtype_size(t->v.dtype));
         }
-        memset(sc->o_acc, 0, (size_t)(rows * ld_o) * sizeof(float));
-
-        /* -- Step 2: the valid kv tiles, in order -- */
-        const fai_band band = fai__band_of(&plan->pb, seq->q_len, seq->kv_len);
-        const int64_t first_row = unit->q_begin, last_row = unit->q_begin + unit->q_len - 1;
-        for (int64_t tile = 0; tile < unit->kv_tiles; tile++) {
-            const int64_t key_begin = (unit->kv_tile_begin + tile) * tile_kv;
-            const int64_t n = seq->kv_len - key_begin < tile_kv ? seq->kv_len - key_begin : tile_kv;
-            /* every row sees every key of the tile: no band masking needed */
-            const int band_partial = !(fai__band_lo(&band, last_row) <= key_begin &&
-                                       fai__band_hi(&band, first_row) >= key_begin + n - 1);
-
-            if (plan->direct_kv && tile + 1 < unit->kv_tiles) {
-                /* decode streams K and V once: ask for the next tile now */
-                const int64_t next = key_begin + tile_kv;
-                const int64_t next_n = seq->kv_len - next < tile_kv ? seq->kv_len - next : tile_kv;
-                fai__kv_prefetch(plan, t, &t->k, b, unit->head_kv, next, next_n,
-                                 d * (int64_t)fai__dtype_size(t->k.dtype));
-                fai__kv_prefetch(plan, t, &t->v, b, unit->head_kv, next, next_n,
-                                 dv * (int64_t)fai__dtype_size(t->v.dtype));
-            }
-            fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-            if (plan->direct_kv) {
-                cntx->qk_rows(sc->s_tile, ld_s, sc->q_tile, plan->ld_q, rows, sc->row_ptrs,
-                              t->k.dtype, n, d, plan->scale);
-            } else {
-                cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
-                cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
-            }
-
-            const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
-            if (masked)
-                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, ld_s);
-            cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
-            cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
-
-            fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-            if (plan->direct_kv) {
-                cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, ld_s, rows, sc->row_ptrs, t->v.dtype, n,
-                              dv, masked);
-            } else {
-                cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
-                cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked);
-            }
+        fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+        if (plan->direct_kv) {
+            cntx->qk_rows(sc->s_tile, ld_s, sc->q_tile, plan->ld_q, rows, sc->row_ptrs,
+                          t->k.dtype, n, d, plan->scale);
+        } else {
+            cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
+            cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
         }
 
-        /* -- Step 3: O = O / l and LSE = m + log l; rows that saw nothing get 0 and -inf -- */
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t i = unit->q_begin + r / group;
-            const int64_t head_q = unit->head_kv * group + r % group;
-            const float sum = sc->row_sum[r];
-            if (!(sum > 0.0f)) {
-                write_zero_row(plan, t, b, i, head_q);
-                continue;
-            }
-            cntx->store_row(fai__q_row(plan, &t->o, b, i, head_q), t->o.dtype,
-                            sc->o_acc + r * ld_o, dv, 1.0f / sum);
-            if (t->lse.data)
-                *fai__lse_at(plan, &t->lse, b, i, head_q) = sc->row_max[r] + logf(sum);
+        const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
+        if (masked)
+            apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, ld_s);
+        cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
+        cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
+
+        fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+        if (plan->direct_kv) {
+            cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, ld_s, rows, sc->row_ptrs, t->v.dtype, n,
+                          dv, masked);
+        } else {
+            cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
+            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked);
         }
     }
+}
 
-    /* -- Step 4: rows past the sequence's length -- */
+/* O = O / l and LSE = m + log l from the scratch; rows that saw nothing get 0 and -inf, and so
+ * do the rows past the sequence's length that the unit owns. */
+static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                        const unit_scratch *sc) {
+    const int64_t group = plan->group, rows = unit->q_len * group;
+    const int64_t b = unit->batch;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t i = unit->q_begin + r / group;
+        const int64_t head_q = unit->head_kv * group + r % group;
+        const float sum = sc->row_sum[r];
+        if (!(sum > 0.0f)) {
+            write_zero_row(plan, t, b, i, head_q);
+            continue;
+        }
+        plan->cntx->store_row(fai__q_row(plan, &t->o, b, i, head_q), t->o.dtype,
+                              sc->o_acc + r * plan->ld_o, plan->head_dim_v, 1.0f / sum);
+        if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = sc->row_max[r] + logf(sum);
+    }
     for (int64_t i = unit->pad_begin; i < unit->pad_end; i++)
         for (int64_t g = 0; g < group; g++)
             write_zero_row(plan, t, b, i, unit->head_kv * group + g);
 }
 
-void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker,
-                            unsigned char *ws) {
+/* -- split-KV -------------------------------------------------------------------------------- */
+
+static float *part_slot(const fai_plan *plan, unsigned char *ws_base, int64_t slot) {
+    return (float *)(ws_base + plan->ws.partials + (size_t)slot * plan->ws.partial_bytes);
+}
+
+/* Stores this part's O, m and l, and returns nonzero for the part that completes the unit: the
+ * last to finish merges, whichever thread runs it. */
+static int store_part(const fai_plan *plan, const fai_unit *unit, int64_t part,
+                      const unit_scratch *sc, unsigned char *ws_base) {
+    const int64_t rows = unit->q_len * plan->group, ld_o = plan->ld_o, ld_s = plan->ld_s;
+    float *slot = part_slot(plan, ws_base, unit->first_slot + part); /* O [rows, ld_o], m, l */
+    memcpy(slot, sc->o_acc, (size_t)(rows * ld_o) * sizeof(float));
+    memcpy(slot + rows * ld_o, sc->row_max, (size_t)ld_s * sizeof(float));
+    memcpy(slot + rows * ld_o + ld_s, sc->row_sum, (size_t)ld_s * sizeof(float));
+    atomic_llong *done = (atomic_llong *)(ws_base + plan->ws.counters) + unit->split_index;
+    /* acq_rel: the releases of all parts form one sequence that the last part acquires */
+    return atomic_fetch_add_explicit(done, 1, memory_order_acq_rel) + 1 == unit->parts;
+}
+
+/* Combines the unit's parts in part order (deterministic for the plan) into the scratch:
+ * m = max m_p, l = sum l_p e^(m_p - m), O = sum O_p e^(m_p - m). */
+static void merge_parts(const fai_plan *plan, const fai_unit *unit, const unit_scratch *sc,
+                        unsigned char *ws_base) {
+    const int64_t rows = unit->q_len * plan->group, ld_o = plan->ld_o, ld_s = plan->ld_s;
+    for (int64_t r = 0; r < rows; r++) {
+        float max = -INFINITY;
+        for (int64_t p = 0; p < unit->parts; p++) {
+            const float part_max = part_slot(plan, ws_base, unit->first_slot + p)[rows * ld_o + r];
+            if (part_max > max) max = part_max;
+        }
+        float *o_row = sc->o_acc + r * ld_o;
+        float sum = 0.0f;
+        memset(o_row, 0, (size_t)ld_o * sizeof(float));
+        for (int64_t p = 0; p < unit->parts && max > -INFINITY; p++) {
+            const float *slot = part_slot(plan, ws_base, unit->first_slot + p);
+            const float part_max = slot[rows * ld_o + r];
+            if (part_max == -INFINITY) continue; /* this part saw nothing of the row */
+            const float weight = expf(part_max - max);
+            sum += slot[rows * ld_o + ld_s + r] * weight;
+            for (int64_t x = 0; x < ld_o; x++) o_row[x] += slot[r * ld_o + x] * weight;
+        }
+        sc->row_max[r] = max;
+        sc->row_sum[r] = sum;
+    }
+}
+
+void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker_index,
+                            unsigned char *ws, unsigned char *ws_base) {
     const unit_scratch sc = carve_scratch(plan, ws);
-    for (int64_t u = plan->worker_begin[worker]; u < plan->worker_begin[worker + 1]; u++)
-        run_unit(plan, t, &plan->units[u], &sc);
+    const fai_worker *worker = &plan->worker[worker_index];
+    for (int64_t u = worker->unit_begin; u < worker->unit_end; u++) {
+        const fai_unit *unit = &plan->units[u];
+        if (unit->parts <= 1) {
+            if (unit->q_len > 0) compute_tiles(plan, t, unit, 0, unit->kv_tiles, &sc);
+            finish_unit(plan, t, unit, &sc);
+            continue;
+        }
+        /* a part: the worker's share of the unit's tiles on the line */
+        const int64_t begin = worker->line_begin > unit->line_begin ? worker->line_begin : unit->line_begin;
+        const int64_t unit_end = unit->line_begin + unit->kv_tiles;
+        const int64_t end = worker->line_end < unit_end ? worker->line_end : unit_end;
+        const int64_t part = u == worker->unit_begin ? worker->first_part : worker->last_part;
+        compute_tiles(plan, t, unit, begin - unit->line_begin, end - unit->line_begin, &sc);
+        if (store_part(plan, unit, part, &sc, ws_base)) {
+            merge_parts(plan, unit, &sc, ws_base);
+            finish_unit(plan, t, unit, &sc);
+        }
+    }
 }

@@ -5,6 +5,7 @@
  * kernel computes, and no others, because the kernel reads its tile range from the unit. */
 #include "fai_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 fai_band fai__band_of(const fai_problem *pb, int64_t q_len, int64_t kv_len) {
@@ -104,42 +105,164 @@ fai_status fai__build_units(fai_plan *plan) {
     return FAI_OK;
 }
 
-/* Contiguous ranges by weight: unit u goes to the worker whose share of the total weight holds
- * the unit's midpoint. Every worker's weight then differs from the mean by at most one unit's
- * weight, which the seed's greedy rule does not promise. Units of weight 0 (empty or fully
- * masked sequences, which only write zero rows) follow their neighbours. */
+/* -- The split --------------------------------------------------------------------------------
+ * Every strategy produces cuts c_0 = 0 <= c_1 <= ... <= c_W = T on the line of all units' valid
+ * tiles (unit u holds [line_begin, line_begin + kv_tiles)); worker w computes [c_w, c_{w+1}).
+ * A unit that a cut crosses is computed in parts, one per worker, and merged. */
+
+/* Snap a cut to a unit edge when the edge is this close (in tiles per worker): the imbalance it
+ * adds is smaller than the cost of merging partial results. */
+#define SNAP_FRACTION 0.03
+
+/* The worker computing line position p: the nonempty worker whose range holds it (p = T: the
+ * last nonempty worker; no nonempty worker at all: worker 0). */
+static int64_t owner_of(const int64_t *cuts, int64_t workers, int64_t p) {
+    int64_t lo = 0, hi = workers; /* find the last w with cuts[w] <= p and cuts[w+1] > p */
+    if (p >= cuts[workers]) {
+        for (int64_t w = workers - 1; w >= 0; w--)
+            if (cuts[w + 1] > cuts[w]) return w;
+        return 0;
+    }
+    while (hi - lo > 1) { /* invariant: cuts[lo] <= p < cuts[hi] */
+        const int64_t mid = (lo + hi) / 2;
+        if (cuts[mid] <= p)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* AUTO: equal shares of the line, snapped to a unit edge where one is near. */
+static void cut_line(const fai_plan *plan, int64_t *cuts) {
+    const int64_t workers = plan->workers, total = plan->total_weight;
+    const double share = (double)total / (double)workers;
+    int64_t u = 0;
+    for (int64_t w = 0; w <= workers; w++) cuts[w] = 0;
+    if (plan->unit_count == 0 || total == 0) return;
+    for (int64_t w = 1; w < workers; w++) {
+        const double ideal = share * (double)w;
+        while (u + 1 < plan->unit_count && (double)plan->units[u + 1].line_begin <= ideal) u++;
+        /* the unit edges on either side of the ideal cut */
+        const int64_t below = plan->units[u].line_begin;
+        const int64_t above = u + 1 < plan->unit_count ? plan->units[u + 1].line_begin : total;
+        const int64_t edge = ideal - (double)below <= (double)above - ideal ? below : above;
+        int64_t cut = (int64_t)(ideal + 0.5);
+        if (fabs((double)edge - ideal) <= SNAP_FRACTION * share) cut = edge;
+        cuts[w] = cut < cuts[w - 1] ? cuts[w - 1] : cut;
+    }
+    cuts[workers] = total;
+}
+
+/* UNITS: unit u goes to the worker whose share holds the unit's midpoint, so a worker's weight
+ * differs from the mean by at most one unit's weight. Cuts fall on unit edges. */
+static void cut_units(const fai_plan *plan, int64_t *cuts) {
+    const int64_t workers = plan->workers, total = plan->total_weight;
+    int64_t next_worker = 1;
+    cuts[0] = 0;
+    for (int64_t u = 0; u < plan->unit_count && total > 0; u++) {
+        const fai_unit *unit = &plan->units[u];
+        const __int128 midpoint = (__int128)(2 * unit->line_begin + unit->kv_tiles) * workers;
+        int64_t worker = (int64_t)(midpoint / (2 * (__int128)total));
+        if (worker >= workers) worker = workers - 1;
+        while (next_worker <= worker) cuts[next_worker++] = unit->line_begin;
+    }
+    while (next_worker <= workers) cuts[next_worker++] = total;
+}
+
+/* GREEDY: the seed's ComputeSplitNBSeq on whole units. */
+static void cut_greedy(const fai_plan *plan, int64_t *cuts) {
+    const int64_t workers = plan->workers, total = plan->total_weight;
+    int64_t worker = 0, worker_weight = 0;
+    cuts[0] = 0;
+    for (int64_t u = 0; u < plan->unit_count; u++) {
+        const fai_unit *unit = &plan->units[u];
+        const double target = (double)total * (double)(worker + 1) / (double)workers;
+        const double deficit = target - (double)unit->line_begin;
+        if (worker + 1 < workers && worker_weight > 0 && (double)unit->kv_tiles > 2.0 * deficit) {
+            cuts[++worker] = unit->line_begin;
+            worker_weight = 0;
+        }
+        worker_weight += unit->kv_tiles;
+    }
+    while (worker < workers) cuts[++worker] = total;
+}
+
+/* From the cuts: each worker's units, the units computed in parts and each part's index. */
+static void assign_workers(fai_plan *plan, const int64_t *cuts) {
+    const int64_t workers = plan->workers;
+    for (int64_t w = 0; w < workers; w++) {
+        fai_worker *worker = &plan->worker[w];
+        worker->unit_begin = worker->unit_end = -1;
+        worker->line_begin = cuts[w];
+        worker->line_end = cuts[w + 1];
+        worker->first_part = worker->last_part = -1;
+        plan->worker_weight[w] = cuts[w + 1] - cuts[w];
+    }
+    plan->split_units = plan->partials = 0;
+    for (int64_t u = 0; u < plan->unit_count; u++) {
+        fai_unit *unit = &plan->units[u];
+        const int64_t end = unit->line_begin + unit->kv_tiles;
+        const int64_t first = owner_of(cuts, workers, unit->line_begin);
+        const int64_t last = unit->kv_tiles > 0 ? owner_of(cuts, workers, end - 1) : first;
+        unit->parts = 0;
+        for (int64_t w = first; w <= last; w++) {
+            if (w != first && cuts[w + 1] == cuts[w]) continue; /* an empty worker */
+            fai_worker *worker = &plan->worker[w];
+            if (worker->unit_begin < 0) worker->unit_begin = u;
+            worker->unit_end = u + 1;
+            unit->parts++;
+        }
+        if (unit->parts > 1) {
+            int64_t part = 0;
+            for (int64_t w = first; w <= last; w++) {
+                if (w != first && cuts[w + 1] == cuts[w]) continue;
+                fai_worker *worker = &plan->worker[w];
+                if (worker->unit_begin == u) worker->first_part = part;
+                if (worker->unit_end == u + 1) worker->last_part = part;
+                part++;
+            }
+            unit->split_index = plan->split_units++;
+            unit->first_slot = plan->partials;
+            plan->partials += unit->parts;
+        }
+    }
+    /* a worker with nothing to do gets the empty range where its predecessor ended */
+    for (int64_t w = 0, previous_end = 0; w < workers; w++) {
+        if (plan->worker[w].unit_begin < 0)
+            plan->worker[w].unit_begin = plan->worker[w].unit_end = previous_end;
+        previous_end = plan->worker[w].unit_end;
+    }
+}
+
 fai_status fai__split_units(fai_plan *plan) {
     const int64_t workers = plan->workers;
-    plan->worker_begin = calloc((size_t)workers + 1, sizeof *plan->worker_begin);
+    plan->worker = calloc((size_t)workers, sizeof *plan->worker);
     plan->worker_weight = calloc((size_t)workers, sizeof *plan->worker_weight);
-    if (!plan->worker_begin || !plan->worker_weight)
+    int64_t *cuts = calloc((size_t)workers + 1, sizeof *cuts);
+    if (!plan->worker || !plan->worker_weight || !cuts) {
+        free(cuts);
         return fai__fail(FAI_ERR_NO_MEMORY, "no memory for %lld workers", (long long)workers);
-
-    const int64_t total = plan->total_weight;
-    int64_t prefix = 0, previous_worker = 0;
-    for (int64_t u = 0; u < plan->unit_count; u++) {
-        const int64_t weight = plan->units[u].kv_tiles;
-        int64_t worker;
-        if (total > 0) {
-            /* (2*prefix + weight) / (2*total) * workers, in exact integer arithmetic */
-            const __int128 midpoint = (__int128)(2 * prefix + weight) * workers;
-            worker = (int64_t)(midpoint / (2 * (__int128)total));
-        } else {
-            worker = (int64_t)((__int128)u * workers / plan->unit_count);
-        }
-        if (worker >= workers) worker = workers - 1;
-        if (worker < previous_worker) worker = previous_worker;
-        for (int64_t w = previous_worker + 1; w <= worker; w++) plan->worker_begin[w] = u;
-        previous_worker = worker;
-        plan->worker_weight[worker] += weight;
-        prefix += weight;
     }
-    for (int64_t w = previous_worker + 1; w <= workers; w++)
-        plan->worker_begin[w] = plan->unit_count;
+    int64_t position = 0;
+    for (int64_t u = 0; u < plan->unit_count; u++) {
+        plan->units[u].line_begin = position;
+        position += plan->units[u].kv_tiles;
+    }
+    if (plan->pb.split == FAI_SPLIT_GREEDY)
+        cut_greedy(plan, cuts);
+    else if (plan->pb.split == FAI_SPLIT_UNITS)
+        cut_units(plan, cuts);
+    else
+        cut_line(plan, cuts);
+    assign_workers(plan, cuts);
+    free(cuts);
 
     int64_t max_weight = 0;
     for (int64_t w = 0; w < workers; w++)
         if (plan->worker_weight[w] > max_weight) max_weight = plan->worker_weight[w];
-    plan->imbalance = total > 0 ? (double)max_weight * (double)workers / (double)total : 1.0;
+    plan->imbalance = plan->total_weight > 0
+                          ? (double)max_weight * (double)workers / (double)plan->total_weight
+                          : 1.0;
     return FAI_OK;
 }

@@ -83,7 +83,11 @@ static fai_status layout_workspace(fai_plan *plan) {
     if (!fai__mul_ok((int64_t)offset, plan->threads, &total))
         return fai__fail(FAI_ERR_OVERFLOW, "workspace of %" PRId64 " threads overflows",
                          plan->threads);
-    plan->workspace_size = (size_t)total;
+    /* split-KV: one slot per part (O [rows, ld_o], m and l [ld_s]), one counter per split unit */
+    ws->partial_bytes = align64((rows * ld_o + 2 * ld_s) * sizeof(float));
+    ws->partials = (size_t)total;
+    ws->counters = ws->partials + (size_t)plan->partials * ws->partial_bytes;
+    plan->workspace_size = ws->counters + align64((size_t)plan->split_units * sizeof(int64_t));
     return FAI_OK;
 }
 
@@ -139,7 +143,7 @@ void fai_plan_free(fai_plan *plan) {
     if (!plan) return;
     free(plan->seqs);
     free(plan->units);
-    free(plan->worker_begin);
+    free(plan->worker);
     free(plan->worker_weight);
     free(plan);
 }
@@ -165,7 +169,9 @@ fai_status fai_plan_get_info(const fai_plan *plan, fai_plan_info *info) {
     info->threads = plan->threads;
     info->total_weight = plan->total_weight;
     info->imbalance = plan->imbalance;
-    info->split_kv = 0;
+    info->split_kv = plan->split_units > 0;
+    info->split_units = plan->split_units;
+    info->partials = plan->partials;
     info->visible_pairs = plan->visible_pairs;
     info->workspace_bytes = plan->workspace_size;
     info->isa = plan->cntx->name;
@@ -179,9 +185,11 @@ fai_status fai_plan_get_worker(const fai_plan *plan, int64_t worker, fai_worker_
     if (worker < 0 || worker >= plan->workers)
         return fai__fail(FAI_ERR_INVALID_ARG, "worker = %" PRId64 " is outside [0, %" PRId64 ")",
                          worker, plan->workers);
-    range->unit_begin = plan->worker_begin[worker];
-    range->unit_end = plan->worker_begin[worker + 1];
+    range->unit_begin = plan->worker[worker].unit_begin;
+    range->unit_end = plan->worker[worker].unit_end;
     range->weight = plan->worker_weight[worker];
+    range->line_begin = plan->worker[worker].line_begin;
+    range->line_end = plan->worker[worker].line_end;
     return FAI_OK;
 }
 

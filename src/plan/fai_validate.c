@@ -95,6 +95,9 @@ fai_status fai__validate_problem(const fai_problem *pb) {
                          "mask_kind = %d is not one of none 0, keep 1, drop 2, add 3",
                          (int)pb->mask_kind);
     TRY(check_range("workers", pb->workers, 0, FAI_MAX_WORKERS));
+    if (pb->split != FAI_SPLIT_AUTO && pb->split != FAI_SPLIT_UNITS && pb->split != FAI_SPLIT_GREEDY)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "split = %d is not one of auto 0, units 1, greedy 2", (int)pb->split);
     TRY(check_range("threads", pb->threads, 0, FAI_MAX_WORKERS));
     TRY(check_range("tile_q", pb->tile_q, 0, MAX_TILE));
     TRY(check_range("tile_kv", pb->tile_kv, 0, MAX_TILE));
