@@ -9,9 +9,13 @@
 
 static void print_usage(FILE *out) {
     fprintf(out,
-            "usage: fai plan <shape> [--workers N] [--tile QxKV] [--json]\n"
+            "usage: fai plan <shape> [--workers N] [--strategy auto|units|greedy] [--tile QxKV]\n"
+            "                [--json]\n"
             "Shows the tile shape, the units, each worker's unit range and weight (valid kv\n"
-            "tiles) and the imbalance (max / mean worker weight).\n\n%s",
+            "tiles) and the imbalance (max / mean worker weight, over every worker asked for).\n"
+            "Strategies: auto cuts the line of all valid tiles into equal shares, splitting a\n"
+            "unit's kv range across workers where needed (split-KV); units keeps units whole;\n"
+            "greedy is the seed's ComputeSplitNBSeq, for comparison.\n\n%s",
             fai_shape_usage);
 }
 
@@ -21,6 +25,7 @@ int fai_cmd_plan(int argc, char **argv) {
     if (!used) return 2;
     int json = 0, status = 2;
     int64_t workers = 0, tile_q = 0, tile_kv = 0;
+    fai_split strategy = FAI_SPLIT_AUTO;
     int32_t *seqlens_kv = NULL;
     fai_plan *plan = NULL;
     if (fai_shape_parse(argc, argv, used, &shape, "plan")) goto done;
@@ -35,6 +40,16 @@ int fai_cmd_plan(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--workers") && i + 1 < argc &&
                    !fai_parse_int64(argv[i + 1], 1, FAI_MAX_WORKERS, &workers)) {
             i++;
+        } else if (!strcmp(argv[i], "--strategy") && i + 1 < argc) {
+            const char *name = argv[++i];
+            if (!strcmp(name, "auto")) strategy = FAI_SPLIT_AUTO;
+            else if (!strcmp(name, "units")) strategy = FAI_SPLIT_UNITS;
+            else if (!strcmp(name, "greedy")) strategy = FAI_SPLIT_GREEDY;
+            else {
+                fprintf(stderr, "fai plan: --strategy needs auto, units or greedy, got '%s'\n",
+                        name);
+                goto done;
+            }
         } else if (!strcmp(argv[i], "--tile") && i + 1 < argc) {
             long long q, kv;
             char tail;
@@ -57,6 +72,7 @@ int fai_cmd_plan(int argc, char **argv) {
     pb.workers = workers;
     pb.tile_q = tile_q;
     pb.tile_kv = tile_kv;
+    pb.split = strategy;
     const fai_status created = fai_plan_create(&pb, &plan);
     if (created != FAI_OK) {
         fprintf(stderr, "fai plan: %s\n", fai_last_error());
@@ -67,12 +83,17 @@ int fai_cmd_plan(int argc, char **argv) {
     if (json) {
         printf("{\"shape\": \"%s\", \"tile_q\": %lld, \"tile_kv\": %lld, \"tile_rows\": %lld, "
                "\"units\": %lld, \"workers\": %lld, \"threads\": %lld, \"total_weight\": %lld, "
-               "\"imbalance\": %.6f, \"split_kv\": %s, \"workspace_bytes\": %zu, \"isa\": \"%s\", "
-               "\"worker_weights\": [",
+               "\"imbalance\": %.6f, \"split_kv\": %s, \"split_units\": %lld, \"partials\": %lld, "
+               "\"strategy\": \"%s\", \"workspace_bytes\": %zu, \"isa\": \"%s\", \"worker_weights\": [",
                shape.name, (long long)info.tile_q, (long long)info.tile_kv,
                (long long)info.tile_rows, (long long)info.units, (long long)info.workers,
                (long long)info.threads, (long long)info.total_weight, info.imbalance,
-               info.split_kv ? "true" : "false", info.workspace_bytes, info.isa);
+               info.split_kv ? "true" : "false", (long long)info.split_units,
+               (long long)info.partials,
+               strategy == FAI_SPLIT_GREEDY  ? "greedy"
+               : strategy == FAI_SPLIT_UNITS ? "units"
+                                             : "auto",
+               info.workspace_bytes, info.isa);
         for (int64_t w = 0; w < info.workers; w++) {
             fai_worker_range range;
             fai_plan_get_worker(plan, w, &range);
@@ -102,12 +123,16 @@ int fai_cmd_plan(int argc, char **argv) {
         printf("workers     %lld on %lld threads, isa %s, workspace %zu bytes\n",
                (long long)info.workers, (long long)info.threads, info.isa, info.workspace_bytes);
         printf("imbalance   %.4f (max / mean worker weight)\n", info.imbalance);
-        printf("%8s %12s %12s %10s\n", "worker", "unit_begin", "unit_end", "weight");
+        printf("split-KV    %s: %lld units in %lld parts\n", info.split_kv ? "yes" : "no",
+               (long long)info.split_units, (long long)info.partials);
+        printf("%8s %12s %12s %12s %12s %10s\n", "worker", "unit_begin", "unit_end", "tile_begin",
+               "tile_end", "weight");
         for (int64_t w = 0; w < info.workers; w++) {
             fai_worker_range range;
             fai_plan_get_worker(plan, w, &range);
-            printf("%8lld %12lld %12lld %10lld\n", (long long)w, (long long)range.unit_begin,
-                   (long long)range.unit_end, (long long)range.weight);
+            printf("%8lld %12lld %12lld %12lld %12lld %10lld\n", (long long)w,
+                   (long long)range.unit_begin, (long long)range.unit_end,
+                   (long long)range.line_begin, (long long)range.line_end, (long long)range.weight);
         }
     }
     status = 0;
