@@ -2,87 +2,14 @@
  * rows against an fp64 reference, and prints the time with GFLOP/s (compute-bound shapes) or
  * the K/V read rate (decode). */
 #include "fai_cli.h"
-#include "fai_oracle.h"
 #include "fai_shape.h"
+#include "fai_verify.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SAMPLED_ROWS 24
-
-/* Address of element (b, s, h, 0) of a tensor, in elements. */
-static int64_t element_index(const fai_tensor *t, int64_t b, int64_t s, int64_t h) {
-    return b * t->stride_batch + s * t->stride_seq + h * t->stride_head;
-}
-
-/* fp64 attention of one query row of a demo shape (dense or paged K/V, causal or not). */
-static void reference_row(const fai_shape *shape, const fai_shape_data *data, int64_t b,
-                          int64_t i, int64_t h, double *o_row, double *scores) {
-    const fai_tensors *t = &data->tensors;
-    const int64_t d = shape->d, dv = shape->dv ? shape->dv : shape->d;
-    const int64_t hk = h / (shape->hq / shape->hkv);
-    const int64_t last_key = shape->causal == FAI_CAUSAL_BOTTOM_RIGHT ? i + shape->skv - shape->sq
-                             : shape->causal == FAI_CAUSAL_TOP_LEFT   ? i
-                                                                      : shape->skv - 1;
-    const int64_t keys = last_key + 1 < shape->skv ? last_key + 1 : shape->skv;
-    const double scale = 1.0 / sqrt((double)d);
-    double max_score = -INFINITY;
-    for (int64_t j = 0; j < keys; j++) {
-        int64_t page = b, slot = j;
-        if (shape->page_size) {
-            page = data->block_table[b * data->problem.pages_per_seq + j / shape->page_size];
-            slot = j % shape->page_size;
-        }
-        const int64_t q0 = element_index(&t->q, b, i, h), k0 = element_index(&t->k, page, slot, hk);
-        double dot = 0.0;
-        for (int64_t x = 0; x < d; x++)
-            dot += fai_oracle_load(t->q.data, t->q.dtype, q0 + x) *
-                   fai_oracle_load(t->k.data, t->k.dtype, k0 + x);
-        scores[j] = dot * scale;
-        if (scores[j] > max_score) max_score = scores[j];
-    }
-    double sum = 0.0;
-    for (int64_t x = 0; x < dv; x++) o_row[x] = 0.0;
-    for (int64_t j = 0; j < keys; j++) {
-        int64_t page = b, slot = j;
-        if (shape->page_size) {
-            page = data->block_table[b * data->problem.pages_per_seq + j / shape->page_size];
-            slot = j % shape->page_size;
-        }
-        const double p = exp(scores[j] - max_score);
-        sum += p;
-        const int64_t v0 = element_index(&t->v, page, slot, hk);
-        for (int64_t x = 0; x < dv; x++) o_row[x] += p * fai_oracle_load(t->v.data, t->v.dtype, v0 + x);
-    }
-    for (int64_t x = 0; x < dv; x++) o_row[x] = keys > 0 ? o_row[x] / sum : 0.0;
-}
-
-/* Largest error of the sampled rows, relative to max(1, |ref|). */
-static double check_rows(const fai_shape *shape, const fai_shape_data *data, uint64_t seed) {
-    const int64_t dv = shape->dv ? shape->dv : shape->d;
-    double *o_row = malloc((size_t)dv * sizeof(double));
-    double *scores = malloc((size_t)(shape->skv + 1) * sizeof(double));
-    double worst = 0.0;
-    if (!o_row || !scores) worst = INFINITY;
-    for (int s = 0; s < SAMPLED_ROWS && o_row && scores; s++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        const int64_t b = (int64_t)((seed >> 16) % (uint64_t)shape->b);
-        const int64_t i = (int64_t)((seed >> 24) % (uint64_t)shape->sq);
-        const int64_t h = (int64_t)((seed >> 40) % (uint64_t)shape->hq);
-        reference_row(shape, data, b, i, h, o_row, scores);
-        const int64_t o0 = element_index(&data->tensors.o, b, i, h);
-        for (int64_t x = 0; x < dv; x++) {
-            const double got = fai_oracle_load(data->tensors.o.data, data->tensors.o.dtype, o0 + x);
-            const double err = fabs(got - o_row[x]) / fmax(1.0, fabs(o_row[x]));
-            if (!(err <= worst)) worst = err; /* NaN counts as the worst */
-        }
-    }
-    free(o_row);
-    free(scores);
-    return worst;
-}
 
 static int compare_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -163,7 +90,7 @@ int fai_cmd_demo(int argc, char **argv) {
             fprintf(stderr, "fai demo: %s: %s\n", shape->name, fai_last_error());
             failures++;
         } else {
-            const double err = check_rows(shape, &data, 77 + (uint64_t)s);
+            const double err = fai_verify_rows(shape, &data, SAMPLED_ROWS, 77 + (uint64_t)s);
             const int ok = err <= tolerance;
             failures += !ok;
             char problem[64];

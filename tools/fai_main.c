@@ -11,7 +11,8 @@ static void print_usage(FILE *out) {
                  "  run    attention on .npy files (fai run --help)\n"
                  "  check  randomized sweep against the fp64 reference\n"
                  "  plan   show the tile shape, units and the split across workers\n"
-                 "  demo   run the benchmark shapes once, verified against the reference\n");
+                 "  demo   run the benchmark shapes once, verified against the reference\n"
+                 "  bench  time shapes per thread count, against the machine's measured peaks\n");
 }
 
 int main(int argc, char **argv) {
@@ -28,6 +29,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "check")) return fai_cmd_check(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return fai_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return fai_cmd_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return fai_cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "fai: unknown command '%s'\n", cmd);
     print_usage(stderr);
     return 2;

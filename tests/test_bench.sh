@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# fai bench on a tiny shape: every line is JSON with the keys of the design's contract, the
+# median lies between min and max, and a bad option exits 2 with one line on stderr.
+set -euo pipefail
+fai=${1:?usage: test_bench.sh /path/to/fai}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$fai" bench --b 1 --hq 2 --hkv 1 --sq 8 --skv 40 --d 16 --runs 2 --threads 1,2 --json \
+    --no-peaks >"$tmp/out"
+
+python3 - "$tmp/out" <<'PY'
+import json, sys
+required = ["shape", "threads", "q_dtype", "kv_dtype", "out_dtype", "median_ms", "min_ms",
+            "max_ms", "gflops", "kv_gbps", "workspace_bytes"]
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 2, f"expected one line per thread count, got {len(lines)}"
+threads = []
+for line in lines:
+    row = json.loads(line)
+    missing = [key for key in required if key not in row]
+    assert not missing, f"missing keys {missing} in {line}"
+    assert row["min_ms"] <= row["median_ms"] <= row["max_ms"], line
+    assert row["gflops"] > 0 and row["kv_gbps"] > 0, line
+    assert row["check"] == "ok", line
+    assert "peaks" not in row and "peak_fp32_gflops" not in row, "--no-peaks still probed"
+    threads.append(row["threads"])
+assert threads == [1, 2], threads
+PY
+
+# bad options: exit 2, one line on stderr, nothing on stdout
+for bad in "--bogus" "--threads 0" "--runs x" "--hq 3 --hkv 2"; do
+    status=0
+    # shellcheck disable=SC2086
+    "$fai" bench $bad >"$tmp/stdout" 2>"$tmp/stderr" || status=$?
+    [ "$status" -eq 2 ] || { echo "fai bench $bad: exit $status, expected 2"; exit 1; }
+    [ "$(wc -l <"$tmp/stderr")" -eq 1 ] || { echo "fai bench $bad: stderr not one line"; exit 1; }
+    [ ! -s "$tmp/stdout" ] || { echo "fai bench $bad: wrote to stdout"; exit 1; }
+done
+echo "test_bench: ok"

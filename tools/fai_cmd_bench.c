@@ -1,0 +1,533 @@
+/* fai bench: the benchmark shapes (or one given by the shape flags) on each thread count, with
+ * the median, min and max of several runs, the rates derived from them, and the machine's own
+ * limits measured in the same run, so every rate can be read as a fraction of a peak. */
+#include "fai_cli.h"
+#include "fai_oracle.h"
+#include "fai_peak.h"
+#include "fai_shape.h"
+#include "fai_verify.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SHAPES 64
+#define MAX_THREAD_COUNTS 64
+#define MAX_RUNS 1000
+#define SAMPLED_ROWS 8 /* enough to catch a wrong tile or page; cheap even on D2 */
+
+typedef struct bench_options {
+    fai_shape shapes[MAX_SHAPES];
+    int shape_count;
+    int64_t threads[MAX_THREAD_COUNTS];
+    int thread_count;
+    int64_t runs, warmup;
+    int json, peaks, bf16_too;
+} bench_options;
+
+/* One (shape, thread count) measurement. */
+typedef struct bench_result {
+    int64_t threads;
+    double median_ms, min_ms, max_ms;
+    double flops, kv_bytes;
+    fai_plan_info info;
+} bench_result;
+
+/* The shape's fp64 spot check, done once per shape on the first thread count's output. */
+typedef struct bench_check {
+    double max_err, tolerance;
+    int64_t threads;
+} bench_check;
+
+static void print_usage(FILE *out) {
+    fprintf(
+        out,
+        "usage: fai bench [SHAPE ...] [shape flags] [--threads LIST] [--runs N] [--warmup N]\n"
+        "                 [--bf16-too] [--json] [--no-peaks] [--help]\n"
+        "Times fai_run on each shape and thread count: median, min and max of --runs runs\n"
+        "(default 7) after --warmup runs (default 1), GFLOP/s of useful work (2*D + 2*Dv\n"
+        "per visible (query, key) pair) and GB/s of K/V that must be read. Each shape's\n"
+        "output is checked on %d sampled rows against an fp64 reference (on the first\n"
+        "thread count). Unless --no-peaks, the machine's fp32 FMA and bf16 dot-product\n"
+        "GFLOP/s and DRAM read GB/s are measured first on the same thread counts, and\n"
+        "every rate is also given as a fraction of them.\n\n"
+        "  SHAPE          P1 P2 D1 D2 C1 (default: all five; Q f32, K/V f16, O f32)\n"
+        "  shape flags    describe one shape, or change every named shape\n"
+        "  --threads LIST comma-separated thread counts (default: 1, 2, 4, ... and the\n"
+        "                 number of online CPUs); each runs on its own pool, workers = threads\n"
+        "  --bf16-too     also run each shape with Q, K, V and O all bf16\n"
+        "  --json         one JSON object per line: the peaks, then one per (shape, threads)\n"
+        "  --no-peaks     skip the machine-limit probes (about 1 s per thread count)\n\n%s"
+        "\nExit status: 0 success, 1 a check failed, 2 bad options or shape.\n",
+        SAMPLED_ROWS, fai_shape_usage);
+}
+
+/* -- options ------------------------------------------------------------------------------ */
+
+/* The starting point of a shape given only by flags: one query, one key, D 128, no mask. */
+static const fai_shape custom_base = {.name = "custom",
+                                      .b = 1,
+                                      .hq = 1,
+                                      .hkv = 1,
+                                      .sq = 1,
+                                      .skv = 1,
+                                      .d = 128,
+                                      .causal = FAI_CAUSAL_NONE,
+                                      .window_left = -1,
+                                      .window_right = -1,
+                                      .q_dtype = FAI_DTYPE_F32,
+                                      .kv_dtype = FAI_DTYPE_F16,
+                                      .out_dtype = FAI_DTYPE_F32};
+
+static int same_geometry(const fai_shape *a, const fai_shape *b) {
+    return a->b == b->b && a->hq == b->hq && a->hkv == b->hkv && a->sq == b->sq &&
+           a->skv == b->skv && a->d == b->d && a->dv == b->dv && a->causal == b->causal &&
+           a->window_left == b->window_left && a->window_right == b->window_right &&
+           a->page_size == b->page_size;
+}
+
+static const fai_shape *named_shape(const char *text) {
+    for (int s = 0; s < fai_shape_count; s++)
+        if (!strcmp(text, fai_shape_table[s].name)) return &fai_shape_table[s];
+    return NULL;
+}
+
+static int add_shape(bench_options *opt, const fai_shape *shape) {
+    if (opt->shape_count == MAX_SHAPES) {
+        fprintf(stderr, "fai bench: more than %d shapes\n", MAX_SHAPES);
+        return -1;
+    }
+    opt->shapes[opt->shape_count++] = *shape;
+    return 0;
+}
+
+/* Sorts the arguments fai_shape_parse consumed into shape names and flags with their values
+ * (flags[0] stays unused: fai_shape_parse reads from argv[1]). */
+static int split_shape_args(int argc, char **argv, const char *used, const fai_shape **bases,
+                            int *base_count, char **flags, int *flag_count) {
+    for (int i = 1; i < argc; i++) {
+        if (!used[i]) continue;
+        if (!named_shape(argv[i])) {
+            flags[(*flag_count)++] = argv[i];
+        } else if (*base_count == MAX_SHAPES) {
+            fprintf(stderr, "fai bench: more than %d shapes\n", MAX_SHAPES);
+            return -1;
+        } else {
+            bases[(*base_count)++] = named_shape(argv[i]);
+        }
+    }
+    return 0;
+}
+
+/* The flags apply to each named shape, or to custom_base when none is named (no names and no
+ * flags: the benchmark shapes); a shape whose geometry they change is called "custom", as in
+ * `fai plan`. */
+static int build_shapes(bench_options *opt, int argc, char **argv, const char *used) {
+    const fai_shape *bases[MAX_SHAPES];
+    int base_count = 0, flag_count = 1;
+    char **flags = calloc((size_t)argc + 1, sizeof *flags);
+    char *scratch = calloc((size_t)argc + 1, 1);
+    int status = flags && scratch ? 0 : -1;
+    if (!status)
+        status = split_shape_args(argc, argv, used, bases, &base_count, flags, &flag_count);
+    if (!base_count && flag_count > 1) bases[base_count++] = &custom_base;
+    if (!base_count)
+        for (int s = 0; s < fai_shape_count; s++)
+            bases[base_count++] = &fai_shape_table[s];
+    for (int s = 0; s < base_count && !status; s++) {
+        fai_shape shape = *bases[s];
+        status = fai_shape_parse(flag_count, flags, scratch, &shape, "bench");
+        snprintf(shape.name, sizeof shape.name, "%s",
+                 same_geometry(&shape, bases[s]) ? bases[s]->name : "custom");
+        if (!status) status = add_shape(opt, &shape);
+    }
+    free(flags);
+    free(scratch);
+    return status;
+}
+
+static int add_bf16_variants(bench_options *opt) {
+    const int count = opt->shape_count;
+    for (int s = 0; s < count; s++) {
+        fai_shape shape = opt->shapes[s];
+        if (shape.q_dtype == FAI_DTYPE_BF16 && shape.kv_dtype == FAI_DTYPE_BF16 &&
+            shape.out_dtype == FAI_DTYPE_BF16)
+            continue; /* already all-bf16 */
+        shape.q_dtype = shape.kv_dtype = shape.out_dtype = FAI_DTYPE_BF16;
+        if (add_shape(opt, &shape)) return -1;
+    }
+    return 0;
+}
+
+static int parse_thread_list(const char *text, bench_options *opt) {
+    opt->thread_count = 0;
+    while (opt->thread_count < MAX_THREAD_COUNTS) {
+        char item[32];
+        const size_t length = strcspn(text, ",");
+        if (length >= sizeof item) return -1;
+        memcpy(item, text, length);
+        item[length] = 0;
+        if (fai_parse_int64(item, 1, FAI_MAX_WORKERS, &opt->threads[opt->thread_count++]))
+            return -1;
+        if (!text[length]) return 0;
+        text += length + 1;
+    }
+    return -1;
+}
+
+/* 1, 2, 4, ... up to the online CPUs, and the CPU count itself. */
+static void default_threads(bench_options *opt) {
+    const int64_t cpus = fai_cpu_count();
+    opt->thread_count = 0;
+    for (int64_t t = 1; t < cpus && opt->thread_count < MAX_THREAD_COUNTS - 1; t *= 2)
+        opt->threads[opt->thread_count++] = t;
+    opt->threads[opt->thread_count++] = cpus;
+}
+
+/* The value of an option that takes one: 0, or -1 after one line on stderr. */
+static int parse_value(bench_options *opt, const char *arg, const char *value) {
+    int bad = !value;
+    if (!bad && !strcmp(arg, "--threads"))
+        bad = parse_thread_list(value, opt);
+    else if (!bad && !strcmp(arg, "--runs"))
+        bad = fai_parse_int64(value, 1, MAX_RUNS, &opt->runs);
+    else if (!bad)
+        bad = fai_parse_int64(value, 0, MAX_RUNS, &opt->warmup);
+    if (bad)
+        fprintf(stderr, "fai bench: %s needs %s, got '%s'\n", arg,
+                !strcmp(arg, "--threads") ? "a comma-separated list of integers 1..1024"
+                : !strcmp(arg, "--runs")  ? "an integer 1..1000"
+                                          : "an integer 0..1000",
+                value ? value : "");
+    return bad ? -1 : 0;
+}
+
+/* Options other than the shape's. Returns 0, 1 after --help, or -1 after one line on stderr. */
+static int parse_options(bench_options *opt, int argc, char **argv, const char *used) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (used[i]) continue;
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) return 1;
+        if (!strcmp(arg, "--json"))
+            opt->json = 1;
+        else if (!strcmp(arg, "--no-peaks"))
+            opt->peaks = 0;
+        else if (!strcmp(arg, "--bf16-too"))
+            opt->bf16_too = 1;
+        else if (!strcmp(arg, "--threads") || !strcmp(arg, "--runs") || !strcmp(arg, "--warmup")) {
+            if (parse_value(opt, arg, i + 1 < argc ? argv[i + 1] : NULL)) return -1;
+            i++;
+        } else {
+            fprintf(stderr, "fai bench: unknown option '%s' (fai bench --help)\n", arg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* -- validation --------------------------------------------------------------------------- */
+
+/* Plans every shape once before anything is measured, so a bad shape costs no probe time. */
+static int validate_shapes(const bench_options *opt) {
+    for (int s = 0; s < opt->shape_count; s++) {
+        const fai_shape *shape = &opt->shapes[s];
+        int32_t *seqlens_kv = calloc((size_t)shape->b + 1, sizeof *seqlens_kv);
+        fai_problem problem;
+        fai_plan *plan = NULL;
+        if (!seqlens_kv) return -1;
+        fai_shape_problem(shape, &problem, seqlens_kv);
+        problem.workers = problem.threads = 1;
+        const fai_status status = fai_plan_create(&problem, &plan);
+        if (status != FAI_OK)
+            fprintf(stderr, "fai bench: shape %s: %s\n", shape->name, fai_last_error());
+        fai_plan_free(plan);
+        free(seqlens_kv);
+        if (status != FAI_OK) return -1;
+    }
+    return 0;
+}
+
+/* -- timing ------------------------------------------------------------------------------- */
+
+static int compare_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void summarize(double *seconds, int64_t count, bench_result *result) {
+    qsort(seconds, (size_t)count, sizeof *seconds, compare_double);
+    const double median =
+        count % 2 ? seconds[count / 2] : 0.5 * (seconds[count / 2 - 1] + seconds[count / 2]);
+    result->median_ms = median * 1e3;
+    result->min_ms = seconds[0] * 1e3;
+    result->max_ms = seconds[count - 1] * 1e3;
+}
+
+/* Warmup and timed runs of one plan. Returns FAI_OK or the failing run's status. */
+static fai_status time_runs(const fai_plan *plan, const fai_shape_data *data, void *workspace,
+                            size_t workspace_bytes, const bench_options *opt, double *seconds) {
+    for (int64_t r = 0; r < opt->warmup + opt->runs; r++) {
+        const double start = fai_now_seconds();
+        const fai_status status = fai_run(plan, &data->tensors, workspace, workspace_bytes);
+        if (status != FAI_OK) return status;
+        if (r >= opt->warmup) seconds[r - opt->warmup] = fai_now_seconds() - start;
+    }
+    return FAI_OK;
+}
+
+/* Plans the shape for `threads` workers on the pool of that many threads and times it.
+ * Returns 0, or -1 after printing why. */
+static int bench_one(const fai_shape *shape, const fai_shape_data *data, fai_pool *pool,
+                     int64_t threads, const bench_options *opt, bench_result *result) {
+    fai_problem problem = data->problem;
+    fai_plan *plan = NULL;
+    problem.threads = problem.workers = threads;
+    if (fai_plan_create(&problem, &plan) != FAI_OK) {
+        fprintf(stderr, "fai bench: %s: %s\n", shape->name, fai_last_error());
+        return -1;
+    }
+    fai_plan_set_pool(plan, pool);
+    fai_plan_get_info(plan, &result->info);
+    const size_t workspace_bytes = result->info.workspace_bytes;
+    void *workspace = aligned_alloc(64, (workspace_bytes + 64) / 64 * 64);
+    double *seconds = malloc((size_t)opt->runs * sizeof *seconds);
+    fai_status status = workspace && seconds ? FAI_OK : FAI_ERR_NO_MEMORY;
+    if (status == FAI_OK) status = time_runs(plan, data, workspace, workspace_bytes, opt, seconds);
+    if (status == FAI_OK) {
+        result->threads = threads;
+        result->flops = fai_shape_flops(plan, shape);
+        result->kv_bytes = fai_shape_kv_bytes(shape);
+        summarize(seconds, opt->runs, result);
+    } else {
+        fprintf(stderr, "fai bench: %s: %s %s\n", shape->name, fai_status_string(status),
+                fai_last_error());
+    }
+    free(seconds);
+    free(workspace);
+    fai_plan_free(plan);
+    return status == FAI_OK ? 0 : -1;
+}
+
+/* -- output ------------------------------------------------------------------------------- */
+
+static int is_all_bf16(const fai_shape *shape) {
+    return shape->q_dtype == FAI_DTYPE_BF16 && shape->kv_dtype == FAI_DTYPE_BF16;
+}
+
+/* Decode (one query per sequence) is a stream over K and V: its yardstick is read bandwidth. */
+static int is_decode(const fai_shape *shape) { return shape->sq == 1; }
+
+static double gflops(const bench_result *r) { return r->flops / r->median_ms * 1e-6; }
+static double kv_gbps(const bench_result *r) { return r->kv_bytes / r->median_ms * 1e-6; }
+
+static const char *causal_name(fai_causal causal) {
+    return causal == FAI_CAUSAL_BOTTOM_RIGHT ? "bottom-right"
+           : causal == FAI_CAUSAL_TOP_LEFT   ? "top-left"
+                                             : "none";
+}
+
+/* A JSON number: non-finite values (an empty shape's rate) become null. */
+static void json_number(const char *key, double value) {
+    if (isfinite(value))
+        printf(", \"%s\": %.6g", key, value);
+    else
+        printf(", \"%s\": null", key);
+}
+
+static void json_shape_fields(const fai_shape *shape) {
+    printf(
+        "{\"shape\": \"%s\", \"q_dtype\": \"%s\", \"kv_dtype\": \"%s\", \"out_dtype\": \"%s\", "
+        "\"b\": %lld, \"hq\": %lld, \"hkv\": %lld, \"sq\": %lld, \"skv\": %lld, \"d\": %lld, "
+        "\"dv\": %lld, \"causal\": \"%s\", \"window_left\": %lld, \"window_right\": %lld, "
+        "\"page_size\": %lld",
+        shape->name, fai_oracle_dtype_name(shape->q_dtype), fai_oracle_dtype_name(shape->kv_dtype),
+        fai_oracle_dtype_name(shape->out_dtype), (long long)shape->b, (long long)shape->hq,
+        (long long)shape->hkv, (long long)shape->sq, (long long)shape->skv, (long long)shape->d,
+        (long long)(shape->dv ? shape->dv : shape->d), causal_name(shape->causal),
+        (long long)shape->window_left, (long long)shape->window_right, (long long)shape->page_size);
+}
+
+static void json_peak_ratios(const fai_shape *shape, const bench_result *r, const fai_peak *p) {
+    json_number("peak_fp32_gflops", p->fp32_gflops);
+    json_number("fp32_peak_ratio", gflops(r) / p->fp32_gflops);
+    if (p->bf16_gflops > 0) json_number("peak_bf16_gflops", p->bf16_gflops);
+    if (p->bf16_gflops > 0 && is_all_bf16(shape))
+        json_number("bf16_peak_ratio", gflops(r) / p->bf16_gflops);
+    json_number("peak_read_gbps", p->read_gbps);
+    if (is_decode(shape)) json_number("bw_ratio", kv_gbps(r) / p->read_gbps);
+}
+
+static void print_json(const fai_shape *shape, const bench_result *r, const bench_check *check,
+                       const bench_options *opt, const fai_peak *peak) {
+    json_shape_fields(shape);
+    printf(", \"threads\": %lld, \"workers\": %lld, \"runs\": %lld, \"warmup\": %lld",
+           (long long)r->threads, (long long)r->info.workers, (long long)opt->runs,
+           (long long)opt->warmup);
+    json_number("median_ms", r->median_ms);
+    json_number("min_ms", r->min_ms);
+    json_number("max_ms", r->max_ms);
+    json_number("gflops", gflops(r));
+    json_number("kv_gbps", kv_gbps(r));
+    printf(", \"flops\": %.0f, \"kv_bytes\": %.0f", r->flops, r->kv_bytes); /* exact counts */
+    printf(", \"workspace_bytes\": %zu, \"isa\": \"%s\", \"tile_q\": %lld, \"tile_kv\": %lld",
+           r->info.workspace_bytes, r->info.isa, (long long)r->info.tile_q,
+           (long long)r->info.tile_kv);
+    json_number("imbalance", r->info.imbalance);
+    json_number("max_err", check->max_err);
+    json_number("tolerance", check->tolerance);
+    printf(", \"checked_threads\": %lld, \"check\": \"%s\"", (long long)check->threads,
+           check->max_err <= check->tolerance ? "ok" : "failed");
+    if (peak) json_peak_ratios(shape, r, peak);
+    printf("}\n");
+}
+
+static void print_table_header(void) {
+    printf("%-6s %-14s %3s %10s %10s %10s %9s %6s %6s %8s %6s %10s %-6s %s\n", "shape", "q/kv/out",
+           "thr", "median_ms", "min_ms", "max_ms", "GFLOP/s", "%fp32", "%bf16", "KV_GB/s", "%read",
+           "workspace", "isa", "check (max_err)");
+}
+
+/* A percentage column, or "-" where the ratio does not apply. */
+static void print_percent(int applies, double value, double peak) {
+    if (applies && peak > 0)
+        printf(" %6.1f", 100.0 * value / peak);
+    else
+        printf(" %6s", "-");
+}
+
+static void print_row(const fai_shape *shape, const bench_result *r, const bench_check *check,
+                      const fai_peak *peak) {
+    char dtypes[32];
+    snprintf(dtypes, sizeof dtypes, "%s/%s/%s", fai_oracle_dtype_name(shape->q_dtype),
+             fai_oracle_dtype_name(shape->kv_dtype), fai_oracle_dtype_name(shape->out_dtype));
+    printf("%-6s %-14s %3lld %10.3f %10.3f %10.3f %9.1f", shape->name, dtypes,
+           (long long)r->threads, r->median_ms, r->min_ms, r->max_ms, gflops(r));
+    print_percent(peak != NULL, gflops(r), peak ? peak->fp32_gflops : 0);
+    print_percent(peak && is_all_bf16(shape), gflops(r), peak ? peak->bf16_gflops : 0);
+    printf(" %8.2f", kv_gbps(r));
+    print_percent(peak && is_decode(shape), kv_gbps(r), peak ? peak->read_gbps : 0);
+    printf(" %10zu %-6s %s (%.1e)\n", r->info.workspace_bytes, r->info.isa,
+           check->max_err <= check->tolerance ? "ok" : "FAILED", check->max_err);
+}
+
+static void print_peaks(const bench_options *opt, const fai_peak *peaks) {
+    if (opt->json) {
+        printf("{\"peaks\": [");
+        for (int t = 0; t < opt->thread_count; t++) {
+            printf("%s{\"threads\": %lld, \"isa\": \"%s\"", t ? ", " : "",
+                   (long long)peaks[t].threads, fai_peak_isa());
+            json_number("peak_fp32_gflops", peaks[t].fp32_gflops);
+            if (fai_peak_has_bf16()) json_number("peak_bf16_gflops", peaks[t].bf16_gflops);
+            json_number("peak_read_gbps", peaks[t].read_gbps);
+            printf("}");
+        }
+        printf("]}\n");
+        return;
+    }
+    printf("machine peaks, measured now (median of 5 passes; fp32 FMA and read probes: %s)\n",
+           fai_peak_isa());
+    printf("%7s %13s %13s %10s\n", "threads", "fp32 GFLOP/s", "bf16 GFLOP/s", "read GB/s");
+    for (int t = 0; t < opt->thread_count; t++) {
+        printf("%7lld %13.1f ", (long long)peaks[t].threads, peaks[t].fp32_gflops);
+        if (fai_peak_has_bf16())
+            printf("%13.1f", peaks[t].bf16_gflops);
+        else
+            printf("%13s", "-");
+        printf(" %10.1f\n", peaks[t].read_gbps);
+    }
+    printf("\n");
+}
+
+/* -- driver ------------------------------------------------------------------------------- */
+
+/* Every thread count of one shape; the first one that runs has its output checked. Returns the
+ * number of failures (a failed check or run). */
+static int bench_shape(const fai_shape *shape, uint64_t seed, fai_pool **pools,
+                       const bench_options *opt, const fai_peak *peaks) {
+    fai_shape_data data;
+    if (fai_shape_data_create(shape, seed, &data)) {
+        fprintf(stderr, "fai bench: %s: out of memory for the tensors\n", shape->name);
+        fai_shape_data_free(&data);
+        return 1;
+    }
+    bench_check check = {0.0, fai_verify_tolerance(shape), 0};
+    int failures = 0;
+    for (int t = 0; t < opt->thread_count; t++) {
+        bench_result result;
+        if (bench_one(shape, &data, pools[t], opt->threads[t], opt, &result)) {
+            failures++;
+            continue;
+        }
+        if (!check.threads) {
+            check.threads = opt->threads[t];
+            check.max_err = fai_verify_rows(shape, &data, SAMPLED_ROWS, seed + 77);
+            failures += !(check.max_err <= check.tolerance);
+        }
+        const fai_peak *peak = peaks ? &peaks[t] : NULL;
+        if (opt->json)
+            print_json(shape, &result, &check, opt, peak);
+        else
+            print_row(shape, &result, &check, peak);
+        fflush(stdout);
+    }
+    fai_shape_data_free(&data);
+    return failures;
+}
+
+/* Runs every shape on one pool per thread count, so each count is exactly that many threads. */
+static int bench_all(const bench_options *opt, const fai_peak *peaks) {
+    fai_pool *pools[MAX_THREAD_COUNTS] = {0};
+    int failures = 0;
+    for (int t = 0; t < opt->thread_count && !failures; t++) {
+        if (fai_pool_create(opt->threads[t], &pools[t]) != FAI_OK) {
+            fprintf(stderr, "fai bench: pool of %lld threads: %s\n", (long long)opt->threads[t],
+                    fai_last_error());
+            failures++;
+        }
+    }
+    if (!opt->json && !failures) print_table_header();
+    for (int s = 0; s < opt->shape_count && !failures; s++)
+        failures += bench_shape(&opt->shapes[s], 1000 + (uint64_t)s, pools, opt, peaks);
+    for (int t = 0; t < opt->thread_count; t++)
+        fai_pool_free(pools[t]);
+    if (failures && !opt->json) fprintf(stderr, "fai bench: %d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
+
+/* Reads the command line into *opt. Returns -1 to go on, else the exit status. */
+static int read_command_line(bench_options *opt, int argc, char **argv) {
+    char *used = calloc((size_t)argc + 1, 1);
+    fai_shape scratch = custom_base;
+    int status = used ? -1 : 2;
+    if (status < 0 && fai_shape_parse(argc, argv, used, &scratch, "bench")) status = 2;
+    if (status < 0) {
+        const int parsed = parse_options(opt, argc, argv, used);
+        if (parsed == 1) print_usage(stdout);
+        if (parsed) status = parsed == 1 ? 0 : 2;
+    }
+    if (status < 0 && build_shapes(opt, argc, argv, used)) status = 2;
+    if (status < 0 && opt->bf16_too && add_bf16_variants(opt)) status = 2;
+    if (status < 0 && validate_shapes(opt)) status = 2;
+    free(used);
+    return status;
+}
+
+int fai_cmd_bench(int argc, char **argv) {
+    static bench_options opt; /* large: the shapes are kept by value */
+    memset(&opt, 0, sizeof opt);
+    opt.runs = 7;
+    opt.warmup = 1;
+    opt.peaks = 1;
+    default_threads(&opt);
+    const int status = read_command_line(&opt, argc, argv);
+    if (status >= 0) return status;
+    fai_peak peaks[MAX_THREAD_COUNTS];
+    int have_peaks = opt.peaks;
+    if (have_peaks && fai_peak_measure(opt.threads, opt.thread_count, peaks)) {
+        fprintf(stderr, "fai bench: machine peaks not measured (no 1 GiB buffer or threads)\n");
+        have_peaks = 0;
+    }
+    if (have_peaks) print_peaks(&opt, peaks);
+    return bench_all(&opt, have_peaks ? peaks : NULL);
+}

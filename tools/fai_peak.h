@@ -1,0 +1,29 @@
+/* The machine's limits, measured by `fai bench` in the same run as the attention shapes, so
+ * that a rate can be read as a fraction of what this machine does right now (a shared VM's
+ * bandwidth moves by a factor of two from hour to hour). Plain pthreads, not fai's pool. */
+#ifndef FAI_PEAK_H
+#define FAI_PEAK_H
+
+#include <stdint.h>
+
+typedef struct fai_peak {
+    int64_t threads;
+    double fp32_gflops; /* FMA throughput, 2 flops per multiply-add */
+    double bf16_gflops; /* bf16 dot products (vdpbf16ps); 0 when the CPU has none */
+    double read_gbps;   /* DRAM read: vector sums over a 1 GiB buffer, 1e9 bytes/s */
+} fai_peak;
+
+/* Largest thread count a probe runs. */
+#define FAI_PEAK_MAX_THREADS 1024
+
+/* Instruction set of the fp32 and read probes: "avx512", "avx2" or "portable". */
+const char *fai_peak_isa(void);
+
+/* Nonzero when the bf16 probe can run (AVX512_BF16). */
+int fai_peak_has_bf16(void);
+
+/* Measures the peaks with each of `count` thread counts (the median of a few passes each) into
+ * peaks[0..count). Returns 0, or -1 when the buffer or the threads cannot be had. */
+int fai_peak_measure(const int64_t *threads, int count, fai_peak *peaks);
+
+#endif

@@ -1,0 +1,109 @@
+/* fp64 spot checks of a shape's output (see fai_verify.h). Written apart from the library and
+ * the full oracle: one row at a time, so even the long decode shapes check in a blink. */
+#include "fai_verify.h"
+#include "fai_oracle.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Address of element (b, s, h, 0) of a tensor, in elements. */
+static int64_t element_index(const fai_tensor *t, int64_t b, int64_t s, int64_t h) {
+    return b * t->stride_batch + s * t->stride_seq + h * t->stride_head;
+}
+
+/* Keys [*first, *last] query i sees under the shape's causal mask and window (all lengths are
+ * full in a shape); *last < *first when the row sees nothing. Same rule as fai.h: the window
+ * is measured from the diagonal, and causal caps its right side at 0. */
+static void visible_keys(const fai_shape *shape, int64_t i, int64_t *first, int64_t *last) {
+    const int64_t diag = shape->causal == FAI_CAUSAL_TOP_LEFT ? i : i + shape->skv - shape->sq;
+    const int64_t right = shape->causal != FAI_CAUSAL_NONE ? 0 : shape->window_right;
+    *first = 0;
+    *last = shape->skv - 1;
+    if (shape->window_left >= 0 && diag - shape->window_left > *first)
+        *first = diag - shape->window_left;
+    if (right >= 0 && diag + right < *last) *last = diag + right;
+}
+
+/* Row of key j in the K/V tensors: its page and slot when paged, else (b, j). */
+static int64_t key_index(const fai_shape *shape, const fai_shape_data *data, const fai_tensor *t,
+                         int64_t b, int64_t j, int64_t hk) {
+    if (!shape->page_size) return element_index(t, b, j, hk);
+    const int64_t page = data->block_table[b * data->problem.pages_per_seq + j / shape->page_size];
+    return element_index(t, page, j % shape->page_size, hk);
+}
+
+/* fp64 attention of query row (b, i, h) into o_row; scores holds skv doubles of scratch. */
+static void reference_row(const fai_shape *shape, const fai_shape_data *data, int64_t b, int64_t i,
+                          int64_t h, double *o_row, double *scores) {
+    const fai_tensors *t = &data->tensors;
+    const int64_t d = shape->d, dv = shape->dv ? shape->dv : shape->d;
+    const int64_t hk = h / (shape->hq / shape->hkv);
+    const double scale = 1.0 / sqrt((double)d);
+    int64_t first, last;
+    visible_keys(shape, i, &first, &last);
+    double max_score = -INFINITY;
+    const int64_t q0 = element_index(&t->q, b, i, h);
+    for (int64_t j = first; j <= last; j++) {
+        const int64_t k0 = key_index(shape, data, &t->k, b, j, hk);
+        double dot = 0.0;
+        for (int64_t x = 0; x < d; x++)
+            dot += fai_oracle_load(t->q.data, t->q.dtype, q0 + x) *
+                   fai_oracle_load(t->k.data, t->k.dtype, k0 + x);
+        scores[j] = dot * scale;
+        if (scores[j] > max_score) max_score = scores[j];
+    }
+    double sum = 0.0;
+    for (int64_t x = 0; x < dv; x++)
+        o_row[x] = 0.0;
+    for (int64_t j = first; j <= last; j++) {
+        const double p = exp(scores[j] - max_score);
+        const int64_t v0 = key_index(shape, data, &t->v, b, j, hk);
+        sum += p;
+        for (int64_t x = 0; x < dv; x++)
+            o_row[x] += p * fai_oracle_load(t->v.data, t->v.dtype, v0 + x);
+    }
+    for (int64_t x = 0; x < dv; x++)
+        o_row[x] = sum > 0.0 ? o_row[x] / sum : 0.0;
+}
+
+/* Error of fai's row (b, i, h) against the reference row, relative to max(1, |ref|). */
+static double row_error(const fai_shape_data *data, int64_t b, int64_t i, int64_t h,
+                        const double *o_row, int64_t dv) {
+    const fai_tensor *o = &data->tensors.o;
+    const int64_t o0 = element_index(o, b, i, h);
+    double worst = 0.0;
+    for (int64_t x = 0; x < dv; x++) {
+        const double got = fai_oracle_load(o->data, o->dtype, o0 + x);
+        const double err = fabs(got - o_row[x]) / fmax(1.0, fabs(o_row[x]));
+        if (!(err <= worst)) worst = isnan(err) ? INFINITY : err; /* NaN is the worst */
+    }
+    return worst;
+}
+
+double fai_verify_rows(const fai_shape *shape, const fai_shape_data *data, int rows,
+                       uint64_t seed) {
+    if (shape->b <= 0 || shape->sq <= 0) return 0.0;
+    const int64_t dv = shape->dv ? shape->dv : shape->d;
+    double *o_row = malloc((size_t)dv * sizeof(double));
+    double *scores = malloc((size_t)(shape->skv + 1) * sizeof(double));
+    double worst = o_row && scores ? 0.0 : INFINITY;
+    for (int s = 0; s < rows && o_row && scores; s++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const int64_t b = (int64_t)((seed >> 16) % (uint64_t)shape->b);
+        const int64_t i = (int64_t)((seed >> 24) % (uint64_t)shape->sq);
+        const int64_t h = (int64_t)((seed >> 40) % (uint64_t)shape->hq);
+        reference_row(shape, data, b, i, h, o_row, scores);
+        worst = fmax(worst, row_error(data, b, i, h, o_row, dv));
+    }
+    free(o_row);
+    free(scores);
+    return worst;
+}
+
+double fai_verify_tolerance(const fai_shape *shape) {
+    const int f32_in = shape->q_dtype == FAI_DTYPE_F32 && shape->kv_dtype == FAI_DTYPE_F32;
+    const double output_step = shape->out_dtype == FAI_DTYPE_F16    ? ldexp(1.0, -10)
+                               : shape->out_dtype == FAI_DTYPE_BF16 ? ldexp(1.0, -7)
+                                                                    : 0.0;
+    return (f32_in ? 1e-5 : 2e-3) + output_step;
+}

@@ -1,0 +1,19 @@
+/* Spot checks of a shape's output against an fp64 reference, for `fai demo` and `fai bench`:
+ * a few sampled query rows are recomputed in double from the same (rounded) inputs. */
+#ifndef FAI_VERIFY_H
+#define FAI_VERIFY_H
+
+#include "fai_shape.h"
+
+#include <stdint.h>
+
+/* Largest error of `rows` sampled (batch, query, head) rows of data->o after a run, relative to
+ * max(1, |ref|); NaN or Inf in the output, or no memory, gives INFINITY. Empty shapes give 0.
+ * Handles dense and paged K/V, both causal alignments and sliding windows. */
+double fai_verify_rows(const fai_shape *shape, const fai_shape_data *data, int rows, uint64_t seed);
+
+/* The design's tolerance for the shape's dtypes: 1e-5 with f32 inputs, 2e-3 with f16 or bf16
+ * inputs, plus one step of the output type at 1.0 when the output is f16 or bf16. */
+double fai_verify_tolerance(const fai_shape *shape);
+
+#endif
