@@ -288,6 +288,24 @@ typedef struct fai_unit_info {
 fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_unit_info *info);
 
 /* ---------------------------------------------------------------------------------------------
+ * Merging partial results
+ * ------------------------------------------------------------------------------------------- */
+
+/* Merges `count` attention results computed over disjoint sets of keys (shared prefixes,
+ * cascades, chunked contexts, sequence-parallel attention) into the result over their union:
+ *     m = max_p LSE_p,  w_p = e^(LSE_p - m),  O = sum_p w_p O_p / sum_p w_p,  LSE = m + log sum w_p
+ * A part with LSE = -inf (its keys were all masked) contributes nothing; a row where every part
+ * is -inf gets O = 0 and LSE = -inf. Accumulates in double; the parts may be f32, f16 or bf16,
+ * and so may the output.
+ * o_parts[p] and o_out are [batch, seq, heads, head_dim] by their strides (stride_batch is used
+ * as given: for packed rows pass batch = 1); lse_parts[p] and lse_out are f32 with element
+ * (b, i, h) at data[b*stride_batch + i*stride_seq + h*stride_head] (lse_out.data NULL skips it).
+ * The output may not overlap the parts. Nothing is written on failure. Thread-safe. */
+fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_tensor *lse_parts,
+                            int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                            const fai_tensor *o_out, const fai_tensor *lse_out);
+
+/* ---------------------------------------------------------------------------------------------
  * Thread pools
  * ------------------------------------------------------------------------------------------- */
 

@@ -1,0 +1,127 @@
+/* fai_merge_states: the LSE-weighted merge of partial attention results. */
+#include "fai_internal.h"
+#include "util/fai_half.h"
+
+#include <inttypes.h>
+#include <math.h>
+
+#define MAX_MERGE_PARTS (INT64_C(1) << 20)
+
+static double load_value(const fai_tensor *t, int64_t offset) {
+    switch (t->dtype) {
+    case FAI_DTYPE_F16:
+        return fai__f16_to_f32(((const uint16_t *)t->data)[offset]);
+    case FAI_DTYPE_BF16:
+        return fai__bf16_to_f32(((const uint16_t *)t->data)[offset]);
+    case FAI_DTYPE_F32:
+        break;
+    }
+    return ((const float *)t->data)[offset];
+}
+
+static void store_value(const fai_tensor *t, int64_t offset, double value) {
+    switch (t->dtype) {
+    case FAI_DTYPE_F16:
+        ((uint16_t *)t->data)[offset] = fai__f32_to_f16_sat((float)value);
+        return;
+    case FAI_DTYPE_BF16:
+        ((uint16_t *)t->data)[offset] = fai__f32_to_bf16((float)value);
+        return;
+    case FAI_DTYPE_F32:
+        break;
+    }
+    ((float *)t->data)[offset] = (float)value;
+}
+
+static fai_status check_part(const char *name, int64_t index, const fai_tensor *t, int lse) {
+    if (!t->data)
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "].data = NULL", name, index);
+    if (lse ? t->dtype != FAI_DTYPE_F32
+            : t->dtype != FAI_DTYPE_F32 && t->dtype != FAI_DTYPE_F16 && t->dtype != FAI_DTYPE_BF16)
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "].dtype = %d is not %s", name, index,
+                         (int)t->dtype, lse ? "f32" : "f32, f16 or bf16");
+    if (!lse && t->stride_dim != 0 && t->stride_dim != 1)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s[%" PRId64 "].stride_dim = %" PRId64 ": the head dimension must be "
+                         "contiguous (1)",
+                         name, index, t->stride_dim);
+    if (t->stride_batch < 0 || t->stride_seq < 0 || t->stride_head < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "] has a negative stride", name, index);
+    return FAI_OK;
+}
+
+fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_tensor *lse_parts,
+                            int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                            const fai_tensor *o_out, const fai_tensor *lse_out) {
+    fai__clear_error();
+    if (count < 1 || count > MAX_MERGE_PARTS)
+        return fai__fail(FAI_ERR_INVALID_ARG, "count = %" PRId64 " is outside [1, %" PRId64 "]",
+                         count, MAX_MERGE_PARTS);
+    if (!o_parts) return fai__fail(FAI_ERR_INVALID_ARG, "o_parts = NULL");
+    if (!lse_parts) return fai__fail(FAI_ERR_INVALID_ARG, "lse_parts = NULL");
+    if (!o_out) return fai__fail(FAI_ERR_INVALID_ARG, "o_out = NULL");
+    if (batch < 0 || seq < 0 || heads < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "batch = %" PRId64 ", seq = %" PRId64 ", heads = %" PRId64
+                         ": sizes must not be negative",
+                         batch, seq, heads);
+    if (head_dim < 1 || head_dim > FAI_MAX_HEAD_DIM)
+        return fai__fail(FAI_ERR_INVALID_ARG, "head_dim = %" PRId64 " is outside [1, %d]",
+                         head_dim, FAI_MAX_HEAD_DIM);
+    int64_t rows;
+    if (!fai__mul_ok(batch, seq, &rows) || !fai__mul_ok(rows, heads, &rows) ||
+        !fai__mul_ok(rows, head_dim, &rows) || rows > (INT64_MAX >> 3))
+        return fai__fail(FAI_ERR_OVERFLOW,
+                         "batch = %" PRId64 " x seq = %" PRId64 " x heads = %" PRId64
+                         " x head_dim = %" PRId64 " overflows",
+                         batch, seq, heads, head_dim);
+    if (rows == 0) return FAI_OK;
+    for (int64_t p = 0; p < count; p++) {
+        fai_status status = check_part("o_parts", p, &o_parts[p], 0);
+        if (status == FAI_OK) status = check_part("lse_parts", p, &lse_parts[p], 1);
+        if (status != FAI_OK) return status;
+    }
+    fai_status status = check_part("o_out", 0, o_out, 0);
+    if (status == FAI_OK && lse_out && lse_out->data) status = check_part("lse_out", 0, lse_out, 1);
+    if (status != FAI_OK) return status;
+
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < seq; i++)
+            for (int64_t h = 0; h < heads; h++) {
+                double max = -INFINITY;
+                for (int64_t p = 0; p < count; p++) {
+                    const fai_tensor *lse = &lse_parts[p];
+                    const double value = ((const float *)lse->data)[b * lse->stride_batch +
+                                                                   i * lse->stride_seq +
+                                                                   h * lse->stride_head];
+                    if (value > max || isnan(value)) max = value;
+                }
+                const int64_t out_row =
+                    b * o_out->stride_batch + i * o_out->stride_seq + h * o_out->stride_head;
+                double sum = 0.0;
+                for (int64_t x = 0; x < head_dim; x++) store_value(o_out, out_row + x, 0.0);
+                if (max > -INFINITY || isnan(max)) {
+                    double acc[FAI_MAX_HEAD_DIM] = {0};
+                    for (int64_t p = 0; p < count; p++) {
+                        const fai_tensor *lse = &lse_parts[p], *o = &o_parts[p];
+                        const double value = ((const float *)lse->data)[b * lse->stride_batch +
+                                                                       i * lse->stride_seq +
+                                                                       h * lse->stride_head];
+                        if (value == -INFINITY) continue;
+                        const double weight = exp(value - max);
+                        const int64_t row =
+                            b * o->stride_batch + i * o->stride_seq + h * o->stride_head;
+                        sum += weight;
+                        for (int64_t x = 0; x < head_dim; x++)
+                            acc[x] += weight * load_value(o, row + x);
+                    }
+                    for (int64_t x = 0; x < head_dim; x++)
+                        store_value(o_out, out_row + x, acc[x] / sum);
+                }
+                if (lse_out && lse_out->data)
+                    ((float *)lse_out->data)[b * lse_out->stride_batch + i * lse_out->stride_seq +
+                                             h * lse_out->stride_head] =
+                        max > -INFINITY || isnan(max) ? (float)(max + log(sum)) : -INFINITY;
+            }
+    return FAI_OK;
+}

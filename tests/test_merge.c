@@ -1,0 +1,164 @@
+/* fai_merge_states: attention over a key set equals the merge of attention over its parts. The
+ * parts are computed by the library itself on key ranges [0, k1) and [k1, Skv) (the same Q), the
+ * whole by the fp64 oracle. */
+#include "test_util.h"
+
+#include "fai.h"
+#include "fai_cases.h"
+#include "fai_oracle.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct merge_problem {
+    int64_t b, hq, hkv, sq, skv, d;
+    fai_dtype o_dtype;
+} merge_problem;
+
+static float uniform(uint64_t *state) {
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*state >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+/* Attention of q over keys [key_begin, key_end) of k and v (all f32 BSHD), into o and lse. */
+static int attend_range(const merge_problem *mp, const float *q, const float *k, const float *v,
+                        int64_t key_begin, int64_t key_end, void *o, float *lse) {
+    fai_problem pb;
+    fai_problem_init(&pb);
+    pb.batch = mp->b, pb.heads_q = mp->hq, pb.heads_kv = mp->hkv;
+    pb.seq_q = mp->sq, pb.seq_kv = key_end - key_begin, pb.head_dim = mp->d;
+    pb.k_dtype = pb.v_dtype = FAI_DTYPE_F32;
+    pb.o_dtype = mp->o_dtype;
+    fai_plan *plan;
+    if (fai_plan_create(&pb, &plan) != FAI_OK) return 0;
+    fai_tensors t;
+    memset(&t, 0, sizeof t);
+    t.q = fai_tensor_bshd((void *)q, FAI_DTYPE_F32, mp->sq, mp->hq, mp->d);
+    t.k = fai_tensor_bshd((void *)(k + key_begin * mp->hkv * mp->d), FAI_DTYPE_F32, mp->skv,
+                          mp->hkv, mp->d);
+    t.v = fai_tensor_bshd((void *)(v + key_begin * mp->hkv * mp->d), FAI_DTYPE_F32, mp->skv,
+                          mp->hkv, mp->d);
+    t.o = fai_tensor_bshd(o, mp->o_dtype, mp->sq, mp->hq, mp->d);
+    /* LSE as [B, Sq, Hq] so that the merge reads it with the same (b, i, h) strides */
+    t.lse = (fai_tensor){lse, FAI_DTYPE_F32, mp->sq * mp->hq, mp->hq, 1, 0};
+    const size_t bytes = fai_plan_workspace_size(plan);
+    void *ws = malloc(bytes ? bytes : 1);
+    const int ok = fai_run(plan, &t, ws, bytes) == FAI_OK;
+    free(ws);
+    fai_plan_free(plan);
+    return ok;
+}
+
+TEST(merge_two_halves_equals_whole) {
+    const merge_problem problems[] = {{2, 4, 2, 3, 37, 16, FAI_DTYPE_F32},
+                                      {1, 2, 1, 1, 200, 64, FAI_DTYPE_F32},
+                                      {1, 3, 3, 5, 9, 7, FAI_DTYPE_F16},
+                                      {2, 2, 1, 2, 50, 32, FAI_DTYPE_BF16}};
+    for (size_t n = 0; n < sizeof problems / sizeof *problems; n++) {
+        const merge_problem *mp = &problems[n];
+        const int64_t q_count = mp->b * mp->sq * mp->hq * mp->d;
+        const int64_t kv_count = mp->b * mp->skv * mp->hkv * mp->d;
+        const int64_t rows = mp->b * mp->sq * mp->hq;
+        float *q = malloc(sizeof(float) * (size_t)q_count);
+        float *k = malloc(sizeof(float) * (size_t)kv_count);
+        float *v = malloc(sizeof(float) * (size_t)kv_count);
+        uint64_t state = 11 + n;
+        for (int64_t i = 0; i < q_count; i++) q[i] = uniform(&state);
+        for (int64_t i = 0; i < kv_count; i++) k[i] = 3.0f * uniform(&state), v[i] = uniform(&state);
+        const size_t o_bytes = (size_t)q_count * (mp->o_dtype == FAI_DTYPE_F32 ? 4 : 2);
+        void *o_part[2] = {malloc(o_bytes), malloc(o_bytes)}, *o_merged = malloc(o_bytes);
+        float *lse_part[2] = {malloc(sizeof(float) * (size_t)rows), malloc(sizeof(float) * (size_t)rows)};
+        float *lse_merged = malloc(sizeof(float) * (size_t)rows);
+        const int64_t cut = mp->skv / 3;
+        REQUIRE(attend_range(mp, q, k, v, 0, cut, o_part[0], lse_part[0]));
+        REQUIRE(attend_range(mp, q, k, v, cut, mp->skv, o_part[1], lse_part[1]));
+        fai_tensor o_parts[2], lse_parts[2];
+        for (int p = 0; p < 2; p++) {
+            o_parts[p] = fai_tensor_bshd(o_part[p], mp->o_dtype, mp->sq, mp->hq, mp->d);
+            lse_parts[p] = (fai_tensor){lse_part[p], FAI_DTYPE_F32, mp->sq * mp->hq, mp->hq, 1, 0};
+        }
+        const fai_tensor o_out = fai_tensor_bshd(o_merged, mp->o_dtype, mp->sq, mp->hq, mp->d);
+        const fai_tensor lse_out = {lse_merged, FAI_DTYPE_F32, mp->sq * mp->hq, mp->hq, 1, 0};
+        CHECK(fai_merge_states(2, o_parts, lse_parts, mp->b, mp->sq, mp->hq, mp->d, &o_out,
+                               &lse_out) == FAI_OK);
+
+        /* the whole, in fp64 */
+        fai_problem pb;
+        fai_problem_init(&pb);
+        pb.batch = mp->b, pb.heads_q = mp->hq, pb.heads_kv = mp->hkv, pb.seq_q = mp->sq;
+        pb.seq_kv = mp->skv, pb.head_dim = mp->d, pb.k_dtype = pb.v_dtype = FAI_DTYPE_F32;
+        fai_tensors t;
+        memset(&t, 0, sizeof t);
+        t.q = fai_tensor_bshd(q, FAI_DTYPE_F32, mp->sq, mp->hq, mp->d);
+        t.k = fai_tensor_bshd(k, FAI_DTYPE_F32, mp->skv, mp->hkv, mp->d);
+        t.v = fai_tensor_bshd(v, FAI_DTYPE_F32, mp->skv, mp->hkv, mp->d);
+        fai_oracle_out ref;
+        REQUIRE(fai_oracle_run(&pb, &t, &ref, NULL, 0) == FAI_OK);
+        /* f32: 1e-5; 16-bit outputs are rounded twice, as parts and merged: two half-ulps of
+         * the output type (2^-11 for f16, 2^-8 for bf16) on top */
+        const double tol = mp->o_dtype == FAI_DTYPE_F32   ? 1e-5
+                           : mp->o_dtype == FAI_DTYPE_F16 ? 1e-5 + 2.0 / 2048
+                                                          : 1e-5 + 2.0 / 256;
+        double worst = 0.0, worst_lse = 0.0;
+        for (int64_t b = 0; b < mp->b; b++)
+            for (int64_t i = 0; i < mp->sq; i++)
+                for (int64_t h = 0; h < mp->hq; h++) {
+                    const int64_t row = (b * mp->sq + i) * mp->hq + h;
+                    for (int64_t x = 0; x < mp->d; x++) {
+                        const double got = fai_oracle_load(o_merged, mp->o_dtype, row * mp->d + x);
+                        const double want = ref.o[row * mp->d + x];
+                        worst = fmax(worst, fabs(got - want) / fmax(1.0, fabs(want)));
+                    }
+                    const double want_lse = ref.lse[(b * mp->hq + h) * mp->sq + i];
+                    worst_lse = fmax(worst_lse, fabs(lse_merged[row] - want_lse) / fmax(1.0, fabs(want_lse)));
+                }
+        CHECK(worst <= tol);
+        CHECK(worst_lse <= 1e-5);
+        if (worst > tol || worst_lse > 1e-5)
+            printf("  problem %zu: O error %.3g (tol %.3g), LSE error %.3g\n", n, worst, tol, worst_lse);
+        fai_oracle_out_free(&ref);
+        free(q), free(k), free(v), free(o_part[0]), free(o_part[1]), free(o_merged);
+        free(lse_part[0]), free(lse_part[1]), free(lse_merged);
+    }
+}
+
+/* Fully masked parts (LSE = -inf) contribute nothing; all of them masked gives 0 and -inf. */
+TEST(merge_masked_parts) {
+    float o_a[4] = {1, 2, 3, 4}, o_b[4] = {NAN, NAN, NAN, NAN}; /* b's O is never read */
+    float lse_a[1] = {0.5f}, lse_b[1] = {-INFINITY}, out[4], lse_out_value[1];
+    fai_tensor o_parts[2] = {fai_tensor_bshd(o_a, FAI_DTYPE_F32, 1, 1, 4),
+                             fai_tensor_bshd(o_b, FAI_DTYPE_F32, 1, 1, 4)};
+    fai_tensor lse_parts[2] = {{lse_a, FAI_DTYPE_F32, 1, 1, 1, 0}, {lse_b, FAI_DTYPE_F32, 1, 1, 1, 0}};
+    const fai_tensor o_out = fai_tensor_bshd(out, FAI_DTYPE_F32, 1, 1, 4);
+    const fai_tensor lse_out = {lse_out_value, FAI_DTYPE_F32, 1, 1, 1, 0};
+    REQUIRE(fai_merge_states(2, o_parts, lse_parts, 1, 1, 1, 4, &o_out, &lse_out) == FAI_OK);
+    for (int x = 0; x < 4; x++) CHECK(out[x] == o_a[x]);
+    CHECK(lse_out_value[0] == 0.5f);
+    lse_a[0] = -INFINITY;
+    REQUIRE(fai_merge_states(2, o_parts, lse_parts, 1, 1, 1, 4, &o_out, &lse_out) == FAI_OK);
+    for (int x = 0; x < 4; x++) CHECK(out[x] == 0.0f);
+    CHECK(lse_out_value[0] == -INFINITY);
+}
+
+TEST(merge_errors_name_the_field) {
+    float o_a[4] = {0}, lse_a[1] = {0}, out[4] = {7, 7, 7, 7};
+    fai_tensor o_part = fai_tensor_bshd(o_a, FAI_DTYPE_F32, 1, 1, 4);
+    fai_tensor lse_part = {lse_a, FAI_DTYPE_F32, 1, 1, 1, 0};
+    fai_tensor o_out = fai_tensor_bshd(out, FAI_DTYPE_F32, 1, 1, 4);
+    CHECK(fai_merge_states(0, &o_part, &lse_part, 1, 1, 1, 4, &o_out, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "count = 0") != NULL);
+    CHECK(fai_merge_states(1, &o_part, &lse_part, 1, 1, 1, 0, &o_out, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "head_dim = 0") != NULL);
+    lse_part.dtype = FAI_DTYPE_F16;
+    CHECK(fai_merge_states(1, &o_part, &lse_part, 1, 1, 1, 4, &o_out, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "lse_parts[0].dtype") != NULL);
+    lse_part.dtype = FAI_DTYPE_F32;
+    o_part.data = NULL;
+    CHECK(fai_merge_states(1, &o_part, &lse_part, 1, 1, 1, 4, &o_out, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "o_parts[0].data = NULL") != NULL);
+    for (int x = 0; x < 4; x++) CHECK(out[x] == 7.0f); /* nothing written */
+    o_part.data = o_a;
+    CHECK(fai_merge_states(1, &o_part, &lse_part, INT64_C(1) << 40, INT64_C(1) << 40, 1, 4, &o_out,
+                           NULL) == FAI_ERR_OVERFLOW);
+}
