@@ -787,13 +787,16 @@ const char *fai_case_combo_name(int combo, char *buf, size_t size) {
     return buf;
 }
 
+/* Records a failure (the first reason is kept). A failed case has an infinite error ratio until
+ * the comparison, if it gets that far, says how far off the values were. */
 static void why(fai_case_result *r, const char *fmt, ...) {
-    if (r->why[0]) return; /* keep the first */
+    r->ok = 0;
+    r->max_ratio = INFINITY;
+    if (r->why[0]) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(r->why, sizeof r->why, fmt, ap);
     va_end(ap);
-    r->ok = 0;
 }
 
 static const char *state_name(int state) {
@@ -988,6 +991,7 @@ int fai_case_check(fai_case *c, fai_pool *pool, fai_case_result *r) {
     }
 
     r->max_ratio = fmax(r->max_err / r->tol, r->max_err_lse / r->tol_lse);
+    if (!r->ok && !(r->max_ratio > 1.0)) r->max_ratio = INFINITY; /* failed for another reason */
     fai_oracle_out_free(&ref);
     return r->ok;
 }
