@@ -250,7 +250,8 @@ fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *works
 typedef struct fai_plan_info {
     int64_t tile_q;         /* qSeqBase: query positions per tile */
     int64_t tile_kv;        /* kvSeqBase: keys per tile */
-    int64_t tile_rows;      /* rows of a Q tile: tile_q * (Hq / Hkv), the GQA group stacked */
+    int64_t tile_rows;      /* rows of a Q tile: tile_q x the q heads of a unit (the GQA group,
+                               or a slice of at most 64 heads of a larger group) */
     int64_t units;          /* (batch, kv-head group, q tile) units */
     int64_t workers;        /* pieces the units are split into */
     int64_t threads;        /* threads that run them */
@@ -261,6 +262,11 @@ typedef struct fai_plan_info {
     int64_t partials;       /* partial results those parts write and merge */
     int64_t visible_pairs;  /* (query, key) pairs left by causal, window and lengths, all heads */
     size_t workspace_bytes; /* fai_plan_workspace_size() */
+    /* The tile against this core's caches (as read from the OS): the bytes the inner loops keep
+     * hot and the per-thread tile slice (for decode tiles: two tiles of K/V rows in flight),
+     * their capacities, and whether the tile fits them (an override may not). */
+    int64_t l1d_bytes, l1d_capacity, l2_bytes, l2_capacity;
+    int tile_fits;
     const char *isa;        /* micro-kernel table in use: "ref", "avx2", "avx512", "neon" */
 } fai_plan_info;
 
@@ -279,10 +285,12 @@ typedef struct fai_worker_range {
 
 fai_status fai_plan_get_worker(const fai_plan *plan, int64_t worker, fai_worker_range *range);
 
-/* Unit u: its batch, kv head, first query position, query positions and valid kv tiles. */
+/* Unit u: its batch, kv head, q heads [head_q_begin, head_q_begin + heads_q), first query
+ * position, query positions and valid kv tiles. */
 typedef struct fai_unit_info {
     int64_t batch, head_kv, q_begin, q_len;
     int64_t kv_tile_begin, kv_tiles;
+    int64_t head_q_begin, heads_q;
 } fai_unit_info;
 
 fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_unit_info *info);

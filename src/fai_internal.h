@@ -30,6 +30,7 @@ typedef struct fai_seq {
  * [pad_begin, pad_end) of the sequence are zero rows this unit writes. */
 typedef struct fai_unit {
     int64_t batch, head_kv;
+    int64_t head_q_begin, heads; /* the q heads of the unit: the kv head's group, or a slice */
     int64_t q_begin, q_len;
     int64_t pad_begin, pad_end;
     int64_t kv_tile_begin, kv_tiles;
@@ -79,6 +80,9 @@ struct fai_plan {
     fai_seq *seqs; /* [batch] */
 
     int64_t tile_q, tile_kv, tile_rows;
+    int64_t group_slice; /* q heads of a group per unit: the group, unless it is very large */
+    int64_t l1d_bytes, l2_bytes; /* the tile's hot set and per-thread slice, against the caches */
+    int tile_fits;
     int64_t ld_s; /* tile_rows padded to the micro-kernels' vector width: S^T and Q^T rows */
     int64_t ld_o; /* dv padded likewise: V tile and O accumulator rows */
     /* Small Q tiles (decode) read K and V rows directly instead of packing them; Q is then
@@ -104,7 +108,12 @@ struct fai_plan {
     fai_pool *pool; /* NULL: the default pool */
 };
 
+/* Q tiles of at most this many rows (decode: one position times the GQA group) stream K and V
+ * rows straight from memory: packing them would cost more than the few rows that reuse them. */
+#define FAI_DIRECT_KV_MAX_ROWS 8
+
 /* Plan steps (plan/). */
+void fai__choose_tile(fai_plan *plan);
 fai_status fai__validate_problem(const fai_problem *pb);
 fai_status fai__resolve_seqs(const fai_problem *pb, fai_seq *seqs);
 fai_status fai__build_units(fai_plan *plan);

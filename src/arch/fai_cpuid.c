@@ -2,6 +2,9 @@
 #include "arch/fai_cpuid.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 static fai_cpu_features features;
 static pthread_once_t features_once = PTHREAD_ONCE_INIT;
@@ -41,6 +44,58 @@ static void detect(void) {
 static void detect(void) {
 }
 #endif
+
+static fai_cache_sizes caches;
+static pthread_once_t caches_once = PTHREAD_ONCE_INIT;
+
+/* "48K" / "1024K" / "1M" from sysfs, in bytes; 0 if unreadable. */
+static int64_t read_sysfs_size(const char *path) {
+    FILE *file = fopen(path, "r");
+    if (!file) return 0;
+    long long value = 0;
+    char unit = 0;
+    const int fields = fscanf(file, "%lld%c", &value, &unit);
+    fclose(file);
+    if (fields < 1 || value <= 0) return 0;
+    if (unit == 'K') value <<= 10;
+    if (unit == 'M') value <<= 20;
+    return (int64_t)value;
+}
+
+static void read_sysfs_level(int level, const char *type, int64_t *size) {
+    char path[128], text[32];
+    for (int index = 0; index < 8; index++) {
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", index);
+        if (read_sysfs_size(path) != level) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", index);
+        FILE *file = fopen(path, "r");
+        if (!file) continue;
+        const int ok = fscanf(file, "%31s", text) == 1;
+        fclose(file);
+        if (!ok || strcmp(text, type)) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+        const int64_t bytes = read_sysfs_size(path);
+        if (bytes > 0) *size = bytes;
+        return;
+    }
+}
+
+static void detect_caches(void) {
+    caches.l1d = caches.l2 = 0;
+    read_sysfs_level(1, "Data", &caches.l1d);
+    read_sysfs_level(2, "Unified", &caches.l2);
+#if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
+    if (caches.l1d <= 0) caches.l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    if (caches.l2 <= 0) caches.l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    if (caches.l1d < 4096 || caches.l1d > (INT64_C(1) << 24)) caches.l1d = INT64_C(32) << 10;
+    if (caches.l2 < 65536 || caches.l2 > (INT64_C(1) << 30)) caches.l2 = INT64_C(1) << 20;
+}
+
+const fai_cache_sizes *fai__cache_sizes(void) {
+    pthread_once(&caches_once, detect_caches);
+    return &caches;
+}
 
 const fai_cpu_features *fai__cpu_features(void) {
     pthread_once(&features_once, detect);

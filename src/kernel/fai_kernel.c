@@ -1,5 +1,5 @@
 /* The kernel driver: one worker walks its contiguous range of units. For each unit (the q heads
- * of one kv-head group over one q tile) it runs the seed's four stages over the unit's valid kv
+ * of one kv-head group, or of a slice of a very large group, over one q tile) it runs the seed's four stages over the unit's valid kv
  * tiles, with S, P and O living only in this thread's workspace:
  *
  *     QK:              S = scale * Q K^T                     (cntx->qk)
@@ -48,12 +48,12 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
 static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                         const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
                         float *s, int64_t ld_s) {
-    const int64_t group = plan->group, rows = unit->q_len * group;
+    const int64_t heads = unit->heads, rows = unit->q_len * heads;
     const fai_mask *mask = &t->mask;
     const fai_mask_kind kind = plan->pb.mask_kind;
     for (int64_t r = 0; r < rows; r++) {
-        const int64_t i = unit->q_begin + r / group;
-        const int64_t head_q = unit->head_kv * group + r % group;
+        const int64_t i = unit->q_begin + r / heads;
+        const int64_t head_q = unit->head_q_begin + r % heads;
         float *s_col = s + r; /* [n] with stride ld_s */
         if (band_partial) {
             const int64_t lo = fai__band_lo(band, i) - key_begin;
@@ -89,7 +89,7 @@ static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b
 static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                           int64_t tile_begin, int64_t tile_end, const unit_scratch *sc) {
     const fai_cntx *cntx = plan->cntx;
-    const int64_t group = plan->group, rows = unit->q_len * group;
+    const int64_t heads = unit->heads, rows = unit->q_len * heads;
     const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, tile_kv = plan->tile_kv;
     const int64_t ld_s = plan->ld_s, ld_o = plan->ld_o;
     const int64_t b = unit->batch;
@@ -97,8 +97,8 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
 
     /* -- Step 1: the Q tile of the whole GQA group, converted once -- */
     for (int64_t r = 0; r < rows; r++)
-        sc->row_ptrs[r] = fai__q_row(plan, &t->q, b, unit->q_begin + r / group,
-                                     unit->head_kv * group + r % group);
+        sc->row_ptrs[r] = fai__q_row(plan, &t->q, b, unit->q_begin + r / heads,
+                                     unit->head_q_begin + r % heads);
     if (plan->direct_kv)
         cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
     else
@@ -158,11 +158,11 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
  * do the rows past the sequence's length that the unit owns. */
 static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                         const unit_scratch *sc) {
-    const int64_t group = plan->group, rows = unit->q_len * group;
+    const int64_t heads = unit->heads, rows = unit->q_len * heads;
     const int64_t b = unit->batch;
     for (int64_t r = 0; r < rows; r++) {
-        const int64_t i = unit->q_begin + r / group;
-        const int64_t head_q = unit->head_kv * group + r % group;
+        const int64_t i = unit->q_begin + r / heads;
+        const int64_t head_q = unit->head_q_begin + r % heads;
         const float sum = sc->row_sum[r];
         if (!(sum > 0.0f)) {
             write_zero_row(plan, t, b, i, head_q);
@@ -173,8 +173,7 @@ static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_un
         if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = sc->row_max[r] + logf(sum);
     }
     for (int64_t i = unit->pad_begin; i < unit->pad_end; i++)
-        for (int64_t g = 0; g < group; g++)
-            write_zero_row(plan, t, b, i, unit->head_kv * group + g);
+        for (int64_t g = 0; g < heads; g++) write_zero_row(plan, t, b, i, unit->head_q_begin + g);
 }
 
 /* -- split-KV -------------------------------------------------------------------------------- */
@@ -187,7 +186,7 @@ static float *part_slot(const fai_plan *plan, unsigned char *ws_base, int64_t sl
  * last to finish merges, whichever thread runs it. */
 static int store_part(const fai_plan *plan, const fai_unit *unit, int64_t part,
                       const unit_scratch *sc, unsigned char *ws_base) {
-    const int64_t rows = unit->q_len * plan->group, ld_o = plan->ld_o, ld_s = plan->ld_s;
+    const int64_t rows = unit->q_len * unit->heads, ld_o = plan->ld_o, ld_s = plan->ld_s;
     float *slot = part_slot(plan, ws_base, unit->first_slot + part); /* O [rows, ld_o], m, l */
     memcpy(slot, sc->o_acc, (size_t)(rows * ld_o) * sizeof(float));
     memcpy(slot + rows * ld_o, sc->row_max, (size_t)ld_s * sizeof(float));
@@ -201,7 +200,7 @@ static int store_part(const fai_plan *plan, const fai_unit *unit, int64_t part,
  * m = max m_p, l = sum l_p e^(m_p - m), O = sum O_p e^(m_p - m). */
 static void merge_parts(const fai_plan *plan, const fai_unit *unit, const unit_scratch *sc,
                         unsigned char *ws_base) {
-    const int64_t rows = unit->q_len * plan->group, ld_o = plan->ld_o, ld_s = plan->ld_s;
+    const int64_t rows = unit->q_len * unit->heads, ld_o = plan->ld_o, ld_s = plan->ld_s;
     for (int64_t r = 0; r < rows; r++) {
         float max = -INFINITY;
         for (int64_t p = 0; p < unit->parts; p++) {

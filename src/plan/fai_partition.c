@@ -1,6 +1,7 @@
 /* Block counting and the work split (the seed's GetCalcBlockNumsOneHead and ComputeSplitNBSeq).
  *
- * A unit is (batch, kv-head group, q tile). Its weight is the exact number of kv tiles that at
+ * A unit is (batch, kv-head group, q tile); a group of more than a tile's rows of q heads is
+ * cut into slices, each its own unit. Its weight is the exact number of kv tiles that at
  * least one of its query rows can see under causal, window and lengths: these are the tiles the
  * kernel computes, and no others, because the kernel reads its tile range from the unit. */
 #include "fai_internal.h"
@@ -53,6 +54,8 @@ fai_status fai__build_units(fai_plan *plan) {
     const fai_problem *pb = &plan->pb;
     const int64_t tile_q = plan->tile_q, tile_kv = plan->tile_kv;
 
+    const int64_t slices = fai__ceil_div(plan->group, plan->group_slice);
+
     /* -- Step 1: count units (every sequence has at least one, to write its padding rows) -- */
     int64_t count = 0;
     for (int64_t b = 0; b < pb->batch; b++) {
@@ -60,6 +63,7 @@ fai_status fai__build_units(fai_plan *plan) {
         const int64_t q_tiles = seq->q_len > 0 ? fai__ceil_div(seq->q_len, tile_q) : 1;
         int64_t per_batch;
         if (!fai__mul_ok(q_tiles, pb->heads_kv, &per_batch) ||
+            !fai__mul_ok(per_batch, slices, &per_batch) ||
             !fai__add_ok(count, per_batch, &count) || count > (INT64_C(1) << 31))
             return fai__fail(FAI_ERR_OVERFLOW,
                              "batch = %lld x heads_kv = %lld x q tiles makes more than 2^31 "
@@ -79,10 +83,15 @@ fai_status fai__build_units(fai_plan *plan) {
         const fai_band band = fai__band_of(pb, seq->q_len, seq->kv_len);
         const int64_t q_tiles = seq->q_len > 0 ? fai__ceil_div(seq->q_len, tile_q) : 1;
         for (int64_t h = 0; h < pb->heads_kv; h++) {
+            for (int64_t slice = 0; slice < slices; slice++) {
             for (int64_t t = 0; t < q_tiles; t++) {
                 fai_unit *unit = &plan->units[u++];
                 unit->batch = b;
                 unit->head_kv = h;
+                unit->head_q_begin = h * plan->group + slice * plan->group_slice;
+                unit->heads = plan->group - slice * plan->group_slice < plan->group_slice
+                                  ? plan->group - slice * plan->group_slice
+                                  : plan->group_slice;
                 unit->q_begin = t * tile_q;
                 unit->q_len = seq->q_len - unit->q_begin < tile_q ? seq->q_len - unit->q_begin
                                                                   : tile_q;
@@ -98,7 +107,8 @@ fai_status fai__build_units(fai_plan *plan) {
                     unit->kv_tiles = key_hi / tile_kv + 1 - unit->kv_tile_begin;
                 }
                 plan->total_weight += unit->kv_tiles;
-                plan->visible_pairs += pairs * plan->group;
+                plan->visible_pairs += pairs * unit->heads;
+            }
             }
         }
     }

@@ -1,6 +1,7 @@
 /* fai_plan_create: the host-side tiling step. Validates the problem, resolves lengths, chooses
  * one tile shape (used by block counting and by the kernel alike), builds and splits the units,
  * and lays out the per-thread workspace. */
+#include "arch/fai_cpuid.h"
 #include "fai_internal.h"
 
 #include <inttypes.h>
@@ -19,38 +20,6 @@ void fai_problem_init(fai_problem *pb) {
     pb->window_right = -1;
 }
 
-/* Target rows of a Q tile (query positions x group heads) and keys of a kv tile: the S tile of
- * 64 x 64 f32 (16 KiB) and the Q, K, V and O tiles at D = 128 fit the L1d / L2 budget of a
- * core. */
-#define TARGET_TILE_ROWS 64
-#define DEFAULT_TILE_KV 64
-/* Q tiles of at most this many rows (decode: one position times the GQA group) stream K and V
- * rows straight from memory: packing them would cost more than the few rows that reuse them. */
-#define DIRECT_KV_MAX_ROWS 8
-
-static void choose_tile(fai_plan *plan) {
-    const fai_problem *pb = &plan->pb;
-    int64_t max_q = 0, max_kv = 0;
-    for (int64_t b = 0; b < pb->batch; b++) {
-        if (plan->seqs[b].q_len > max_q) max_q = plan->seqs[b].q_len;
-        if (plan->seqs[b].kv_len > max_kv) max_kv = plan->seqs[b].kv_len;
-    }
-    int64_t tile_q = pb->tile_q;
-    if (tile_q == 0) {
-        tile_q = TARGET_TILE_ROWS / plan->group;
-        if (tile_q < 1) tile_q = 1;
-        if (tile_q > max_q) tile_q = max_q > 0 ? max_q : 1;
-    }
-    int64_t tile_kv = pb->tile_kv;
-    if (tile_kv == 0) {
-        tile_kv = DEFAULT_TILE_KV;
-        if (tile_kv > max_kv) tile_kv = max_kv > 0 ? max_kv : 1;
-    }
-    plan->tile_q = tile_q;
-    plan->tile_kv = tile_kv;
-    plan->tile_rows = tile_q * plan->group;
-}
-
 static size_t align64(size_t bytes) {
     return (bytes + 63) & ~(size_t)63;
 }
@@ -60,7 +29,7 @@ static fai_status layout_workspace(fai_plan *plan) {
     plan->ld_s = fai__ceil_div(plan->tile_rows, width) * width;
     plan->ld_o = fai__ceil_div(plan->head_dim_v, width) * width;
     plan->ld_q = fai__ceil_div(plan->pb.head_dim, width) * width;
-    plan->direct_kv = plan->tile_rows <= DIRECT_KV_MAX_ROWS;
+    plan->direct_kv = plan->tile_rows <= FAI_DIRECT_KV_MAX_ROWS;
     const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
     const size_t d = (size_t)plan->pb.head_dim, ld_o = (size_t)plan->ld_o;
     const size_t ld_s = (size_t)plan->ld_s;
@@ -126,7 +95,7 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
     }
     status = fai__resolve_seqs(problem, plan->seqs);
     if (status == FAI_OK) {
-        choose_tile(plan);
+        fai__choose_tile(plan);
         status = fai__build_units(plan);
     }
     if (status == FAI_OK) status = fai__split_units(plan);
@@ -175,6 +144,11 @@ fai_status fai_plan_get_info(const fai_plan *plan, fai_plan_info *info) {
     info->visible_pairs = plan->visible_pairs;
     info->workspace_bytes = plan->workspace_size;
     info->isa = plan->cntx->name;
+    info->l1d_bytes = plan->l1d_bytes;
+    info->l2_bytes = plan->l2_bytes;
+    info->l1d_capacity = fai__cache_sizes()->l1d;
+    info->l2_capacity = fai__cache_sizes()->l2;
+    info->tile_fits = plan->tile_fits;
     return FAI_OK;
 }
 
@@ -207,5 +181,7 @@ fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_unit_info *
     info->q_len = u->q_len;
     info->kv_tile_begin = u->kv_tile_begin;
     info->kv_tiles = u->kv_tiles;
+    info->head_q_begin = u->head_q_begin;
+    info->heads_q = u->heads;
     return FAI_OK;
 }

@@ -1,0 +1,91 @@
+/* The tile shape (the seed's qSeqBase x kvSeqBase), chosen once per plan and used by block
+ * counting and by the kernel alike. Candidates are checked against this core's cache budgets,
+ * as the seed checks UB / L1 / L0 budgets before a tile shape may be used:
+ *   L2:  the thread's workspace slice (Q^T, K, V, S^T and O tiles) within half of L2, leaving
+ *        the other half to the K/V rows streaming through;
+ *   L1d: what the inner loops keep hot: a block of Q^T (d x 2 vectors) for QK, and a column block
+ *        of the V tile (tile_kv x 4 vectors) for PV.
+ * Decode-like tiles (a few rows: K and V read directly, see DIRECT_KV_MAX_ROWS) need no packed
+ * tiles; their kv tile is sized so that the tile being computed and the one being prefetched fit
+ * in a quarter of L2. */
+#include "arch/fai_cpuid.h"
+#include "fai_internal.h"
+
+/* Rows of a Q tile (query positions x q heads of a group) for prefill and chunked prefill, and
+ * the most q heads of one group a unit takes (larger groups are sliced). */
+#define TARGET_TILE_ROWS 64
+#define MAX_GROUP_SLICE 64
+
+static size_t round_up(int64_t value, int64_t multiple) {
+    return (size_t)(fai__ceil_div(value, multiple) * multiple);
+}
+
+/* Bytes of one thread's packed tiles for a tile shape (as laid out by the plan). */
+static int64_t slice_bytes(const fai_plan *plan, int64_t rows, int64_t tile_kv) {
+    const int64_t width = plan->cntx->simd_width;
+    const size_t d = (size_t)plan->pb.head_dim, ld_o = round_up(plan->head_dim_v, width);
+    const size_t ld_s = round_up(rows, width), keys = (size_t)tile_kv;
+    const size_t floats = d * ld_s + keys * d + keys * ld_o + keys * ld_s + (size_t)rows * ld_o;
+    return (int64_t)(floats * sizeof(float));
+}
+
+static int64_t hot_bytes(const fai_plan *plan, int64_t tile_kv) {
+    const int64_t width = plan->cntx->simd_width;
+    return (plan->pb.head_dim * 2 * width + tile_kv * 4 * width) * (int64_t)sizeof(float);
+}
+
+/* Decode: the K and V rows of two kv tiles (computed and prefetched) in bytes. */
+static int64_t stream_bytes(const fai_plan *plan, int64_t tile_kv) {
+    const fai_problem *pb = &plan->pb;
+    return 2 * tile_kv *
+           (pb->head_dim * (pb->k_dtype == FAI_DTYPE_F32 ? 4 : 2) +
+            plan->head_dim_v * (pb->v_dtype == FAI_DTYPE_F32 ? 4 : 2));
+}
+
+void fai__choose_tile(fai_plan *plan) {
+    const fai_problem *pb = &plan->pb;
+    const fai_cache_sizes *caches = fai__cache_sizes();
+    int64_t max_q = 0, max_kv = 0;
+    for (int64_t b = 0; b < pb->batch; b++) {
+        if (plan->seqs[b].q_len > max_q) max_q = plan->seqs[b].q_len;
+        if (plan->seqs[b].kv_len > max_kv) max_kv = plan->seqs[b].kv_len;
+    }
+    plan->group_slice = plan->group <= MAX_GROUP_SLICE ? plan->group : MAX_GROUP_SLICE;
+
+    int64_t tile_q = pb->tile_q;
+    if (tile_q == 0) {
+        tile_q = TARGET_TILE_ROWS / plan->group_slice;
+        if (tile_q < 1) tile_q = 1;
+        if (tile_q > max_q) tile_q = max_q > 0 ? max_q : 1;
+    }
+    const int64_t rows = tile_q * plan->group_slice;
+    const int decode = rows <= FAI_DIRECT_KV_MAX_ROWS;
+
+    static const int64_t candidates[] = {256, 128, 64, 32, 16};
+    const int count = (int)(sizeof candidates / sizeof candidates[0]);
+    int64_t tile_kv = pb->tile_kv;
+    int fits = 1;
+    if (tile_kv == 0) {
+        tile_kv = candidates[count - 1];
+        fits = 0;
+        for (int c = decode ? 0 : 1; c < count; c++) { /* prefill tiles start at 128 */
+            const int ok = decode ? stream_bytes(plan, candidates[c]) <= caches->l2 / 4
+                                  : slice_bytes(plan, rows, candidates[c]) <= caches->l2 / 2 &&
+                                        hot_bytes(plan, candidates[c]) <= caches->l1d;
+            if (ok) {
+                tile_kv = candidates[c];
+                fits = 1;
+                break;
+            }
+        }
+        if (tile_kv > max_kv) tile_kv = max_kv > 0 ? max_kv : 1;
+    }
+    plan->tile_q = tile_q;
+    plan->tile_kv = tile_kv;
+    plan->tile_rows = rows;
+    plan->l1d_bytes = decode ? 0 : hot_bytes(plan, tile_kv);
+    plan->l2_bytes = decode ? stream_bytes(plan, tile_kv) : slice_bytes(plan, rows, tile_kv);
+    plan->tile_fits = decode ? plan->l2_bytes <= caches->l2 / 4
+                             : plan->l2_bytes <= caches->l2 / 2 && plan->l1d_bytes <= caches->l1d;
+    (void)fits;
+}
