@@ -636,6 +636,163 @@ TEST(sweep_threads_bitwise) {
     }
 }
 
+/* Decode-like shapes with few units and many workers: units are split across workers (split-KV)
+ * and merged by LSE. The result must be right and not depend on the threads. */
+TEST(sweep_split_kv) {
+    int split_seen = 0;
+    for (int k = 0; k < 8; k++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 1 + k % 2;
+        s.heads_kv = k % 3 == 0 ? 8 : 2;
+        s.heads_q = 8;
+        s.seq_q = k % 4 == 3 ? 5 : 1;
+        s.seq_kv = 300 + 350 * k;
+        s.head_dim = k % 2 ? 64 : 40;
+        s.head_dim_v = FAI_CASE_ANY;
+        s.workers = k % 2 ? 16 : 7;
+        s.threads = 0;
+        s.split = FAI_SPLIT_AUTO;
+        s.lse = 1;
+        s.max_work = 1e9;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 1330 + (uint64_t)k) == 0);
+        fai_pool *pool1 = NULL, *pool2 = NULL;
+        fai_plan *plan = NULL;
+        REQUIRE(fai_pool_create(1, &pool1) == FAI_OK);
+        REQUIRE(fai_pool_create(2, &pool2) == FAI_OK);
+        REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+        fai_plan_info info;
+        REQUIRE(fai_plan_get_info(plan, &info) == FAI_OK);
+        split_seen += info.split_kv != 0;
+        const size_t o_bytes = c.bytes[FAI_CASE_BUF_O], l_bytes = c.bytes[FAI_CASE_BUF_LSE];
+        unsigned char *o1 = malloc(o_bytes), *o2 = malloc(o_bytes);
+        unsigned char *l1 = malloc(l_bytes), *l2 = malloc(l_bytes);
+        REQUIRE(o1 && o2 && l1 && l2);
+        fai_plan_set_pool(plan, pool1);
+        CHECK(run_plan_copy(&c, plan, o1, l1) == 0);
+        fai_plan_set_pool(plan, pool2);
+        CHECK(run_plan_copy(&c, plan, o2, l2) == 0);
+        CHECK(memcmp(o1, o2, o_bytes) == 0);
+        CHECK(memcmp(l1, l2, l_bytes) == 0);
+        fai_case_result r;
+        fai_case_reset(&c);
+        CHECK(fai_case_check(&c, pool2, &r));
+        if (!r.ok) print_failure(&r);
+        free(o1);
+        free(o2);
+        free(l1);
+        free(l2);
+        fai_plan_free(plan);
+        fai_pool_free(pool1);
+        fai_pool_free(pool2);
+        fai_case_free(&c);
+    }
+    CHECK(split_seen > 0);
+}
+
+/* Attention over three disjoint key sets (by KEEP masks), merged with fai_merge_states, is
+ * attention over all keys. */
+TEST(sweep_merge_states) {
+    enum { PARTS = 3 };
+    for (int k = 0; k < 4; k++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 2;
+        s.heads_q = 4;
+        s.heads_kv = 2;
+        s.seq_q = 7;
+        s.seq_kv = k == 3 ? 5 : 40; /* bottom-right with Sq > Skv: fully masked rows */
+        s.head_dim = 16;
+        s.head_dim_v = 12;
+        s.q_lens = FAI_CASE_LEN_FULL;
+        s.kv_lens = k == 1 ? FAI_CASE_LEN_SEQLENS : FAI_CASE_LEN_FULL;
+        s.mask_kind = FAI_MASK_NONE;
+        s.causal = k >= 2 ? FAI_CAUSAL_BOTTOM_RIGHT : FAI_CAUSAL_NONE;
+        s.o_dtype = k == 2 ? FAI_DTYPE_BF16 : FAI_DTYPE_F32;
+        s.lse = 1;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 1360 + (uint64_t)k) == 0);
+        const fai_problem *pb = &c.problem;
+        const int64_t B = pb->batch, Sq = pb->seq_q, Skv = pb->seq_kv, Hq = pb->heads_q;
+        const int64_t Dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+        float *po[PARTS], *pl[PARTS];
+        unsigned char *keep[PARTS];
+        fai_tensor to[PARTS], tl[PARTS];
+        for (int p = 0; p < PARTS; p++) {
+            po[p] = malloc((size_t)(B * Sq * Hq * Dv) * sizeof(float));
+            pl[p] = malloc((size_t)(B * Hq * Sq) * sizeof(float));
+            keep[p] = malloc((size_t)(Sq * Skv));
+            REQUIRE(po[p] && pl[p] && keep[p]);
+            for (int64_t i = 0; i < Sq; i++)
+                for (int64_t j = 0; j < Skv; j++)
+                    keep[p][i * Skv + j] = (j + i) % PARTS == p;
+            fai_problem part = *pb;
+            part.mask_kind = FAI_MASK_KEEP;
+            part.o_dtype = FAI_DTYPE_F32;
+            fai_tensors t = c.tensors;
+            t.o = fai_tensor_bshd(po[p], FAI_DTYPE_F32, Sq, Hq, Dv);
+            t.lse.data = pl[p];
+            t.lse.dtype = FAI_DTYPE_F32;
+            t.lse.stride_seq = 1;
+            t.lse.stride_head = Sq;
+            t.lse.stride_batch = Hq * Sq;
+            t.mask.data = keep[p];
+            t.mask.stride_batch = t.mask.stride_head = 0;
+            t.mask.stride_q = Skv;
+            fai_plan *plan = NULL;
+            REQUIRE(fai_plan_create(&part, &plan) == FAI_OK);
+            const size_t ws_size = fai_plan_workspace_size(plan);
+            void *ws = malloc(ws_size + 1);
+            CHECK(fai_run(plan, &t, ws, ws_size) == FAI_OK);
+            free(ws);
+            fai_plan_free(plan);
+            to[p] = t.o;
+            tl[p] = t.lse;
+        }
+        fai_case_reset(&c);
+        CHECK(fai_merge_states(PARTS, to, tl, B, Sq, Hq, Dv, &c.tensors.o, &c.tensors.lse) ==
+              FAI_OK);
+        fai_oracle_out ref;
+        REQUIRE(fai_oracle_run(pb, &c.tensors, &ref, NULL, 0) == FAI_OK);
+        const double tol = fai_case_tolerance(pb->q_dtype, pb->k_dtype, pb->v_dtype, pb->o_dtype);
+        const double tol_lse =
+            fai_case_tolerance(pb->q_dtype, pb->k_dtype, pb->v_dtype, FAI_DTYPE_F32);
+        const fai_tensor *o = &c.tensors.o, *l = &c.tensors.lse;
+        int bad = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Sq; i++)
+                for (int64_t h = 0; h < Hq; h++) {
+                    const size_t ri = (size_t)((b * Sq + i) * Hq + h);
+                    for (int64_t d = 0; d < Dv; d++) {
+                        const double x = fai_oracle_load(o->data, o->dtype,
+                                                         b * o->stride_batch + i * o->stride_seq +
+                                                             h * o->stride_head + d);
+                        const double want = ref.o[ri * (size_t)Dv + (size_t)d];
+                        if (!(fabs(x - want) <= tol * fmax(1.0, fabs(want)))) bad++;
+                    }
+                    float f;
+                    memcpy(&f,
+                           (const char *)l->data +
+                               4 * (b * l->stride_batch + h * l->stride_head + i * l->stride_seq),
+                           4);
+                    const double want = ref.lse[(b * Hq + h) * Sq + i];
+                    if (want == -INFINITY ? f != -INFINITY
+                                          : !(fabs(f - want) <= tol_lse * fmax(1.0, fabs(want))))
+                        bad++;
+                }
+        if (bad) fprintf(stderr, "  merge: %d bad values: %s\n", bad, c.desc);
+        CHECK(bad == 0);
+        fai_oracle_out_free(&ref);
+        for (int p = 0; p < PARTS; p++) {
+            free(po[p]);
+            free(pl[p]);
+            free(keep[p]);
+        }
+        fai_case_free(&c);
+    }
+}
+
 /* One plan run from several user threads at once, each with its own output and workspace. */
 typedef struct concurrent_run {
     const fai_plan *plan;

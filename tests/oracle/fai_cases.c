@@ -69,7 +69,7 @@ void fai_case_spec_any(fai_case_spec *s) {
     s->q_lens = s->kv_lens = FAI_CASE_ANY;
     s->lens_q = s->lens_kv = NULL;
     s->page_size = s->layout = s->packed_rows_extra = FAI_CASE_ANY;
-    s->workers = s->threads = s->tile_q = s->tile_kv = FAI_CASE_ANY;
+    s->workers = s->threads = s->tile_q = s->tile_kv = s->split = FAI_CASE_ANY;
     s->lse = FAI_CASE_ANY;
     s->scale = NAN;
     s->amplitude = NAN;
@@ -182,6 +182,10 @@ void fai_case_set(fai_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d, dou
 
 static const char *causal_name(int64_t causal) {
     return causal == FAI_CAUSAL_BOTTOM_RIGHT ? "br" : causal == FAI_CAUSAL_TOP_LEFT ? "tl" : "none";
+}
+
+static const char *split_name(fai_split split) {
+    return split == FAI_SPLIT_UNITS ? "units" : split == FAI_SPLIT_GREEDY ? "greedy" : "auto";
 }
 
 static const char *mask_name(int64_t kind) {
@@ -483,11 +487,16 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     }
     if (ANY(sp.threads))
         sp.threads = fai_rng_range(g, 0, 99) < 5 ? PICK(g, 3, 8) : PICK(g, 0, 0, 1, 1, 2, 2);
+    if (ANY(sp.split)) {
+        const int64_t p = fai_rng_range(g, 0, 99);
+        sp.split = p < 70 ? FAI_SPLIT_AUTO : p < 85 ? FAI_SPLIT_UNITS : FAI_SPLIT_GREEDY;
+    }
     if (ANY(sp.tile_q)) sp.tile_q = draw_tile(g, 0);
     if (ANY(sp.tile_kv)) sp.tile_kv = draw_tile(g, 1);
     if (ANY(sp.lse)) sp.lse = fai_rng_range(g, 0, 99) < 85;
     pb->workers = sp.workers;
     pb->threads = sp.threads;
+    pb->split = (fai_split)sp.split;
     pb->tile_q = sp.tile_q;
     pb->tile_kv = sp.tile_kv;
 
@@ -727,7 +736,7 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     snprintf(c->desc, sizeof c->desc,
              "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s v=%s "
              "o=%s causal=%s window=%lld,%lld mask=%s lens_q=%s lens_kv=%s%s scale=%g amp=%g "
-             "layout=%d%d%d%d lse=%d workers=%lld threads=%lld tiles=%lld,%lld ws+%zu",
+             "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld ws+%zu",
              (unsigned long long)seed, (long long)B, (long long)Hq, (long long)Hkv,
              (long long)sp.seq_q, (long long)sp.seq_kv, (long long)D, (long long)pb->head_dim_v,
              fai_oracle_dtype_name(pb->q_dtype), fai_oracle_dtype_name(pb->k_dtype),
@@ -735,8 +744,8 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
              causal_name(pb->causal), (long long)pb->window_left, (long long)pb->window_right,
              mask_desc, lq_desc, lk_desc, lens_desc, (double)pb->scale, amp, c->layout_q,
              c->layout_k, c->layout_v, c->layout_o, sp.lse ? 1 + c->lse_layout : 0,
-             (long long)pb->workers, (long long)pb->threads, (long long)pb->tile_q,
-             (long long)pb->tile_kv, c->workspace_offset);
+             (long long)pb->workers, (long long)pb->threads, split_name(pb->split),
+             (long long)pb->tile_q, (long long)pb->tile_kv, c->workspace_offset);
     return 0;
 }
 

@@ -66,6 +66,7 @@ typedef struct fai_case_spec {
     int64_t layout;                  /* FAI_CASE_LAYOUT_*: one for all tensors; ANY draws each */
     int64_t packed_rows_extra;       /* packed Q: rows past cu_seqlens_q[batch] */
     int64_t workers, threads, tile_q, tile_kv; /* copied into the problem */
+    int64_t split;                             /* fai_split */
     int64_t lse;                               /* 1: ask for LSE */
     double scale;     /* NaN: draw (mostly 0, the default 1/sqrt(D)); else the problem's scale */
     double amplitude; /* Q and K values are uniform in [-a, a]; NaN: draw; V is in [-1, 1] */
