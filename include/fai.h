@@ -121,7 +121,11 @@ typedef enum fai_split {
  * Paged KV. With page_size > 0, K and V are page pools [num_pages, page_size, Hkv, D|Dv] (or
  * head-major, by strides: the tensor's batch stride is the page stride), and the run-time block
  * table (int32 [batch, pages_per_seq]) maps page p of sequence b to a pool page. seqlens_kv is
- * required and each length must fit in pages_per_seq * page_size. */
+ * required and each length must fit in pages_per_seq * page_size.
+ *
+ * Packed rows of Q (and O) after the last sequence (cu_seqlens_q[batch] <= r < seq_q) count as
+ * padding of the last sequence and are written as zeros; with batch = 0 a packed Q must have no
+ * rows. */
 typedef struct fai_problem {
     int64_t batch;      /* B >= 0 */
     int64_t heads_q;    /* Hq >= 1 */
@@ -139,7 +143,7 @@ typedef struct fai_problem {
     fai_causal causal;
     /* Sliding window measured from the causal diagonal (bottom-right unless causal is TOP_LEFT):
      * query i sees keys j with  diag(i) - window_left <= j <= diag(i) + window_right.
-     * -1 leaves that side unbounded. Causal is window_right = 0 (or less if given). */
+     * -1 leaves that side unbounded. With causal, window_right is 0 whatever is given. */
     int64_t window_left, window_right;
 
     fai_mask_kind mask_kind; /* the mask data and strides come with the tensors at run time */
@@ -228,15 +232,18 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **plan);
 /* Releases a plan. NULL is a no-op. No run may be using the plan. */
 void fai_plan_free(fai_plan *plan);
 
-/* Bytes of workspace fai_run needs for this plan (64-byte alignment is fast, any is correct).
+/* Bytes of workspace fai_run needs for this plan, at any alignment (room to align it to a cache
+ * line is included).
  * May be called concurrently. */
 size_t fai_plan_workspace_size(const fai_plan *plan);
 
 /* Computes attention for the plan's problem. Checks the tensors against the plan (dtypes,
- * pointers, head strides of 1, and every block-table entry of a page that holds keys inside the
+ * pointers, strides not negative, the head dimension contiguous (stride_dim 1), and every
+ * block-table entry of a page that holds keys inside the
  * pool; entries past a sequence's length are never read) before anything is read or written; on
  * failure nothing is written. Allocates nothing: all scratch lives in the caller's workspace of
- * at least fai_plan_workspace_size(plan) bytes (NULL is accepted only when that size is 0). Runs the plan's workers on the
+ * at least fai_plan_workspace_size(plan) bytes (NULL is accepted only when that size is 0), at
+ * any alignment (the size includes the bytes to align it to a cache line). Runs the plan's workers on the
  * plan's pool (the process-wide default pool unless fai_plan_set_pool chose another).
  * Thread-safety: a plan is read-only, so several threads may run one plan at once, each with its
  * own tensors and workspace; runs on one pool are served one after another. */

@@ -32,7 +32,7 @@ TEST(split_decode_long_context) {
     spec.batch = 1, spec.heads_q = 8, spec.heads_kv = 2, spec.seq_q = 1, spec.seq_kv = 700;
     spec.head_dim = 32, spec.head_dim_v = 24, spec.kv_lens = FAI_CASE_LEN_PAGED, spec.page_size = 16;
     spec.causal = FAI_CAUSAL_NONE, spec.window_left = spec.window_right = -1;
-    spec.mask_kind = FAI_MASK_NONE, spec.tile_kv = 16, spec.lse = 1;
+    spec.mask_kind = FAI_MASK_NONE, spec.tile_kv = 16, spec.lse = 1, spec.split = FAI_SPLIT_AUTO;
     static const int32_t full_length[1] = {700};
     spec.lens_kv = full_length;
     for (int64_t workers = 2; workers <= 64; workers *= 2) {
@@ -53,6 +53,7 @@ TEST(split_masked_prefill) {
         spec.batch = 1 + i % 3, spec.heads_q = 4, spec.heads_kv = 2, spec.seq_q = 9 + i;
         spec.seq_kv = 40 + 3 * i, spec.head_dim = 16, spec.head_dim_v = 16;
         spec.tile_q = 4, spec.tile_kv = 8, spec.workers = 96, spec.threads = 1 + i % 2;
+        spec.split = FAI_SPLIT_AUTO;
         int did_split = 0;
         CHECK(split_case_passes(&spec, 5000 + (uint64_t)i, &did_split));
     }
@@ -83,7 +84,7 @@ TEST(split_bitwise_across_threads) {
     spec.batch = 2, spec.heads_q = 4, spec.heads_kv = 1, spec.seq_q = 3, spec.seq_kv = 300;
     spec.head_dim = 24, spec.head_dim_v = 24, spec.tile_kv = 8, spec.workers = 37;
     spec.q_dtype = spec.k_dtype = spec.v_dtype = spec.o_dtype = FAI_DTYPE_F32;
-    spec.mask_kind = FAI_MASK_NONE, spec.lse = 1;
+    spec.mask_kind = FAI_MASK_NONE, spec.lse = 1, spec.split = FAI_SPLIT_AUTO;
     fai_case c;
     REQUIRE(fai_case_build(&c, &spec, 77) == 0);
     float *first = NULL;

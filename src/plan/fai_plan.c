@@ -56,7 +56,9 @@ static fai_status layout_workspace(fai_plan *plan) {
     ws->partial_bytes = align64((rows * ld_o + 2 * ld_s) * sizeof(float));
     ws->partials = (size_t)total;
     ws->counters = ws->partials + (size_t)plan->partials * ws->partial_bytes;
-    plan->workspace_size = ws->counters + align64((size_t)plan->split_units * sizeof(int64_t));
+    /* + 63: fai_run aligns the caller's pointer up to a cache line */
+    plan->workspace_size =
+        ws->counters + align64((size_t)plan->split_units * sizeof(int64_t)) + 63;
     return FAI_OK;
 }
 
