@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo sanitize tsan coverage format format-check clean
+.PHONY: all build test test-aarch64 demo sanitize tsan coverage format format-check clean
 
 all: build
 
@@ -13,6 +13,18 @@ build:
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 1
+
+# AArch64 cross build (gcc-aarch64-linux-gnu, libc6-dev-arm64-cross) whose tests run under qemu
+# user emulation (qemu-user); the random sweep is scaled down, as emulation is slow
+BUILD_AARCH64 ?= build-aarch64
+AARCH64_SWEEP_CASES ?= 150
+
+test-aarch64:
+	cmake -S . -B $(BUILD_AARCH64) -DCMAKE_BUILD_TYPE=Release \
+		-DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/cmake/toolchain-aarch64.cmake $(CMAKE_FLAGS) >/dev/null
+	cmake --build $(BUILD_AARCH64) -j $(JOBS)
+	cd $(BUILD_AARCH64) && FAI_SWEEP_CASES=$${FAI_SWEEP_CASES:-$(AARCH64_SWEEP_CASES)} \
+		ctest --output-on-failure -j $(JOBS)
 
 demo: build
 	./$(BUILD)/fai demo
@@ -30,4 +42,4 @@ format-check:
 	clang-format --dry-run --Werror include/*.h src/*.c src/*.h src/*/*.c src/*/*.h src/*/*/*.c tools/*.c tools/*.h tests/*.c tests/*.h tests/oracle/*.c tests/oracle/*.h
 
 clean:
-	rm -rf build build-sanitize build-tsan build-coverage
+	rm -rf build build-sanitize build-tsan build-coverage build-aarch64
