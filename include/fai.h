@@ -103,11 +103,7 @@ typedef enum fai_mask_kind {
  *   GREEDY: the seed's ComputeSplitNBSeq: whole units; a new worker opens at a unit whose weight
  *           exceeds twice the current worker's remaining deficit to its cumulative target. Kept
  *           to compare against. */
-typedef enum fai_split {
-    FAI_SPLIT_AUTO = 0,
-    FAI_SPLIT_UNITS = 1,
-    FAI_SPLIT_GREEDY = 2
-} fai_split;
+typedef enum fai_split { FAI_SPLIT_AUTO = 0, FAI_SPLIT_UNITS = 1, FAI_SPLIT_GREEDY = 2 } fai_split;
 
 /* Everything fai_plan_create needs to know. Start from fai_problem_init() and set what differs.
  *
@@ -205,14 +201,13 @@ typedef struct fai_tensors {
      * for packed queries i is the packed row and stride_batch is ignored. data NULL skips it.
      * Fully masked rows and rows past the length get -inf. */
     fai_tensor lse;
-    fai_mask mask;             /* used when the plan's mask_kind is not NONE */
+    fai_mask mask;              /* used when the plan's mask_kind is not NONE */
     const int32_t *block_table; /* paged only: [batch, pages_per_seq] */
     int64_t block_table_stride; /* elements between rows; 0 means pages_per_seq */
 } fai_tensors;
 
 /* Strides of a contiguous [B, S, H, Dlast] tensor (the default BSHD layout). */
-fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t heads,
-                           int64_t dim);
+fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t heads, int64_t dim);
 
 /* ---------------------------------------------------------------------------------------------
  * Plan and run
@@ -243,8 +238,8 @@ size_t fai_plan_workspace_size(const fai_plan *plan);
  * pool; entries past a sequence's length are never read) before anything is read or written; on
  * failure nothing is written. Allocates nothing: all scratch lives in the caller's workspace of
  * at least fai_plan_workspace_size(plan) bytes (NULL is accepted only when that size is 0), at
- * any alignment (the size includes the bytes to align it to a cache line). Runs the plan's workers on the
- * plan's pool (the process-wide default pool unless fai_plan_set_pool chose another).
+ * any alignment (the size includes the bytes to align it to a cache line). Runs the plan's workers
+ * on the plan's pool (the process-wide default pool unless fai_plan_set_pool chose another).
  * Thread-safety: a plan is read-only, so several threads may run one plan at once, each with its
  * own tensors and workspace; runs on one pool are served one after another. */
 fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
@@ -274,7 +269,7 @@ typedef struct fai_plan_info {
      * their capacities, and whether the tile fits them (an override may not). */
     int64_t l1d_bytes, l1d_capacity, l2_bytes, l2_capacity;
     int tile_fits;
-    const char *isa;        /* micro-kernel table in use: "ref", "avx2", "avx512", "neon" */
+    const char *isa; /* micro-kernel table in use: "ref", "avx2", "avx512", "neon" */
 } fai_plan_info;
 
 /* Fills *info. Thread-safe. */

@@ -113,14 +113,17 @@ fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *works
 
     fai_pool *pool = plan->pool ? plan->pool : fai__default_pool();
     int64_t threads = plan->threads;
-    if (!pool) threads = 1; /* no pool could be started: the caller runs everything */
-    else if (threads > fai__pool_size(pool)) threads = fai__pool_size(pool);
+    if (!pool)
+        threads = 1; /* no pool could be started: the caller runs everything */
+    else if (threads > fai__pool_size(pool))
+        threads = fai__pool_size(pool);
     /* any pointer works: the segments start at the next cache line (the size includes 63
      * bytes for it) */
     unsigned char *aligned = (unsigned char *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
     /* split units count their finished parts: start every count at zero */
     atomic_llong *done = (atomic_llong *)(aligned + plan->ws.counters);
-    for (int64_t u = 0; u < plan->split_units; u++) atomic_init(&done[u], 0);
+    for (int64_t u = 0; u < plan->split_units; u++)
+        atomic_init(&done[u], 0);
     run_job job = {plan, tensors, aligned, threads < 1 ? 1 : threads};
     if (job.threads == 1)
         run_thread(&job, 0);

@@ -9,8 +9,7 @@
 
 /* Records status and a formatted message (naming the field and the value) for fai_last_error,
  * and returns status. */
-fai_status fai__fail(fai_status status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+fai_status fai__fail(fai_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void fai__clear_error(void);
 
 const char *fai__dtype_name(fai_dtype dtype);
@@ -142,8 +141,6 @@ static inline int fai__add_ok(int64_t a, int64_t b, int64_t *out) {
     return !__builtin_add_overflow(a, b, out);
 }
 
-static inline int64_t fai__ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
-}
+static inline int64_t fai__ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 #endif

@@ -34,8 +34,7 @@ static void store_value(const fai_tensor *t, int64_t offset, double value) {
 }
 
 static fai_status check_part(const char *name, int64_t index, const fai_tensor *t, int lse) {
-    if (!t->data)
-        return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "].data = NULL", name, index);
+    if (!t->data) return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "].data = NULL", name, index);
     if (lse ? t->dtype != FAI_DTYPE_F32
             : t->dtype != FAI_DTYPE_F32 && t->dtype != FAI_DTYPE_F16 && t->dtype != FAI_DTYPE_BF16)
         return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "].dtype = %d is not %s", name, index,
@@ -66,8 +65,8 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
                          ": sizes must not be negative",
                          batch, seq, heads);
     if (head_dim < 1 || head_dim > FAI_MAX_HEAD_DIM)
-        return fai__fail(FAI_ERR_INVALID_ARG, "head_dim = %" PRId64 " is outside [1, %d]",
-                         head_dim, FAI_MAX_HEAD_DIM);
+        return fai__fail(FAI_ERR_INVALID_ARG, "head_dim = %" PRId64 " is outside [1, %d]", head_dim,
+                         FAI_MAX_HEAD_DIM);
     int64_t rows;
     if (!fai__mul_ok(batch, seq, &rows) || !fai__mul_ok(rows, heads, &rows) ||
         !fai__mul_ok(rows, head_dim, &rows) || rows > (INT64_MAX >> 3))
@@ -91,22 +90,23 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
                 double max = -INFINITY;
                 for (int64_t p = 0; p < count; p++) {
                     const fai_tensor *lse = &lse_parts[p];
-                    const double value = ((const float *)lse->data)[b * lse->stride_batch +
-                                                                   i * lse->stride_seq +
-                                                                   h * lse->stride_head];
+                    const double value =
+                        ((const float *)lse->data)[b * lse->stride_batch + i * lse->stride_seq +
+                                                   h * lse->stride_head];
                     if (value > max || isnan(value)) max = value;
                 }
                 const int64_t out_row =
                     b * o_out->stride_batch + i * o_out->stride_seq + h * o_out->stride_head;
                 double sum = 0.0;
-                for (int64_t x = 0; x < head_dim; x++) store_value(o_out, out_row + x, 0.0);
+                for (int64_t x = 0; x < head_dim; x++)
+                    store_value(o_out, out_row + x, 0.0);
                 if (max > -INFINITY || isnan(max)) {
                     double acc[FAI_MAX_HEAD_DIM] = {0};
                     for (int64_t p = 0; p < count; p++) {
                         const fai_tensor *lse = &lse_parts[p], *o = &o_parts[p];
-                        const double value = ((const float *)lse->data)[b * lse->stride_batch +
-                                                                       i * lse->stride_seq +
-                                                                       h * lse->stride_head];
+                        const double value =
+                            ((const float *)lse->data)[b * lse->stride_batch + i * lse->stride_seq +
+                                                       h * lse->stride_head];
                         if (value == -INFINITY) continue;
                         const double weight = exp(value - max);
                         const int64_t row =

@@ -26,13 +26,9 @@ const char *fai_status_string(fai_status status) {
     return "FAI_ERR_UNKNOWN";
 }
 
-const char *fai_last_error(void) {
-    return last_error;
-}
+const char *fai_last_error(void) { return last_error; }
 
-void fai__clear_error(void) {
-    last_error[0] = '\0';
-}
+void fai__clear_error(void) { last_error[0] = '\0'; }
 
 fai_status fai__fail(fai_status status, const char *fmt, ...) {
     va_list args;
@@ -54,6 +50,4 @@ const char *fai__dtype_name(fai_dtype dtype) {
     return "unknown";
 }
 
-size_t fai__dtype_size(fai_dtype dtype) {
-    return dtype == FAI_DTYPE_F32 ? 4 : 2;
-}
+size_t fai__dtype_size(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }

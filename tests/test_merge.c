@@ -64,11 +64,14 @@ TEST(merge_two_halves_equals_whole) {
         float *k = malloc(sizeof(float) * (size_t)kv_count);
         float *v = malloc(sizeof(float) * (size_t)kv_count);
         uint64_t state = 11 + n;
-        for (int64_t i = 0; i < q_count; i++) q[i] = uniform(&state);
-        for (int64_t i = 0; i < kv_count; i++) k[i] = 3.0f * uniform(&state), v[i] = uniform(&state);
+        for (int64_t i = 0; i < q_count; i++)
+            q[i] = uniform(&state);
+        for (int64_t i = 0; i < kv_count; i++)
+            k[i] = 3.0f * uniform(&state), v[i] = uniform(&state);
         const size_t o_bytes = (size_t)q_count * (mp->o_dtype == FAI_DTYPE_F32 ? 4 : 2);
         void *o_part[2] = {malloc(o_bytes), malloc(o_bytes)}, *o_merged = malloc(o_bytes);
-        float *lse_part[2] = {malloc(sizeof(float) * (size_t)rows), malloc(sizeof(float) * (size_t)rows)};
+        float *lse_part[2] = {malloc(sizeof(float) * (size_t)rows),
+                              malloc(sizeof(float) * (size_t)rows)};
         float *lse_merged = malloc(sizeof(float) * (size_t)rows);
         const int64_t cut = mp->skv / 3;
         REQUIRE(attend_range(mp, q, k, v, 0, cut, o_part[0], lse_part[0]));
@@ -111,12 +114,14 @@ TEST(merge_two_halves_equals_whole) {
                         worst = fmax(worst, fabs(got - want) / fmax(1.0, fabs(want)));
                     }
                     const double want_lse = ref.lse[(b * mp->hq + h) * mp->sq + i];
-                    worst_lse = fmax(worst_lse, fabs(lse_merged[row] - want_lse) / fmax(1.0, fabs(want_lse)));
+                    worst_lse = fmax(worst_lse,
+                                     fabs(lse_merged[row] - want_lse) / fmax(1.0, fabs(want_lse)));
                 }
         CHECK(worst <= tol);
         CHECK(worst_lse <= 1e-5);
         if (worst > tol || worst_lse > 1e-5)
-            printf("  problem %zu: O error %.3g (tol %.3g), LSE error %.3g\n", n, worst, tol, worst_lse);
+            printf("  problem %zu: O error %.3g (tol %.3g), LSE error %.3g\n", n, worst, tol,
+                   worst_lse);
         fai_oracle_out_free(&ref);
         free(q), free(k), free(v), free(o_part[0]), free(o_part[1]), free(o_merged);
         free(lse_part[0]), free(lse_part[1]), free(lse_merged);
@@ -129,15 +134,18 @@ TEST(merge_masked_parts) {
     float lse_a[1] = {0.5f}, lse_b[1] = {-INFINITY}, out[4], lse_out_value[1];
     fai_tensor o_parts[2] = {fai_tensor_bshd(o_a, FAI_DTYPE_F32, 1, 1, 4),
                              fai_tensor_bshd(o_b, FAI_DTYPE_F32, 1, 1, 4)};
-    fai_tensor lse_parts[2] = {{lse_a, FAI_DTYPE_F32, 1, 1, 1, 0}, {lse_b, FAI_DTYPE_F32, 1, 1, 1, 0}};
+    fai_tensor lse_parts[2] = {{lse_a, FAI_DTYPE_F32, 1, 1, 1, 0},
+                               {lse_b, FAI_DTYPE_F32, 1, 1, 1, 0}};
     const fai_tensor o_out = fai_tensor_bshd(out, FAI_DTYPE_F32, 1, 1, 4);
     const fai_tensor lse_out = {lse_out_value, FAI_DTYPE_F32, 1, 1, 1, 0};
     REQUIRE(fai_merge_states(2, o_parts, lse_parts, 1, 1, 1, 4, &o_out, &lse_out) == FAI_OK);
-    for (int x = 0; x < 4; x++) CHECK(out[x] == o_a[x]);
+    for (int x = 0; x < 4; x++)
+        CHECK(out[x] == o_a[x]);
     CHECK(lse_out_value[0] == 0.5f);
     lse_a[0] = -INFINITY;
     REQUIRE(fai_merge_states(2, o_parts, lse_parts, 1, 1, 1, 4, &o_out, &lse_out) == FAI_OK);
-    for (int x = 0; x < 4; x++) CHECK(out[x] == 0.0f);
+    for (int x = 0; x < 4; x++)
+        CHECK(out[x] == 0.0f);
     CHECK(lse_out_value[0] == -INFINITY);
 }
 
@@ -157,7 +165,8 @@ TEST(merge_errors_name_the_field) {
     o_part.data = NULL;
     CHECK(fai_merge_states(1, &o_part, &lse_part, 1, 1, 1, 4, &o_out, NULL) == FAI_ERR_INVALID_ARG);
     CHECK(strstr(fai_last_error(), "o_parts[0].data = NULL") != NULL);
-    for (int x = 0; x < 4; x++) CHECK(out[x] == 7.0f); /* nothing written */
+    for (int x = 0; x < 4; x++)
+        CHECK(out[x] == 7.0f); /* nothing written */
     o_part.data = o_a;
     CHECK(fai_merge_states(1, &o_part, &lse_part, INT64_C(1) << 40, INT64_C(1) << 40, 1, 4, &o_out,
                            NULL) == FAI_ERR_OVERFLOW);

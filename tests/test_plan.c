@@ -323,8 +323,8 @@ static int verify_plan(const case_desc *c, const fai_plan *plan, prop_result *r)
             prop_fail(r, PROP_WEIGHTS, "fai_plan_get_worker(%" PRId64 ") failed", w);
             return 0;
         }
-        const int shares_unit = range.unit_begin == next_unit - 1 && range.unit_end > range.unit_begin &&
-                                pb->split == FAI_SPLIT_AUTO;
+        const int shares_unit = range.unit_begin == next_unit - 1 &&
+                                range.unit_end > range.unit_begin && pb->split == FAI_SPLIT_AUTO;
         if ((range.unit_begin != next_unit && !shares_unit) || range.unit_end < range.unit_begin)
             prop_fail(r, PROP_WEIGHTS,
                       "worker %" PRId64 ": [%" PRId64 ", %" PRId64 ") does not start at %" PRId64,
@@ -342,8 +342,8 @@ static int verify_plan(const case_desc *c, const fai_plan *plan, prop_result *r)
             if (fai_plan_get_unit(plan, u, &unit) != FAI_OK) continue;
             if (u >= range.unit_begin) {
                 const int64_t lo = line > range.line_begin ? line : range.line_begin;
-                const int64_t hi = line + unit.kv_tiles < range.line_end ? line + unit.kv_tiles
-                                                                          : range.line_end;
+                const int64_t hi =
+                    line + unit.kv_tiles < range.line_end ? line + unit.kv_tiles : range.line_end;
                 if (hi > lo) weight += hi - lo;
             }
             line += unit.kv_tiles;

@@ -30,7 +30,8 @@ TEST(split_decode_long_context) {
     fai_case_spec spec;
     fai_case_spec_any(&spec);
     spec.batch = 1, spec.heads_q = 8, spec.heads_kv = 2, spec.seq_q = 1, spec.seq_kv = 700;
-    spec.head_dim = 32, spec.head_dim_v = 24, spec.kv_lens = FAI_CASE_LEN_PAGED, spec.page_size = 16;
+    spec.head_dim = 32, spec.head_dim_v = 24, spec.kv_lens = FAI_CASE_LEN_PAGED,
+    spec.page_size = 16;
     spec.causal = FAI_CAUSAL_NONE, spec.window_left = spec.window_right = -1;
     spec.mask_kind = FAI_MASK_NONE, spec.tile_kv = 16, spec.lse = 1, spec.split = FAI_SPLIT_AUTO;
     static const int32_t full_length[1] = {700};

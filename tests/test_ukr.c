@@ -32,7 +32,8 @@ TEST(ukr_exp_accuracy) {
         if (!cntx) continue;
         double worst = 0.0;
         for (int round = 0; round < 64; round++) {
-            for (int i = 0; i < N; i++) in[i] = -87.3f * (float)(round * N + i) / (64.0f * N);
+            for (int i = 0; i < N; i++)
+                in[i] = -87.3f * (float)(round * N + i) / (64.0f * N);
             cntx->exp_array(out, in, N);
             for (int i = 0; i < N; i++) {
                 const double ref = exp((double)in[i]);
@@ -42,12 +43,13 @@ TEST(ukr_exp_accuracy) {
         }
         printf("  %s: exp max relative error %.3g\n", cntx->name, worst);
         CHECK(worst < 2e-7); /* measured 7.5e-8 on AVX-512 and AVX2 */
-        for (int i = 0; i < N; i++) in[i] = i % 3 == 0 ? -INFINITY : i % 3 == 1 ? -100.0f : NAN;
+        for (int i = 0; i < N; i++)
+            in[i] = i % 3 == 0 ? -INFINITY : i % 3 == 1 ? -100.0f : NAN;
         cntx->exp_array(out, in, N);
         int special_ok = 1;
         for (int i = 0; i < N; i++) {
-            if (i % 3 == 0) special_ok &= out[i] == 0.0f;    /* masked: exactly nothing */
-            if (i % 3 == 1) special_ok &= out[i] < 1e-37f;   /* below the normal range */
+            if (i % 3 == 0) special_ok &= out[i] == 0.0f;     /* masked: exactly nothing */
+            if (i % 3 == 1) special_ok &= out[i] < 1e-37f;    /* below the normal range */
             if (i % 3 == 2) special_ok &= isnan(out[i]) != 0; /* NaN is never hidden */
         }
         CHECK(special_ok);
@@ -59,7 +61,7 @@ TEST(ukr_exp_accuracy) {
 TEST(ukr_tables_match_reference) {
     const fai_cntx *ref = fai__cntx_by_name("ref");
     REQUIRE(ref != NULL);
-    static const int64_t shapes[][4] = {{1, 1, 1, 1},   {4, 64, 128, 128}, {13, 37, 19, 23},
+    static const int64_t shapes[][4] = {{1, 1, 1, 1},     {4, 64, 128, 128},  {13, 37, 19, 23},
                                         {64, 64, 64, 64}, {33, 12, 576, 512}, {7, 25, 3, 130}};
     for (size_t t = 0; t < sizeof table_names / sizeof *table_names; t++) {
         const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
@@ -74,30 +76,37 @@ TEST(ukr_tables_match_reference) {
             const void **rows = malloc(sizeof(void *) * (size_t)(m > n ? m : n));
             float *bufs[2][8];
             for (int b = 0; b < 2; b++) {
-                bufs[b][0] = calloc((size_t)(d * ld_s), sizeof(float));  /* q_t */
-                bufs[b][1] = calloc((size_t)(n * d), sizeof(float));     /* k */
-                bufs[b][2] = calloc((size_t)(n * ld_o), sizeof(float));  /* v */
-                bufs[b][3] = calloc((size_t)(n * ld_s), sizeof(float));  /* s_t */
-                bufs[b][4] = calloc((size_t)(m * ld_o), sizeof(float));  /* o */
-                bufs[b][5] = calloc((size_t)ld_s, sizeof(float));        /* max */
-                bufs[b][6] = calloc((size_t)ld_s, sizeof(float));        /* sum */
-                bufs[b][7] = calloc((size_t)ld_s, sizeof(float));        /* alpha */
+                bufs[b][0] = calloc((size_t)(d * ld_s), sizeof(float)); /* q_t */
+                bufs[b][1] = calloc((size_t)(n * d), sizeof(float));    /* k */
+                bufs[b][2] = calloc((size_t)(n * ld_o), sizeof(float)); /* v */
+                bufs[b][3] = calloc((size_t)(n * ld_s), sizeof(float)); /* s_t */
+                bufs[b][4] = calloc((size_t)(m * ld_o), sizeof(float)); /* o */
+                bufs[b][5] = calloc((size_t)ld_s, sizeof(float));       /* max */
+                bufs[b][6] = calloc((size_t)ld_s, sizeof(float));       /* sum */
+                bufs[b][7] = calloc((size_t)ld_s, sizeof(float));       /* alpha */
             }
             uint64_t state = 42 + s;
-            for (int64_t i = 0; i < m * d; i++) q[i] = uniform(&state);
-            for (int64_t i = 0; i < n * d; i++) k[i] = uniform(&state);
-            for (int64_t i = 0; i < n * dv; i++) v[i] = uniform(&state);
+            for (int64_t i = 0; i < m * d; i++)
+                q[i] = uniform(&state);
+            for (int64_t i = 0; i < n * d; i++)
+                k[i] = uniform(&state);
+            for (int64_t i = 0; i < n * dv; i++)
+                v[i] = uniform(&state);
             for (int b = 0; b < 2; b++) {
                 const fai_cntx *c = b ? cntx : ref;
                 float **x = bufs[b];
-                for (int64_t i = 0; i < m; i++) rows[i] = q + i * d;
+                for (int64_t i = 0; i < m; i++)
+                    rows[i] = q + i * d;
                 c->pack_q(x[0], ld_s, rows, m, d, FAI_DTYPE_F32);
-                for (int64_t j = 0; j < n; j++) rows[j] = k + j * d;
+                for (int64_t j = 0; j < n; j++)
+                    rows[j] = k + j * d;
                 c->pack_rows(x[1], d, rows, n, d, FAI_DTYPE_F32);
-                for (int64_t j = 0; j < n; j++) rows[j] = v + j * dv;
+                for (int64_t j = 0; j < n; j++)
+                    rows[j] = v + j * dv;
                 c->pack_rows(x[2], ld_o, rows, n, dv, FAI_DTYPE_F32);
                 c->qk(x[3], ld_s, x[0], x[1], n, d, 0.7f);
-                for (int64_t i = 0; i < ld_s; i++) x[5][i] = i % 2 ? -INFINITY : 0.25f;
+                for (int64_t i = 0; i < ld_s; i++)
+                    x[5][i] = i % 2 ? -INFINITY : 0.25f;
                 c->softmax(x[3], ld_s, m, n, x[5], x[6], x[7]);
                 c->rescale_o(x[4], ld_o, m, x[7]);
                 c->pv(x[4], ld_o, x[3], ld_s, x[2], m, n, 0);
@@ -116,7 +125,8 @@ TEST(ukr_tables_match_reference) {
                 worst_state = worse(worst_state, bufs[0][5][i], bufs[1][5][i], 1.0);
                 worst_state = worse(worst_state, bufs[0][6][i], bufs[1][6][i], bufs[0][6][i]);
                 for (int64_t x = 0; x < dv; x++)
-                    worst_o = worse(worst_o, bufs[0][4][i * ld_o + x], bufs[1][4][i * ld_o + x], 1.0);
+                    worst_o =
+                        worse(worst_o, bufs[0][4][i * ld_o + x], bufs[1][4][i * ld_o + x], 1.0);
             }
             CHECK(worst_state < tol_p * (double)n);
             CHECK(worst_o < tol_p * (double)n);
@@ -124,7 +134,8 @@ TEST(ukr_tables_match_reference) {
                 printf("  %s m=%lld n=%lld d=%lld dv=%lld: P err %.3g, O err %.3g\n", cntx->name,
                        (long long)m, (long long)n, (long long)d, (long long)dv, worst, worst_o);
             for (int b = 0; b < 2; b++)
-                for (int i = 0; i < 8; i++) free(bufs[b][i]);
+                for (int i = 0; i < 8; i++)
+                    free(bufs[b][i]);
             free(q), free(k), free(v), free(rows);
         }
     }
@@ -138,9 +149,10 @@ TEST(ukr_masked_pv_ignores_invisible_nan) {
         const int64_t w = cntx->simd_width, m = 2, n = 3, dv = 5;
         const int64_t ld_s = (m + w - 1) / w * w, ld_o = (dv + w - 1) / w * w;
         float p_t[3 * 16] = {0}, v[3 * 16] = {0}, o[2 * 16] = {0};
-        for (int64_t x = 0; x < dv; x++) v[0 * ld_o + x] = 1.0f, v[1 * ld_o + x] = NAN, v[2 * ld_o + x] = 2.0f;
+        for (int64_t x = 0; x < dv; x++)
+            v[0 * ld_o + x] = 1.0f, v[1 * ld_o + x] = NAN, v[2 * ld_o + x] = 2.0f;
         p_t[0 * ld_s + 0] = 0.5f, p_t[2 * ld_s + 0] = 0.5f; /* row 0 sees keys 0 and 2 */
-        p_t[1 * ld_s + 1] = 1.0f;                          /* row 1 sees key 1 (NaN) */
+        p_t[1 * ld_s + 1] = 1.0f;                           /* row 1 sees key 1 (NaN) */
         cntx->pv(o, ld_o, p_t, ld_s, v, m, n, 1);
         for (int64_t x = 0; x < dv; x++) {
             CHECK(o[x] == 1.5f);
@@ -155,8 +167,8 @@ TEST(ukr_masked_pv_ignores_invisible_nan) {
 TEST(ukr_direct_rows_match_reference) {
     const fai_cntx *ref = fai__cntx_by_name("ref");
     REQUIRE(ref != NULL);
-    static const int64_t shapes[][4] = {{1, 1, 1, 1}, {4, 64, 128, 128}, {3, 13, 19, 23},
-                                        {8, 7, 576, 512}, {5, 66, 40, 72}};
+    static const int64_t shapes[][4] = {
+        {1, 1, 1, 1}, {4, 64, 128, 128}, {3, 13, 19, 23}, {8, 7, 576, 512}, {5, 66, 40, 72}};
     const fai_dtype dtypes[] = {FAI_DTYPE_F32, FAI_DTYPE_F16, FAI_DTYPE_BF16};
     for (size_t t = 0; t < sizeof table_names / sizeof *table_names; t++) {
         const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
@@ -172,7 +184,8 @@ TEST(ukr_direct_rows_match_reference) {
                     uint64_t state = 7 + s;
                     float *q = calloc((size_t)(m * ld_q), sizeof(float));
                     for (int64_t i = 0; i < m; i++)
-                        for (int64_t x = 0; x < d; x++) q[i * ld_q + x] = uniform(&state);
+                        for (int64_t x = 0; x < d; x++)
+                            q[i * ld_q + x] = uniform(&state);
                     void **k_rows = malloc(sizeof(void *) * (size_t)n);
                     void **v_rows = malloc(sizeof(void *) * (size_t)n);
                     for (int64_t j = 0; j < n; j++) {
@@ -181,15 +194,21 @@ TEST(ukr_direct_rows_match_reference) {
                         /* small integers / 8: exact in every dtype */
                         for (int64_t x = 0; x < d; x++) {
                             const float value = (float)((int)(uniform(&state) * 8)) / 8.0f;
-                            if (esize == 4) ((float *)k_rows[j])[x] = value;
-                            else ((uint16_t *)k_rows[j])[x] = dtypes[dt] == FAI_DTYPE_BF16
-                                ? fai__f32_to_bf16(value) : fai__f32_to_f16_sat(value);
+                            if (esize == 4)
+                                ((float *)k_rows[j])[x] = value;
+                            else
+                                ((uint16_t *)k_rows[j])[x] = dtypes[dt] == FAI_DTYPE_BF16
+                                                                 ? fai__f32_to_bf16(value)
+                                                                 : fai__f32_to_f16_sat(value);
                         }
                         for (int64_t x = 0; x < dv; x++) {
                             const float value = (float)((int)(uniform(&state) * 8)) / 8.0f;
-                            if (esize == 4) ((float *)v_rows[j])[x] = value;
-                            else ((uint16_t *)v_rows[j])[x] = dtypes[dt] == FAI_DTYPE_BF16
-                                ? fai__f32_to_bf16(value) : fai__f32_to_f16_sat(value);
+                            if (esize == 4)
+                                ((float *)v_rows[j])[x] = value;
+                            else
+                                ((uint16_t *)v_rows[j])[x] = dtypes[dt] == FAI_DTYPE_BF16
+                                                                 ? fai__f32_to_bf16(value)
+                                                                 : fai__f32_to_f16_sat(value);
                         }
                     }
                     float *s_t[2], *o[2];
@@ -202,25 +221,30 @@ TEST(ukr_direct_rows_match_reference) {
                         /* P: the scores made positive, some exactly zero */
                         for (int64_t j = 0; j < n; j++)
                             for (int64_t i = 0; i < m; i++)
-                                s_t[b][j * ld_s + i] = (i + j) % 5 == 0 ? 0.0f : fabsf(s_t[b][j * ld_s + i]);
+                                s_t[b][j * ld_s + i] =
+                                    (i + j) % 5 == 0 ? 0.0f : fabsf(s_t[b][j * ld_s + i]);
                         c->pv_rows(o[b], ld_o, s_t[b], ld_s, m, (const void *const *)v_rows,
                                    dtypes[dt], n, dv, masked);
                     }
                     double worst_s = 0.0, worst_o = 0.0;
                     for (int64_t j = 0; j < n; j++)
                         for (int64_t i = 0; i < m; i++)
-                            worst_s = worse(worst_s, s_t[0][j * ld_s + i], s_t[1][j * ld_s + i], 1.0);
+                            worst_s =
+                                worse(worst_s, s_t[0][j * ld_s + i], s_t[1][j * ld_s + i], 1.0);
                     for (int64_t i = 0; i < m; i++)
                         for (int64_t x = 0; x < dv; x++)
                             worst_o = worse(worst_o, o[0][i * ld_o + x], o[1][i * ld_o + x], 1.0);
                     const double tol = 1e-6 * (double)(d + n * 8);
                     CHECK(worst_s <= tol && worst_o <= tol * 8);
                     if (worst_s > tol || worst_o > tol * 8)
-                        printf("  %s m=%lld n=%lld d=%lld dv=%lld dtype=%zu masked=%d: S %.3g O %.3g\n",
+                        printf("  %s m=%lld n=%lld d=%lld dv=%lld dtype=%zu masked=%d: S %.3g O "
+                               "%.3g\n",
                                cntx->name, (long long)m, (long long)n, (long long)d, (long long)dv,
                                dt, masked, worst_s, worst_o);
-                    for (int b = 0; b < 2; b++) free(s_t[b]), free(o[b]);
-                    for (int64_t j = 0; j < n; j++) free(k_rows[j]), free(v_rows[j]);
+                    for (int b = 0; b < 2; b++)
+                        free(s_t[b]), free(o[b]);
+                    for (int64_t j = 0; j < n; j++)
+                        free(k_rows[j]), free(v_rows[j]);
                     free(k_rows), free(v_rows), free(q);
                 }
     }

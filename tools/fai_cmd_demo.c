@@ -22,10 +22,11 @@ static double median(double *values, int64_t count) {
 }
 
 static void print_usage(FILE *out) {
-    fprintf(out, "usage: fai demo [--threads N] [--runs N] [SHAPE ...]\n"
-                 "Runs the benchmark shapes (default: P1 P2 D1 D2 C1; Q f32, K/V f16, O f32)\n"
-                 "--runs times each (default 3), checks %d sampled rows of each against an fp64\n"
-                 "reference, and prints the median time with GFLOP/s, and GB/s of K/V read.\n",
+    fprintf(out,
+            "usage: fai demo [--threads N] [--runs N] [SHAPE ...]\n"
+            "Runs the benchmark shapes (default: P1 P2 D1 D2 C1; Q f32, K/V f16, O f32)\n"
+            "--runs times each (default 3), checks %d sampled rows of each against an fp64\n"
+            "reference, and prints the median time with GFLOP/s, and GB/s of K/V read.\n",
             SAMPLED_ROWS);
 }
 

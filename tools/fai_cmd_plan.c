@@ -42,9 +42,12 @@ int fai_cmd_plan(int argc, char **argv) {
             i++;
         } else if (!strcmp(argv[i], "--strategy") && i + 1 < argc) {
             const char *name = argv[++i];
-            if (!strcmp(name, "auto")) strategy = FAI_SPLIT_AUTO;
-            else if (!strcmp(name, "units")) strategy = FAI_SPLIT_UNITS;
-            else if (!strcmp(name, "greedy")) strategy = FAI_SPLIT_GREEDY;
+            if (!strcmp(name, "auto"))
+                strategy = FAI_SPLIT_AUTO;
+            else if (!strcmp(name, "units"))
+                strategy = FAI_SPLIT_UNITS;
+            else if (!strcmp(name, "greedy"))
+                strategy = FAI_SPLIT_GREEDY;
             else {
                 fprintf(stderr, "fai plan: --strategy needs auto, units or greedy, got '%s'\n",
                         name);
@@ -84,7 +87,8 @@ int fai_cmd_plan(int argc, char **argv) {
         printf("{\"shape\": \"%s\", \"tile_q\": %lld, \"tile_kv\": %lld, \"tile_rows\": %lld, "
                "\"units\": %lld, \"workers\": %lld, \"threads\": %lld, \"total_weight\": %lld, "
                "\"imbalance\": %.6f, \"split_kv\": %s, \"split_units\": %lld, \"partials\": %lld, "
-               "\"strategy\": \"%s\", \"workspace_bytes\": %zu, \"isa\": \"%s\", \"worker_weights\": [",
+               "\"strategy\": \"%s\", \"workspace_bytes\": %zu, \"isa\": \"%s\", "
+               "\"worker_weights\": [",
                shape.name, (long long)info.tile_q, (long long)info.tile_kv,
                (long long)info.tile_rows, (long long)info.units, (long long)info.workers,
                (long long)info.threads, (long long)info.total_weight, info.imbalance,

@@ -9,14 +9,14 @@
 
 /*      name  B  Hq  Hkv  Sq    Skv    D    Dv   causal                   window  page */
 const fai_shape fai_shape_table[] = {
-    {"P1", 1, 32, 8, 2048, 2048, 128, 128, FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 0,
-     FAI_DTYPE_F32, FAI_DTYPE_F16, FAI_DTYPE_F32},
-    {"P2", 2, 16, 16, 1024, 1024, 64, 64, FAI_CAUSAL_NONE, -1, -1, 0, FAI_DTYPE_F32,
+    {"P1", 1, 32, 8, 2048, 2048, 128, 128, FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, FAI_DTYPE_F32,
      FAI_DTYPE_F16, FAI_DTYPE_F32},
-    {"D1", 8, 32, 8, 1, 4096, 128, 128, FAI_CAUSAL_NONE, -1, -1, 128, FAI_DTYPE_F32,
-     FAI_DTYPE_F16, FAI_DTYPE_F32},
-    {"D2", 1, 32, 8, 1, 32768, 128, 128, FAI_CAUSAL_NONE, -1, -1, 128, FAI_DTYPE_F32,
-     FAI_DTYPE_F16, FAI_DTYPE_F32},
+    {"P2", 2, 16, 16, 1024, 1024, 64, 64, FAI_CAUSAL_NONE, -1, -1, 0, FAI_DTYPE_F32, FAI_DTYPE_F16,
+     FAI_DTYPE_F32},
+    {"D1", 8, 32, 8, 1, 4096, 128, 128, FAI_CAUSAL_NONE, -1, -1, 128, FAI_DTYPE_F32, FAI_DTYPE_F16,
+     FAI_DTYPE_F32},
+    {"D2", 1, 32, 8, 1, 32768, 128, 128, FAI_CAUSAL_NONE, -1, -1, 128, FAI_DTYPE_F32, FAI_DTYPE_F16,
+     FAI_DTYPE_F32},
     {"C1", 4, 32, 8, 16, 8192, 128, 128, FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 128, FAI_DTYPE_F32,
      FAI_DTYPE_F16, FAI_DTYPE_F32},
 };
@@ -30,10 +30,14 @@ const char fai_shape_usage[] =
     "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; defaults f32 f16 f32)\n";
 
 int fai_parse_dtype(const char *text, fai_dtype *dtype) {
-    if (!strcmp(text, "f32")) *dtype = FAI_DTYPE_F32;
-    else if (!strcmp(text, "f16")) *dtype = FAI_DTYPE_F16;
-    else if (!strcmp(text, "bf16")) *dtype = FAI_DTYPE_BF16;
-    else return -1;
+    if (!strcmp(text, "f32"))
+        *dtype = FAI_DTYPE_F32;
+    else if (!strcmp(text, "f16"))
+        *dtype = FAI_DTYPE_F16;
+    else if (!strcmp(text, "bf16"))
+        *dtype = FAI_DTYPE_BF16;
+    else
+        return -1;
     return 0;
 }
 
@@ -52,10 +56,10 @@ int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const c
         size_t offset;
         int64_t min;
     } int_flags[] = {
-        {"--b", offsetof(fai_shape, b), 0},          {"--hq", offsetof(fai_shape, hq), 1},
-        {"--hkv", offsetof(fai_shape, hkv), 1},      {"--sq", offsetof(fai_shape, sq), 0},
-        {"--skv", offsetof(fai_shape, skv), 0},      {"--d", offsetof(fai_shape, d), 1},
-        {"--dv", offsetof(fai_shape, dv), 0},        {"--page-size", offsetof(fai_shape, page_size), 0},
+        {"--b", offsetof(fai_shape, b), 0},     {"--hq", offsetof(fai_shape, hq), 1},
+        {"--hkv", offsetof(fai_shape, hkv), 1}, {"--sq", offsetof(fai_shape, sq), 0},
+        {"--skv", offsetof(fai_shape, skv), 0}, {"--d", offsetof(fai_shape, d), 1},
+        {"--dv", offsetof(fai_shape, dv), 0},   {"--page-size", offsetof(fai_shape, page_size), 0},
     };
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -134,7 +138,8 @@ void fai_shape_problem(const fai_shape *shape, fai_problem *pb, int32_t *seqlens
         pb->page_size = shape->page_size;
         pb->pages_per_seq = (shape->skv + shape->page_size - 1) / shape->page_size;
         pb->num_pages = pb->pages_per_seq * shape->b;
-        for (int64_t b = 0; b < shape->b; b++) seqlens_kv[b] = (int32_t)shape->skv;
+        for (int64_t b = 0; b < shape->b; b++)
+            seqlens_kv[b] = (int32_t)shape->skv;
         pb->seqlens_kv = seqlens_kv;
     }
 }
@@ -162,7 +167,8 @@ static void fill_random(void *data, fai_dtype dtype, size_t count, uint64_t *sta
             int magnitude = step < 0 ? -step : step;
             if (magnitude) {
                 int exponent = 0;
-                while ((magnitude << exponent) < 128) exponent++;
+                while ((magnitude << exponent) < 128)
+                    exponent++;
                 /* value = magnitude/128 = 1.f * 2^-exponent */
                 const int mantissa = ((magnitude << exponent) - 128) << 3;
                 h = (uint16_t)(((15 - exponent) << 10) | mantissa);
@@ -172,9 +178,7 @@ static void fill_random(void *data, fai_dtype dtype, size_t count, uint64_t *sta
     }
 }
 
-static size_t dtype_bytes(fai_dtype dtype) {
-    return dtype == FAI_DTYPE_F32 ? 4 : 2;
-}
+static size_t dtype_bytes(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }
 
 int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data) {
     memset(data, 0, sizeof *data);
@@ -217,7 +221,8 @@ int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data 
         const int64_t pages = pb->num_pages;
         data->block_table = malloc((size_t)(pages ? pages : 1) * sizeof(int32_t));
         if (!data->block_table) return -1;
-        for (int64_t p = 0; p < pages; p++) data->block_table[p] = (int32_t)p;
+        for (int64_t p = 0; p < pages; p++)
+            data->block_table[p] = (int32_t)p;
         for (int64_t p = pages - 1; p > 0; p--) {
             const int64_t other = (int64_t)(next_random(&state) % (uint64_t)(p + 1));
             const int32_t keep = data->block_table[p];

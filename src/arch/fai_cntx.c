@@ -15,7 +15,8 @@ typedef struct isa_table {
 } isa_table;
 
 /* Best first. */
-static isa_table tables[] = {{"avx512", 0, {0}}, {"avx2", 0, {0}}, {"neon", 0, {0}}, {"ref", 1, {0}}};
+static isa_table tables[] = {
+    {"avx512", 0, {0}}, {"avx2", 0, {0}}, {"neon", 0, {0}}, {"ref", 1, {0}}};
 #define TABLE_COUNT (sizeof tables / sizeof tables[0])
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 

@@ -37,12 +37,9 @@ static void detect(void) {
     features.avx512bf16 = features.avx512f && ((eax >> 5) & 1);
 }
 #elif defined(__aarch64__)
-static void detect(void) {
-    features.neon = 1; /* Advanced SIMD is mandatory on AArch64 */
-}
+static void detect(void) { features.neon = 1; /* Advanced SIMD is mandatory on AArch64 */ }
 #else
-static void detect(void) {
-}
+static void detect(void) {}
 #endif
 
 static fai_cache_sizes caches;

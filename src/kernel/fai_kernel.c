@@ -1,6 +1,7 @@
 /* The kernel driver: one worker walks its contiguous range of units. For each unit (the q heads
- * of one kv-head group, or of a slice of a very large group, over one q tile) it runs the seed's four stages over the unit's valid kv
- * tiles, with S, P and O living only in this thread's workspace:
+ * of one kv-head group, or of a slice of a very large group, over one q tile) it runs the seed's
+ * four stages over the unit's valid kv tiles, with S, P and O living only in this thread's
+ * workspace:
  *
  *     QK:              S = scale * Q K^T                     (cntx->qk)
  *     online softmax:  masks on partial tiles, then P, m, l  (apply_masks, cntx->softmax)
@@ -97,8 +98,8 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
 
     /* -- Step 1: the Q tile of the whole GQA group, converted once -- */
     for (int64_t r = 0; r < rows; r++)
-        sc->row_ptrs[r] = fai__q_row(plan, &t->q, b, unit->q_begin + r / heads,
-                                     unit->head_q_begin + r % heads);
+        sc->row_ptrs[r] =
+            fai__q_row(plan, &t->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
     if (plan->direct_kv)
         cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
     else
@@ -130,23 +131,22 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
         }
         fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
         if (plan->direct_kv) {
-            cntx->qk_rows(sc->s_tile, ld_s, sc->q_tile, plan->ld_q, rows, sc->row_ptrs,
-                          t->k.dtype, n, d, plan->scale);
+            cntx->qk_rows(sc->s_tile, ld_s, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, t->k.dtype,
+                          n, d, plan->scale);
         } else {
             cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
             cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
         }
 
         const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
-        if (masked)
-            apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, ld_s);
+        if (masked) apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, ld_s);
         cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
         cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
 
         fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
         if (plan->direct_kv) {
-            cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, ld_s, rows, sc->row_ptrs, t->v.dtype, n,
-                          dv, masked);
+            cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, ld_s, rows, sc->row_ptrs, t->v.dtype, n, dv,
+                          masked);
         } else {
             cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
             cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked);
@@ -173,7 +173,8 @@ static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_un
         if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = sc->row_max[r] + logf(sum);
     }
     for (int64_t i = unit->pad_begin; i < unit->pad_end; i++)
-        for (int64_t g = 0; g < heads; g++) write_zero_row(plan, t, b, i, unit->head_q_begin + g);
+        for (int64_t g = 0; g < heads; g++)
+            write_zero_row(plan, t, b, i, unit->head_q_begin + g);
 }
 
 /* -- split-KV -------------------------------------------------------------------------------- */
@@ -216,7 +217,8 @@ static void merge_parts(const fai_plan *plan, const fai_unit *unit, const unit_s
             if (part_max == -INFINITY) continue; /* this part saw nothing of the row */
             const float weight = expf(part_max - max);
             sum += slot[rows * ld_o + ld_s + r] * weight;
-            for (int64_t x = 0; x < ld_o; x++) o_row[x] += slot[r * ld_o + x] * weight;
+            for (int64_t x = 0; x < ld_o; x++)
+                o_row[x] += slot[r * ld_o + x] * weight;
         }
         sc->row_max[r] = max;
         sc->row_sum[r] = sum;
@@ -235,7 +237,8 @@ void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t 
             continue;
         }
         /* a part: the worker's share of the unit's tiles on the line */
-        const int64_t begin = worker->line_begin > unit->line_begin ? worker->line_begin : unit->line_begin;
+        const int64_t begin =
+            worker->line_begin > unit->line_begin ? worker->line_begin : unit->line_begin;
         const int64_t unit_end = unit->line_begin + unit->kv_tiles;
         const int64_t end = worker->line_end < unit_end ? worker->line_end : unit_end;
         const int64_t part = u == worker->unit_begin ? worker->first_part : worker->last_part;

@@ -25,7 +25,8 @@ void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *
                 data + ((int64_t)table[key / page_size] * tensor->stride_batch +
                         slot * tensor->stride_seq + h * tensor->stride_head) *
                            element;
-            for (int64_t k = 0; k < run; k++, row += row_step) rows[r + k] = row;
+            for (int64_t k = 0; k < run; k++, row += row_step)
+                rows[r + k] = row;
             r += run;
         }
         return;
@@ -34,7 +35,8 @@ void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *
     const int64_t batch_offset = plan->packed_kv ? 0 : b * tensor->stride_batch;
     const unsigned char *row =
         data + (batch_offset + first_row * tensor->stride_seq + h * tensor->stride_head) * element;
-    for (int64_t r = 0; r < count; r++, row += row_step) rows[r] = row;
+    for (int64_t r = 0; r < count; r++, row += row_step)
+        rows[r] = row;
 }
 
 void fai__kv_prefetch(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor,
@@ -53,8 +55,8 @@ void fai__kv_prefetch(const fai_plan *plan, const fai_tensors *t, const fai_tens
 void *fai__q_row(const fai_plan *plan, const fai_tensor *tensor, int64_t b, int64_t i, int64_t h) {
     const int64_t row = plan->packed_q ? plan->seqs[b].q_row0 + i : i;
     const int64_t batch_offset = plan->packed_q ? 0 : b * tensor->stride_batch;
-    return (void *)element_at(tensor, batch_offset + row * tensor->stride_seq +
-                                          h * tensor->stride_head);
+    return (void *)element_at(tensor,
+                              batch_offset + row * tensor->stride_seq + h * tensor->stride_head);
 }
 
 float *fai__lse_at(const fai_plan *plan, const fai_tensor *lse, int64_t b, int64_t i, int64_t h) {

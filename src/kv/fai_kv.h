@@ -6,7 +6,8 @@
 
 #include "fai_internal.h"
 
-/* Pointers to keys [key_begin, key_begin + count) of sequence b, kv head h, in `tensor` (K or V). */
+/* Pointers to keys [key_begin, key_begin + count) of sequence b, kv head h, in `tensor` (K or V).
+ */
 void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor, int64_t b,
                   int64_t h, int64_t key_begin, int64_t count, const void **rows);
 

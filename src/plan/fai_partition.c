@@ -35,8 +35,8 @@ int64_t fai__band_hi(const fai_band *band, int64_t i) {
 
 /* Keys visible from rows [q_begin, q_end): the union of their bands, which is one interval
  * because lo and hi grow with i. Returns the number of (row, key) pairs and the interval. */
-static int64_t visible_span(const fai_band *band, int64_t q_begin, int64_t q_end,
-                            int64_t *key_lo, int64_t *key_hi) {
+static int64_t visible_span(const fai_band *band, int64_t q_begin, int64_t q_end, int64_t *key_lo,
+                            int64_t *key_hi) {
     int64_t pairs = 0;
     *key_lo = INT64_MAX;
     *key_hi = -1;
@@ -63,8 +63,8 @@ fai_status fai__build_units(fai_plan *plan) {
         const int64_t q_tiles = seq->q_len > 0 ? fai__ceil_div(seq->q_len, tile_q) : 1;
         int64_t per_batch;
         if (!fai__mul_ok(q_tiles, pb->heads_kv, &per_batch) ||
-            !fai__mul_ok(per_batch, slices, &per_batch) ||
-            !fai__add_ok(count, per_batch, &count) || count > (INT64_C(1) << 31))
+            !fai__mul_ok(per_batch, slices, &per_batch) || !fai__add_ok(count, per_batch, &count) ||
+            count > (INT64_C(1) << 31))
             return fai__fail(FAI_ERR_OVERFLOW,
                              "batch = %lld x heads_kv = %lld x q tiles makes more than 2^31 "
                              "work units",
@@ -72,7 +72,8 @@ fai_status fai__build_units(fai_plan *plan) {
     }
     plan->unit_count = count;
     plan->units = calloc(count ? (size_t)count : 1, sizeof *plan->units);
-    if (!plan->units) return fai__fail(FAI_ERR_NO_MEMORY, "no memory for %lld units", (long long)count);
+    if (!plan->units)
+        return fai__fail(FAI_ERR_NO_MEMORY, "no memory for %lld units", (long long)count);
 
     /* -- Step 2: per unit, the exact range of valid kv tiles -- */
     int64_t u = 0;
@@ -84,31 +85,31 @@ fai_status fai__build_units(fai_plan *plan) {
         const int64_t q_tiles = seq->q_len > 0 ? fai__ceil_div(seq->q_len, tile_q) : 1;
         for (int64_t h = 0; h < pb->heads_kv; h++) {
             for (int64_t slice = 0; slice < slices; slice++) {
-            for (int64_t t = 0; t < q_tiles; t++) {
-                fai_unit *unit = &plan->units[u++];
-                unit->batch = b;
-                unit->head_kv = h;
-                unit->head_q_begin = h * plan->group + slice * plan->group_slice;
-                unit->heads = plan->group - slice * plan->group_slice < plan->group_slice
-                                  ? plan->group - slice * plan->group_slice
-                                  : plan->group_slice;
-                unit->q_begin = t * tile_q;
-                unit->q_len = seq->q_len - unit->q_begin < tile_q ? seq->q_len - unit->q_begin
-                                                                  : tile_q;
-                if (unit->q_len < 0) unit->q_len = 0;
-                const int last = t + 1 == q_tiles;
-                unit->pad_begin = last ? seq->q_len : 0;
-                unit->pad_end = last ? seq->q_rows : 0;
-                int64_t key_lo, key_hi;
-                const int64_t pairs = visible_span(&band, unit->q_begin,
-                                                   unit->q_begin + unit->q_len, &key_lo, &key_hi);
-                if (key_hi >= key_lo) {
-                    unit->kv_tile_begin = key_lo / tile_kv;
-                    unit->kv_tiles = key_hi / tile_kv + 1 - unit->kv_tile_begin;
+                for (int64_t t = 0; t < q_tiles; t++) {
+                    fai_unit *unit = &plan->units[u++];
+                    unit->batch = b;
+                    unit->head_kv = h;
+                    unit->head_q_begin = h * plan->group + slice * plan->group_slice;
+                    unit->heads = plan->group - slice * plan->group_slice < plan->group_slice
+                                      ? plan->group - slice * plan->group_slice
+                                      : plan->group_slice;
+                    unit->q_begin = t * tile_q;
+                    unit->q_len =
+                        seq->q_len - unit->q_begin < tile_q ? seq->q_len - unit->q_begin : tile_q;
+                    if (unit->q_len < 0) unit->q_len = 0;
+                    const int last = t + 1 == q_tiles;
+                    unit->pad_begin = last ? seq->q_len : 0;
+                    unit->pad_end = last ? seq->q_rows : 0;
+                    int64_t key_lo, key_hi;
+                    const int64_t pairs = visible_span(
+                        &band, unit->q_begin, unit->q_begin + unit->q_len, &key_lo, &key_hi);
+                    if (key_hi >= key_lo) {
+                        unit->kv_tile_begin = key_lo / tile_kv;
+                        unit->kv_tiles = key_hi / tile_kv + 1 - unit->kv_tile_begin;
+                    }
+                    plan->total_weight += unit->kv_tiles;
+                    plan->visible_pairs += pairs * unit->heads;
                 }
-                plan->total_weight += unit->kv_tiles;
-                plan->visible_pairs += pairs * unit->heads;
-            }
             }
         }
     }
@@ -148,11 +149,13 @@ static void cut_line(const fai_plan *plan, int64_t *cuts) {
     const int64_t workers = plan->workers, total = plan->total_weight;
     const double share = (double)total / (double)workers;
     int64_t u = 0;
-    for (int64_t w = 0; w <= workers; w++) cuts[w] = 0;
+    for (int64_t w = 0; w <= workers; w++)
+        cuts[w] = 0;
     if (plan->unit_count == 0 || total == 0) return;
     for (int64_t w = 1; w < workers; w++) {
         const double ideal = share * (double)w;
-        while (u + 1 < plan->unit_count && (double)plan->units[u + 1].line_begin <= ideal) u++;
+        while (u + 1 < plan->unit_count && (double)plan->units[u + 1].line_begin <= ideal)
+            u++;
         /* the unit edges on either side of the ideal cut */
         const int64_t below = plan->units[u].line_begin;
         const int64_t above = u + 1 < plan->unit_count ? plan->units[u + 1].line_begin : total;
@@ -175,9 +178,11 @@ static void cut_units(const fai_plan *plan, int64_t *cuts) {
         const __int128 midpoint = (__int128)(2 * unit->line_begin + unit->kv_tiles) * workers;
         int64_t worker = (int64_t)(midpoint / (2 * (__int128)total));
         if (worker >= workers) worker = workers - 1;
-        while (next_worker <= worker) cuts[next_worker++] = unit->line_begin;
+        while (next_worker <= worker)
+            cuts[next_worker++] = unit->line_begin;
     }
-    while (next_worker <= workers) cuts[next_worker++] = total;
+    while (next_worker <= workers)
+        cuts[next_worker++] = total;
 }
 
 /* GREEDY: the seed's ComputeSplitNBSeq on whole units. */
@@ -195,7 +200,8 @@ static void cut_greedy(const fai_plan *plan, int64_t *cuts) {
         }
         worker_weight += unit->kv_tiles;
     }
-    while (worker < workers) cuts[++worker] = total;
+    while (worker < workers)
+        cuts[++worker] = total;
 }
 
 /* From the cuts: each worker's units, the units computed in parts and each part's index. */

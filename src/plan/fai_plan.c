@@ -20,9 +20,7 @@ void fai_problem_init(fai_problem *pb) {
     pb->window_right = -1;
 }
 
-static size_t align64(size_t bytes) {
-    return (bytes + 63) & ~(size_t)63;
-}
+static size_t align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
 static fai_status layout_workspace(fai_plan *plan) {
     const int64_t width = plan->cntx->simd_width;
@@ -38,10 +36,10 @@ static fai_status layout_workspace(fai_plan *plan) {
     /* Q^T [d, ld_s], or Q [rows, ld_q] when K and V are read directly */
     const size_t q_floats = plan->direct_kv ? rows * (size_t)plan->ld_q : d * ld_s;
     ws->q_tile = offset, offset += align64(q_floats * sizeof(float));
-    ws->k_tile = offset, offset += align64(keys * d * sizeof(float));       /* K [keys, d] */
-    ws->v_tile = offset, offset += align64(keys * ld_o * sizeof(float));    /* V [keys, ld_o] */
-    ws->s_tile = offset, offset += align64(keys * ld_s * sizeof(float));    /* S^T [keys, ld_s] */
-    ws->o_acc = offset, offset += align64(rows * ld_o * sizeof(float));     /* O [rows, ld_o] */
+    ws->k_tile = offset, offset += align64(keys * d * sizeof(float));    /* K [keys, d] */
+    ws->v_tile = offset, offset += align64(keys * ld_o * sizeof(float)); /* V [keys, ld_o] */
+    ws->s_tile = offset, offset += align64(keys * ld_s * sizeof(float)); /* S^T [keys, ld_s] */
+    ws->o_acc = offset, offset += align64(rows * ld_o * sizeof(float));  /* O [rows, ld_o] */
     ws->row_max = offset, offset += align64(ld_s * sizeof(float));
     ws->row_sum = offset, offset += align64(ld_s * sizeof(float));
     ws->row_alpha = offset, offset += align64(ld_s * sizeof(float));
@@ -57,8 +55,7 @@ static fai_status layout_workspace(fai_plan *plan) {
     ws->partials = (size_t)total;
     ws->counters = ws->partials + (size_t)plan->partials * ws->partial_bytes;
     /* + 63: fai_run aligns the caller's pointer up to a cache line */
-    plan->workspace_size =
-        ws->counters + align64((size_t)plan->split_units * sizeof(int64_t)) + 63;
+    plan->workspace_size = ws->counters + align64((size_t)plan->split_units * sizeof(int64_t)) + 63;
     return FAI_OK;
 }
 
@@ -80,8 +77,8 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
     plan->cntx = cntx;
     plan->group = problem->heads_q / problem->heads_kv;
     plan->head_dim_v = problem->head_dim_v ? problem->head_dim_v : problem->head_dim;
-    plan->scale = problem->scale != 0.0f ? problem->scale
-                                         : (float)(1.0 / sqrt((double)problem->head_dim));
+    plan->scale =
+        problem->scale != 0.0f ? problem->scale : (float)(1.0 / sqrt((double)problem->head_dim));
     plan->paged = problem->page_size > 0;
     plan->packed_q = problem->cu_seqlens_q != NULL;
     plan->packed_kv = problem->cu_seqlens_kv != NULL;
@@ -119,9 +116,7 @@ void fai_plan_free(fai_plan *plan) {
     free(plan);
 }
 
-size_t fai_plan_workspace_size(const fai_plan *plan) {
-    return plan ? plan->workspace_size : 0;
-}
+size_t fai_plan_workspace_size(const fai_plan *plan) { return plan ? plan->workspace_size : 0; }
 
 void fai_plan_set_pool(fai_plan *plan, fai_pool *pool) {
     if (plan) plan->pool = pool;

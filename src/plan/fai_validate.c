@@ -13,8 +13,9 @@
 
 static fai_status check_range(const char *field, int64_t value, int64_t lo, int64_t hi) {
     if (value < lo || value > hi)
-        return fai__fail(FAI_ERR_INVALID_ARG, "%s = %" PRId64 " is outside [%" PRId64 ", %" PRId64 "]",
-                         field, value, lo, hi);
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s = %" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", field, value, lo,
+                         hi);
     return FAI_OK;
 }
 
@@ -38,9 +39,8 @@ static fai_status check_lengths(const char *field, const int32_t *lengths, int64
             return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "] = %d is negative", field, b,
                              (int)lengths[b]);
         if (lengths[b] > max_len)
-            return fai__fail(FAI_ERR_INVALID_ARG,
-                             "%s[%" PRId64 "] = %d is above %s = %" PRId64, field, b,
-                             (int)lengths[b], max_field, max_len);
+            return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "] = %d is above %s = %" PRId64,
+                             field, b, (int)lengths[b], max_field, max_len);
     }
     return FAI_OK;
 }
@@ -57,9 +57,8 @@ static fai_status check_prefix_sums(const char *field, const int32_t *cu, int64_
                              field, field, b + 1, (int)cu[b + 1], field, b, (int)cu[b]);
     }
     if (cu[batch] > rows)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "%s[%" PRId64 "] = %d is above %s = %" PRId64 " rows", field, batch,
-                         (int)cu[batch], rows_field, rows);
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "] = %d is above %s = %" PRId64 " rows",
+                         field, batch, (int)cu[batch], rows_field, rows);
     return FAI_OK;
 }
 
@@ -95,9 +94,10 @@ fai_status fai__validate_problem(const fai_problem *pb) {
                          "mask_kind = %d is not one of none 0, keep 1, drop 2, add 3",
                          (int)pb->mask_kind);
     TRY(check_range("workers", pb->workers, 0, FAI_MAX_WORKERS));
-    if (pb->split != FAI_SPLIT_AUTO && pb->split != FAI_SPLIT_UNITS && pb->split != FAI_SPLIT_GREEDY)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "split = %d is not one of auto 0, units 1, greedy 2", (int)pb->split);
+    if (pb->split != FAI_SPLIT_AUTO && pb->split != FAI_SPLIT_UNITS &&
+        pb->split != FAI_SPLIT_GREEDY)
+        return fai__fail(FAI_ERR_INVALID_ARG, "split = %d is not one of auto 0, units 1, greedy 2",
+                         (int)pb->split);
     TRY(check_range("threads", pb->threads, 0, FAI_MAX_WORKERS));
     TRY(check_range("tile_q", pb->tile_q, 0, MAX_TILE));
     TRY(check_range("tile_kv", pb->tile_kv, 0, MAX_TILE));
@@ -109,7 +109,8 @@ fai_status fai__validate_problem(const fai_problem *pb) {
     if (pb->seqlens_kv && pb->cu_seqlens_kv)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "seqlens_kv and cu_seqlens_kv are both set: give one of them");
-    if (pb->seqlens_q) TRY(check_lengths("seqlens_q", pb->seqlens_q, pb->batch, pb->seq_q, "seq_q"));
+    if (pb->seqlens_q)
+        TRY(check_lengths("seqlens_q", pb->seqlens_q, pb->batch, pb->seq_q, "seq_q"));
     if (pb->cu_seqlens_q)
         TRY(check_prefix_sums("cu_seqlens_q", pb->cu_seqlens_q, pb->batch, pb->seq_q, "seq_q"));
 
@@ -133,8 +134,8 @@ fai_status fai__validate_problem(const fai_problem *pb) {
             capacity = MAX_SEQ;
         for (int64_t b = 0; b < pb->batch; b++) {
             if (pb->seqlens_kv[b] < 0)
-                return fai__fail(FAI_ERR_INVALID_ARG, "seqlens_kv[%" PRId64 "] = %d is negative",
-                                 b, (int)pb->seqlens_kv[b]);
+                return fai__fail(FAI_ERR_INVALID_ARG, "seqlens_kv[%" PRId64 "] = %d is negative", b,
+                                 (int)pb->seqlens_kv[b]);
             if (pb->seqlens_kv[b] > capacity)
                 return fai__fail(FAI_ERR_INVALID_ARG,
                                  "seqlens_kv[%" PRId64 "] = %d runs past the block table: "
@@ -150,8 +151,7 @@ fai_status fai__validate_problem(const fai_problem *pb) {
     }
     if (pb->cu_seqlens_q && pb->batch == 0 && pb->seq_q > 0)
         return fai__fail(FAI_ERR_INVALID_ARG,
-                         "seq_q = %" PRId64 " packed rows with batch = 0 sequences",
-                         pb->seq_q);
+                         "seq_q = %" PRId64 " packed rows with batch = 0 sequences", pb->seq_q);
 
     /* -- sizes of every tensor must be addressable -- */
     const int64_t dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
@@ -175,8 +175,7 @@ fai_status fai__validate_problem(const fai_problem *pb) {
                          "%s = %" PRId64 " x %s = %" PRId64 " x heads_kv = %" PRId64
                          " x head_dim = %" PRId64 " overflows the address space",
                          pb->page_size > 0 ? "num_pages" : "batch", kv_slots,
-                         pb->page_size > 0 ? "page_size" : "seq_kv", kv_rows, pb->heads_kv,
-                         widest);
+                         pb->page_size > 0 ? "page_size" : "seq_kv", kv_rows, pb->heads_kv, widest);
     return FAI_OK;
 }
 

@@ -35,7 +35,8 @@ static void *helper_main(void *start_arg) {
     uint64_t seen = 0;
     pthread_mutex_lock(&pool->lock);
     for (;;) {
-        while (!pool->stopping && pool->generation == seen) pthread_cond_wait(&pool->wake, &pool->lock);
+        while (!pool->stopping && pool->generation == seen)
+            pthread_cond_wait(&pool->wake, &pool->lock);
         if (pool->stopping) break;
         seen = pool->generation;
         if (start.index >= pool->active) continue;
@@ -82,8 +83,8 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
             free(start);
             pool->size = i; /* join only the threads started */
             fai_pool_free(pool);
-            return fai__fail(FAI_ERR_NO_MEMORY, "could not start thread %lld of %lld",
-                             (long long)i, (long long)threads);
+            return fai__fail(FAI_ERR_NO_MEMORY, "could not start thread %lld of %lld", (long long)i,
+                             (long long)threads);
         }
     }
     *out = pool;
@@ -96,7 +97,8 @@ void fai_pool_free(fai_pool *pool) {
     pool->stopping = 1;
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->lock);
-    for (int64_t i = 1; i < pool->size; i++) pthread_join(pool->threads[i], NULL);
+    for (int64_t i = 1; i < pool->size; i++)
+        pthread_join(pool->threads[i], NULL);
     pthread_cond_destroy(&pool->wake);
     pthread_cond_destroy(&pool->done);
     pthread_mutex_destroy(&pool->lock);
@@ -105,9 +107,7 @@ void fai_pool_free(fai_pool *pool) {
     free(pool);
 }
 
-int64_t fai__pool_size(const fai_pool *pool) {
-    return pool->size;
-}
+int64_t fai__pool_size(const fai_pool *pool) { return pool->size; }
 
 void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *arg) {
     if (threads > pool->size) threads = pool->size;
@@ -128,7 +128,8 @@ void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *a
     fn(arg, 0);
 
     pthread_mutex_lock(&pool->lock);
-    while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->lock);
+    while (pool->pending > 0)
+        pthread_cond_wait(&pool->done, &pool->lock);
     pthread_mutex_unlock(&pool->lock);
     pthread_mutex_unlock(&pool->run_lock);
 }

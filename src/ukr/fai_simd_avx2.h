@@ -29,13 +29,15 @@ static inline fvec v_round(fvec a) {
     return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 static inline fvec v_exp2i(fvec k) {
-    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k),
-                                                            _mm256_set1_epi32(127)), 23);
+    const __m256i bits =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
     return _mm256_castsi256_ps(bits);
 }
 static inline fmask v_lt(fvec a, fvec b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 static inline fmask v_eq(fvec a, fvec b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
-static inline fvec v_select(fmask mask, fvec yes, fvec no) { return _mm256_blendv_ps(no, yes, mask); }
+static inline fvec v_select(fmask mask, fvec yes, fvec no) {
+    return _mm256_blendv_ps(no, yes, mask);
+}
 static inline float v_hsum(fvec v) {
     const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));

@@ -31,20 +31,23 @@ static inline fvec v_round(fvec a) {
 }
 /* 2^k for integral k in [-126, 127] */
 static inline fvec v_exp2i(fvec k) {
-    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k),
-                                                            _mm512_set1_epi32(127)), 23);
+    const __m512i bits =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
     return _mm512_castsi512_ps(bits);
 }
 static inline fmask v_lt(fvec a, fvec b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 static inline fmask v_eq(fvec a, fvec b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 /* where mask: yes, else no */
-static inline fvec v_select(fmask mask, fvec yes, fvec no) { return _mm512_mask_blend_ps(mask, no, yes); }
+static inline fvec v_select(fmask mask, fvec yes, fvec no) {
+    return _mm512_mask_blend_ps(mask, no, yes);
+}
 static inline float v_hsum(fvec v) { return _mm512_reduce_add_ps(v); }
 static inline fvec v_load_f16(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
 }
 static inline fvec v_load_bf16(const uint16_t *p) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    const __m512i wide =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
 

@@ -30,8 +30,8 @@ typedef struct fai_cntx {
 
     /* Converts n rows of `dim` elements of `dtype` into f32 dst [n, ld_dst], zero-filling
      * columns [dim, ld_dst). Packs the K and V tiles. */
-    void (*pack_rows)(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
-                      int64_t dim, fai_dtype dtype);
+    void (*pack_rows)(float *dst, int64_t ld_dst, const void *const *rows, int64_t n, int64_t dim,
+                      fai_dtype dtype);
 
     /* Stage 1, QK: s_t [n, ld_s] = scale * k [n, d] . q_t [d, ld_s] (all ld_s columns). */
     void (*qk)(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n, int64_t d,
@@ -42,8 +42,8 @@ typedef struct fai_cntx {
      * sum_j P with alpha = exp(row_max - m') returned in row_alpha, row_max = m'. A row still all
      * -inf keeps row_max = -inf, P = 0 and alpha = 1. Masked entries (-inf) give P = 0 exactly.
      * row_max, row_sum and row_alpha have ld_s entries; columns [m, ld_s) are scratch. */
-    void (*softmax)(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *row_max,
-                    float *row_sum, float *row_alpha);
+    void (*softmax)(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *row_max, float *row_sum,
+                    float *row_alpha);
 
     /* Stage 4 (applied before PV of the same tile), rescale O: o [m, ld_o] rows with alpha != 1
      * are multiplied by alpha. */

@@ -12,8 +12,8 @@
 /* exp(x), vectorised: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), exp(r) by its
  * degree-7 Taylor polynomial (truncation error below 5e-9 relative), times 2^k built in the
  * exponent bits. Measured maximum relative error against exp in double: see the test
- * ukr_exp_accuracy (7.5e-8 measured, 2e-7 enforced). x below -87.3 (where e^x leaves the normal f32 range),
- * including -inf, gives exactly 0; NaN stays NaN. */
+ * ukr_exp_accuracy (7.5e-8 measured, 2e-7 enforced). x below -87.3 (where e^x leaves the normal f32
+ * range), including -inf, gives exactly 0; NaN stays NaN. */
 static inline fvec v_exp(fvec x) {
     const fvec lowest = v_set1(-87.3f);
     fvec clamped = v_max(lowest, x); /* NaN in x is kept (second operand) */
@@ -34,7 +34,8 @@ static inline fvec v_exp(fvec x) {
 
 /* Vector exp over an array, for the accuracy test: n a multiple of W. */
 static void exp_array_simd(float *dst, const float *src, int64_t n) {
-    for (int64_t i = 0; i + W <= n; i += W) v_store(dst + i, v_exp(v_load(src + i)));
+    for (int64_t i = 0; i + W <= n; i += W)
+        v_store(dst + i, v_exp(v_load(src + i)));
 }
 
 /* -- packing ---------------------------------------------------------------------------------- */
@@ -49,14 +50,19 @@ static void pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, 
             x = dim;
         } else if (dtype == FAI_DTYPE_F16) {
             const uint16_t *in = rows[r];
-            for (; x + W <= dim; x += W) v_store(out + x, v_load_f16(in + x));
-            for (; x < dim; x++) out[x] = fai__f16_to_f32(in[x]);
+            for (; x + W <= dim; x += W)
+                v_store(out + x, v_load_f16(in + x));
+            for (; x < dim; x++)
+                out[x] = fai__f16_to_f32(in[x]);
         } else {
             const uint16_t *in = rows[r];
-            for (; x + W <= dim; x += W) v_store(out + x, v_load_bf16(in + x));
-            for (; x < dim; x++) out[x] = fai__bf16_to_f32(in[x]);
+            for (; x + W <= dim; x += W)
+                v_store(out + x, v_load_bf16(in + x));
+            for (; x < dim; x++)
+                out[x] = fai__bf16_to_f32(in[x]);
         }
-        for (; x < ld_dst; x++) out[x] = 0.0f;
+        for (; x < ld_dst; x++)
+            out[x] = 0.0f;
     }
 }
 
@@ -64,21 +70,25 @@ static void pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, 
  * A block of KEYS keys x VECS vectors of query rows stays in registers over the whole d loop:
  * per d, VECS loads of Q^T and KEYS broadcasts of K feed KEYS * VECS FMAs. */
 #define DEFINE_QK_BLOCK(NAME, KEYS, VECS)                                                          \
-    static inline void NAME(float *s_t, int64_t ld_s, const float *q_t, const float *k,           \
-                            int64_t d, fvec scale) {                                               \
+    static inline void NAME(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t d, \
+                            fvec scale) {                                                          \
         fvec acc[KEYS][VECS];                                                                      \
         for (int r = 0; r < KEYS; r++)                                                             \
-            for (int c = 0; c < VECS; c++) acc[r][c] = v_zero();                                   \
+            for (int c = 0; c < VECS; c++)                                                         \
+                acc[r][c] = v_zero();                                                              \
         for (int64_t x = 0; x < d; x++) {                                                          \
             fvec q[VECS];                                                                          \
-            for (int c = 0; c < VECS; c++) q[c] = v_load(q_t + x * ld_s + c * W);                  \
+            for (int c = 0; c < VECS; c++)                                                         \
+                q[c] = v_load(q_t + x * ld_s + c * W);                                             \
             for (int r = 0; r < KEYS; r++) {                                                       \
                 const fvec key = v_set1(k[r * d + x]);                                             \
-                for (int c = 0; c < VECS; c++) acc[r][c] = v_fma(key, q[c], acc[r][c]);            \
+                for (int c = 0; c < VECS; c++)                                                     \
+                    acc[r][c] = v_fma(key, q[c], acc[r][c]);                                       \
             }                                                                                      \
         }                                                                                          \
         for (int r = 0; r < KEYS; r++)                                                             \
-            for (int c = 0; c < VECS; c++) v_store(s_t + r * ld_s + c * W, v_mul(acc[r][c], scale)); \
+            for (int c = 0; c < VECS; c++)                                                         \
+                v_store(s_t + r * ld_s + c * W, v_mul(acc[r][c], scale));                          \
     }
 
 DEFINE_QK_BLOCK(qk_block_wide, FAI_QK_KEYS, 2)
@@ -113,7 +123,8 @@ static void softmax_simd(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *
     for (int64_t i0 = 0; i0 < m; i0 += W) {
         const fvec old_max = v_load(row_max + i0);
         fvec tile_max = minus_inf;
-        for (int64_t j = 0; j < n; j++) tile_max = v_max(tile_max, v_load(s_t + j * ld_s + i0));
+        for (int64_t j = 0; j < n; j++)
+            tile_max = v_max(tile_max, v_load(s_t + j * ld_s + i0));
         const fvec new_max = v_max(old_max, tile_max);
         /* rows that have seen nothing keep max -inf: subtract 0 instead, so P = exp(-inf) = 0 */
         const fmask empty = v_eq(new_max, minus_inf);
@@ -137,7 +148,8 @@ static void rescale_o_simd(float *o, int64_t ld_o, int64_t m, const float *row_a
     for (int64_t i = 0; i < m; i++) {
         if (row_alpha[i] == 1.0f) continue;
         const fvec alpha = v_set1(row_alpha[i]);
-        for (int64_t x = 0; x < ld_o; x += W) v_store(o + i * ld_o + x, v_mul(v_load(o + i * ld_o + x), alpha));
+        for (int64_t x = 0; x < ld_o; x += W)
+            v_store(o + i * ld_o + x, v_mul(v_load(o + i * ld_o + x), alpha));
     }
 }
 
@@ -145,21 +157,25 @@ static void rescale_o_simd(float *o, int64_t ld_o, int64_t m, const float *row_a
  * A block of ROWS rows x VECS vectors of O stays in registers over the tile's keys: per key,
  * VECS loads of V and ROWS broadcasts of P feed ROWS * VECS FMAs. */
 #define DEFINE_PV_BLOCK(NAME, ROWS, VECS)                                                          \
-    static inline void NAME(float *o, int64_t ld_o, const float *p_t, int64_t ld_s,              \
+    static inline void NAME(float *o, int64_t ld_o, const float *p_t, int64_t ld_s,                \
                             const float *v, int64_t n) {                                           \
         fvec acc[ROWS][VECS];                                                                      \
         for (int r = 0; r < ROWS; r++)                                                             \
-            for (int c = 0; c < VECS; c++) acc[r][c] = v_load(o + r * ld_o + c * W);               \
+            for (int c = 0; c < VECS; c++)                                                         \
+                acc[r][c] = v_load(o + r * ld_o + c * W);                                          \
         for (int64_t j = 0; j < n; j++) {                                                          \
             fvec values[VECS];                                                                     \
-            for (int c = 0; c < VECS; c++) values[c] = v_load(v + j * ld_o + c * W);               \
+            for (int c = 0; c < VECS; c++)                                                         \
+                values[c] = v_load(v + j * ld_o + c * W);                                          \
             for (int r = 0; r < ROWS; r++) {                                                       \
                 const fvec p = v_set1(p_t[j * ld_s + r]);                                          \
-                for (int c = 0; c < VECS; c++) acc[r][c] = v_fma(p, values[c], acc[r][c]);         \
+                for (int c = 0; c < VECS; c++)                                                     \
+                    acc[r][c] = v_fma(p, values[c], acc[r][c]);                                    \
             }                                                                                      \
         }                                                                                          \
         for (int r = 0; r < ROWS; r++)                                                             \
-            for (int c = 0; c < VECS; c++) v_store(o + r * ld_o + c * W, acc[r][c]);               \
+            for (int c = 0; c < VECS; c++)                                                         \
+                v_store(o + r * ld_o + c * W, acc[r][c]);                                          \
     }
 
 DEFINE_PV_BLOCK(pv_block, FAI_PV_ROWS, FAI_PV_VECS)
@@ -174,13 +190,15 @@ static void pv_dense(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, con
         int64_t x = 0;
         for (; x + FAI_PV_VECS * W <= ld_o; x += FAI_PV_VECS * W)
             pv_block(o + i * ld_o + x, ld_o, p_t + i, ld_s, v + x, n);
-        for (; x < ld_o; x += W) pv_block_1vec(o + i * ld_o + x, ld_o, p_t + i, ld_s, v + x, n);
+        for (; x < ld_o; x += W)
+            pv_block_1vec(o + i * ld_o + x, ld_o, p_t + i, ld_s, v + x, n);
     }
     for (; i < m; i++) {
         int64_t x = 0;
         for (; x + FAI_PV_VECS * W <= ld_o; x += FAI_PV_VECS * W)
             pv_block_1row(o + i * ld_o + x, ld_o, p_t + i, ld_s, v + x, n);
-        for (; x < ld_o; x += W) pv_block_1row_1vec(o + i * ld_o + x, ld_o, p_t + i, ld_s, v + x, n);
+        for (; x < ld_o; x += W)
+            pv_block_1row_1vec(o + i * ld_o + x, ld_o, p_t + i, ld_s, v + x, n);
     }
 }
 
@@ -220,7 +238,8 @@ static inline fvec load_row_full(const void *row, int64_t x, fai_dtype dtype) {
 
 static inline fvec load_row_tail(const void *row, int64_t x, int64_t count, fai_dtype dtype) {
     float part[W];
-    for (int64_t k = 0; k < W; k++) part[k] = 0.0f;
+    for (int64_t k = 0; k < W; k++)
+        part[k] = 0.0f;
     for (int64_t k = 0; k < count; k++) {
         if (dtype == FAI_DTYPE_F16)
             part[k] = fai__f16_to_f32(((const uint16_t *)row)[x + k]);
@@ -245,35 +264,42 @@ static inline void prefetch_row(const void *row, int64_t bytes) {
  * Edge blocks repeat a valid row or key and store only the valid results. The dtype is a
  * constant in each instance, so the load's branch folds away. */
 #define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
-    static void NAME(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, int64_t m,          \
+    static void NAME(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, int64_t m,            \
                      const void *const *k_rows, int64_t n, int64_t d, float scale) {               \
         const int64_t row_bytes = d * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                            \
         const int64_t full = d / W * W;                                                            \
         for (int64_t j0 = 0; j0 < n; j0 += 4) {                                                    \
             const void *key[4];                                                                    \
-            for (int c = 0; c < 4; c++) key[c] = k_rows[j0 + c < n ? j0 + c : j0];                 \
+            for (int c = 0; c < 4; c++)                                                            \
+                key[c] = k_rows[j0 + c < n ? j0 + c : j0];                                         \
             for (int c = 0; c < 4 && j0 + PREFETCH_KEYS + c < n; c++)                              \
                 prefetch_row(k_rows[j0 + PREFETCH_KEYS + c], row_bytes);                           \
             for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
                 const float *query[4];                                                             \
-                for (int r = 0; r < 4; r++) query[r] = q + (i0 + r < m ? i0 + r : i0) * ld_q;      \
+                for (int r = 0; r < 4; r++)                                                        \
+                    query[r] = q + (i0 + r < m ? i0 + r : i0) * ld_q;                              \
                 fvec acc[4][4];                                                                    \
                 for (int r = 0; r < 4; r++)                                                        \
-                    for (int c = 0; c < 4; c++) acc[r][c] = v_zero();                              \
+                    for (int c = 0; c < 4; c++)                                                    \
+                        acc[r][c] = v_zero();                                                      \
                 for (int64_t x = 0; x < full; x += W) {                                            \
                     fvec kv[4];                                                                    \
-                    for (int c = 0; c < 4; c++) kv[c] = load_row_full(key[c], x, DTYPE);           \
+                    for (int c = 0; c < 4; c++)                                                    \
+                        kv[c] = load_row_full(key[c], x, DTYPE);                                   \
                     for (int r = 0; r < 4; r++) {                                                  \
                         const fvec qv = v_load(query[r] + x);                                      \
-                        for (int c = 0; c < 4; c++) acc[r][c] = v_fma(qv, kv[c], acc[r][c]);       \
+                        for (int c = 0; c < 4; c++)                                                \
+                            acc[r][c] = v_fma(qv, kv[c], acc[r][c]);                               \
                     }                                                                              \
                 }                                                                                  \
                 if (full < d) {                                                                    \
                     fvec kv[4];                                                                    \
-                    for (int c = 0; c < 4; c++) kv[c] = load_row_tail(key[c], full, d - full, DTYPE); \
+                    for (int c = 0; c < 4; c++)                                                    \
+                        kv[c] = load_row_tail(key[c], full, d - full, DTYPE);                      \
                     for (int r = 0; r < 4; r++) {                                                  \
                         const fvec qv = v_load(query[r] + full);                                   \
-                        for (int c = 0; c < 4; c++) acc[r][c] = v_fma(qv, kv[c], acc[r][c]);       \
+                        for (int c = 0; c < 4; c++)                                                \
+                            acc[r][c] = v_fma(qv, kv[c], acc[r][c]);                               \
                     }                                                                              \
                 }                                                                                  \
                 for (int c = 0; c < 4 && j0 + c < n; c++)                                          \
@@ -306,12 +332,15 @@ static void qk_rows_simd(float *s_t, int64_t ld_s, const float *q, int64_t ld_q,
                             const void *const *v_rows, int64_t n, int64_t x0, int64_t dv) {        \
         const int64_t row_bytes = dv * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                           \
         const float *o_row[4];                                                                     \
-        for (int r = 0; r < 4; r++) o_row[r] = o + (r < rows ? r : 0) * ld_o + x0;                 \
+        for (int r = 0; r < 4; r++)                                                                \
+            o_row[r] = o + (r < rows ? r : 0) * ld_o + x0;                                         \
         fvec acc[4][VECS];                                                                         \
         for (int r = 0; r < 4; r++)                                                                \
-            for (int c = 0; c < VECS; c++) acc[r][c] = v_load(o_row[r] + c * W);                   \
+            for (int c = 0; c < VECS; c++)                                                         \
+                acc[r][c] = v_load(o_row[r] + c * W);                                              \
         for (int64_t j = 0; j < n; j++) {                                                          \
-            if (x0 == 0 && j + PREFETCH_KEYS < n) prefetch_row(v_rows[j + PREFETCH_KEYS], row_bytes); \
+            if (x0 == 0 && j + PREFETCH_KEYS < n)                                                  \
+                prefetch_row(v_rows[j + PREFETCH_KEYS], row_bytes);                                \
             fvec values[VECS];                                                                     \
             for (int c = 0; c < VECS; c++)                                                         \
                 values[c] = TAIL ? load_row_tail(v_rows[j], x0, dv - x0, DTYPE)                    \
@@ -319,22 +348,25 @@ static void qk_rows_simd(float *s_t, int64_t ld_s, const float *q, int64_t ld_q,
             const float *p_row = p_t + j * ld_s;                                                   \
             for (int r = 0; r < 4; r++) {                                                          \
                 const fvec p = v_set1(p_row[r < rows ? r : 0]);                                    \
-                for (int c = 0; c < VECS; c++) acc[r][c] = v_fma(p, values[c], acc[r][c]);         \
+                for (int c = 0; c < VECS; c++)                                                     \
+                    acc[r][c] = v_fma(p, values[c], acc[r][c]);                                    \
             }                                                                                      \
         }                                                                                          \
         for (int r = 0; r < 4; r++)                                                                \
             if (r < rows)                                                                          \
-                for (int c = 0; c < VECS; c++) v_store(o + r * ld_o + x0 + c * W, acc[r][c]);      \
+                for (int c = 0; c < VECS; c++)                                                     \
+                    v_store(o + r * ld_o + x0 + c * W, acc[r][c]);                                 \
     }
 
 #define DEFINE_PV_ROWS(NAME, DTYPE)                                                                \
     DEFINE_PV_ROWS_BLOCK(NAME##_wide, DTYPE, 4, 0)                                                 \
     DEFINE_PV_ROWS_BLOCK(NAME##_one, DTYPE, 1, 0)                                                  \
     DEFINE_PV_ROWS_BLOCK(NAME##_tail, DTYPE, 1, 1)                                                 \
-    static void NAME(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t m,           \
+    static void NAME(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t m,            \
                      const void *const *v_rows, int64_t n, int64_t dv, int masked) {               \
         const int64_t row_bytes = dv * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                           \
-        for (int64_t j = 0; j < n && j < PREFETCH_KEYS; j++) prefetch_row(v_rows[j], row_bytes);   \
+        for (int64_t j = 0; j < n && j < PREFETCH_KEYS; j++)                                       \
+            prefetch_row(v_rows[j], row_bytes);                                                    \
         if (masked) {                                                                              \
             for (int64_t i = 0; i < m; i++)                                                        \
                 for (int64_t j = 0; j < n; j++) {                                                  \
@@ -344,10 +376,10 @@ static void qk_rows_simd(float *s_t, int64_t ld_s, const float *q, int64_t ld_q,
                     float *o_row = o + i * ld_o;                                                   \
                     int64_t x = 0;                                                                 \
                     for (; x + W <= dv; x += W)                                                    \
-                        v_store(o_row + x, v_fma(p, load_row_full(v_rows[j], x, DTYPE),           \
-                                                 v_load(o_row + x)));                              \
+                        v_store(o_row + x,                                                         \
+                                v_fma(p, load_row_full(v_rows[j], x, DTYPE), v_load(o_row + x)));  \
                     if (x < dv)                                                                    \
-                        v_store(o_row + x, v_fma(p, load_row_tail(v_rows[j], x, dv - x, DTYPE),   \
+                        v_store(o_row + x, v_fma(p, load_row_tail(v_rows[j], x, dv - x, DTYPE),    \
                                                  v_load(o_row + x)));                              \
                 }                                                                                  \
             return;                                                                                \
@@ -391,8 +423,10 @@ static void store_row_simd(void *dst, fai_dtype dtype, const float *src, int64_t
     float *out = dst;
     const fvec scale = v_set1(mul);
     int64_t x = 0;
-    for (; x + W <= dim; x += W) v_store(out + x, v_mul(v_load(src + x), scale));
-    for (; x < dim; x++) out[x] = src[x] * mul;
+    for (; x + W <= dim; x += W)
+        v_store(out + x, v_mul(v_load(src + x), scale));
+    for (; x < dim; x++)
+        out[x] = src[x] * mul;
 }
 
 static void init_simd_table(fai_cntx *cntx) {

@@ -16,8 +16,10 @@ static void pack_q_ref(float *q_t, int64_t ld_s, const void *const *rows, int64_
                        fai_dtype dtype) {
     for (int64_t x = 0; x < d; x++) {
         float *out = q_t + x * ld_s;
-        for (int64_t i = 0; i < m; i++) out[i] = load_element(rows[i], x, dtype);
-        for (int64_t i = m; i < ld_s; i++) out[i] = 0.0f;
+        for (int64_t i = 0; i < m; i++)
+            out[i] = load_element(rows[i], x, dtype);
+        for (int64_t i = m; i < ld_s; i++)
+            out[i] = 0.0f;
     }
 }
 
@@ -25,22 +27,27 @@ static void pack_rows_ref(float *dst, int64_t ld_dst, const void *const *rows, i
                           int64_t dim, fai_dtype dtype) {
     for (int64_t r = 0; r < n; r++) {
         float *out = dst + r * ld_dst;
-        for (int64_t k = 0; k < dim; k++) out[k] = load_element(rows[r], k, dtype);
-        for (int64_t k = dim; k < ld_dst; k++) out[k] = 0.0f;
+        for (int64_t k = 0; k < dim; k++)
+            out[k] = load_element(rows[r], k, dtype);
+        for (int64_t k = dim; k < ld_dst; k++)
+            out[k] = 0.0f;
     }
 }
 
-static void qk_ref(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n,
-                   int64_t d, float scale) {
+static void qk_ref(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n, int64_t d,
+                   float scale) {
     for (int64_t j = 0; j < n; j++) {
         float *s_row = s_t + j * ld_s;
-        for (int64_t i = 0; i < ld_s; i++) s_row[i] = 0.0f;
+        for (int64_t i = 0; i < ld_s; i++)
+            s_row[i] = 0.0f;
         for (int64_t x = 0; x < d; x++) {
             const float k_jx = k[j * d + x];
             const float *q_row = q_t + x * ld_s;
-            for (int64_t i = 0; i < ld_s; i++) s_row[i] += k_jx * q_row[i];
+            for (int64_t i = 0; i < ld_s; i++)
+                s_row[i] += k_jx * q_row[i];
         }
-        for (int64_t i = 0; i < ld_s; i++) s_row[i] *= scale;
+        for (int64_t i = 0; i < ld_s; i++)
+            s_row[i] *= scale;
     }
 }
 
@@ -53,7 +60,8 @@ static void softmax_ref(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *r
         const float old_max = row_max[i];
         const float new_max = tile_max > old_max ? tile_max : old_max;
         if (new_max == -INFINITY) { /* nothing visible yet: keep the row empty */
-            for (int64_t j = 0; j < n; j++) s_t[j * ld_s + i] = 0.0f;
+            for (int64_t j = 0; j < n; j++)
+                s_t[j * ld_s + i] = 0.0f;
             row_alpha[i] = 1.0f;
             continue;
         }
@@ -74,7 +82,8 @@ static void rescale_o_ref(float *o, int64_t ld_o, int64_t m, const float *row_al
     for (int64_t i = 0; i < m; i++) {
         const float alpha = row_alpha[i];
         if (alpha == 1.0f) continue;
-        for (int64_t x = 0; x < ld_o; x++) o[i * ld_o + x] *= alpha;
+        for (int64_t x = 0; x < ld_o; x++)
+            o[i * ld_o + x] *= alpha;
     }
 }
 
@@ -87,7 +96,8 @@ static void pv_ref(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const
             const float p = p_t[j * ld_s + i];
             if (p == 0.0f) continue;
             const float *v_row = v + j * ld_o;
-            for (int64_t x = 0; x < ld_o; x++) o_row[x] += p * v_row[x];
+            for (int64_t x = 0; x < ld_o; x++)
+                o_row[x] += p * v_row[x];
         }
     }
 }
@@ -98,7 +108,8 @@ static void qk_rows_ref(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, 
     for (int64_t j = 0; j < n; j++)
         for (int64_t i = 0; i < m; i++) {
             float dot = 0.0f;
-            for (int64_t x = 0; x < d; x++) dot += q[i * ld_q + x] * load_element(k_rows[j], x, k_dtype);
+            for (int64_t x = 0; x < d; x++)
+                dot += q[i * ld_q + x] * load_element(k_rows[j], x, k_dtype);
             s_t[j * ld_s + i] = dot * scale;
         }
 }
@@ -110,25 +121,30 @@ static void pv_rows_ref(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, 
         for (int64_t j = 0; j < n; j++) {
             const float p = p_t[j * ld_s + i];
             if (p == 0.0f) continue;
-            for (int64_t x = 0; x < dv; x++) o[i * ld_o + x] += p * load_element(v_rows[j], x, v_dtype);
+            for (int64_t x = 0; x < dv; x++)
+                o[i * ld_o + x] += p * load_element(v_rows[j], x, v_dtype);
         }
 }
 
 static void store_row_ref(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul) {
     if (dtype == FAI_DTYPE_F32) {
         float *out = dst;
-        for (int64_t x = 0; x < dim; x++) out[x] = src[x] * mul;
+        for (int64_t x = 0; x < dim; x++)
+            out[x] = src[x] * mul;
     } else if (dtype == FAI_DTYPE_F16) {
         uint16_t *out = dst;
-        for (int64_t x = 0; x < dim; x++) out[x] = fai__f32_to_f16_sat(src[x] * mul);
+        for (int64_t x = 0; x < dim; x++)
+            out[x] = fai__f32_to_f16_sat(src[x] * mul);
     } else {
         uint16_t *out = dst;
-        for (int64_t x = 0; x < dim; x++) out[x] = fai__f32_to_bf16(src[x] * mul);
+        for (int64_t x = 0; x < dim; x++)
+            out[x] = fai__f32_to_bf16(src[x] * mul);
     }
 }
 
 static void exp_array_ref(float *dst, const float *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = expf(src[i]);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = expf(src[i]);
 }
 
 void fai_cntx_init_ref(fai_cntx *cntx) {
