@@ -34,6 +34,15 @@ extern "C" {
 #define FAI_VERSION_MINOR 1
 #define FAI_VERSION_PATCH 0
 
+/* FAI_API marks the functions libfai exports. The library is compiled with hidden visibility and
+ * FAI_BUILDING_LIBRARY defined, so libfai.so exports these and nothing else; for a program that
+ * includes this header the macro is empty. */
+#if defined(FAI_BUILDING_LIBRARY) && (defined(__GNUC__) || defined(__clang__))
+#define FAI_API __attribute__((visibility("default")))
+#else
+#define FAI_API
+#endif
+
 /* Largest head dimension (D or Dv) accepted: 576/512 is the MLA decode shape. */
 #define FAI_MAX_HEAD_DIM 576
 /* Largest number of workers a plan may split its work into. */
@@ -55,12 +64,12 @@ typedef enum fai_status {
 
 /* Short fixed name of a status ("FAI_OK", "FAI_ERR_INVALID_ARG", ...). Never NULL; unknown
  * values give "FAI_ERR_UNKNOWN". Thread-safe. */
-const char *fai_status_string(fai_status status);
+FAI_API const char *fai_status_string(fai_status status);
 
 /* The message of the last failing call of this thread: it names the field and the value, e.g.
  * "heads_q = 12 is not a multiple of heads_kv = 5". Empty after a successful call. The string
  * lives in thread-local storage and is valid until this thread's next fai call. */
-const char *fai_last_error(void);
+FAI_API const char *fai_last_error(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Problem description
@@ -166,7 +175,7 @@ typedef struct fai_problem {
 /* Fills a problem with the defaults: every count 0, dtypes Q f32, K/V f16, O f32, scale 0
  * (1/sqrt(D)), no causal mask, unbounded window (-1, -1), no mask tensor, dense KV, automatic
  * workers, threads and tiles. */
-void fai_problem_init(fai_problem *problem);
+FAI_API void fai_problem_init(fai_problem *problem);
 
 /* ---------------------------------------------------------------------------------------------
  * Tensors (given at run time)
@@ -207,7 +216,8 @@ typedef struct fai_tensors {
 } fai_tensors;
 
 /* Strides of a contiguous [B, S, H, Dlast] tensor (the default BSHD layout). */
-fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t heads, int64_t dim);
+FAI_API fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t heads,
+                                   int64_t dim);
 
 /* ---------------------------------------------------------------------------------------------
  * Plan and run
@@ -222,15 +232,15 @@ typedef struct fai_pool fai_pool;
  * and FAI_OK is returned; on failure *plan is NULL, the status says why and fai_last_error()
  * names the field and the value. The problem and its arrays are only read during the call.
  * Thread-safe. */
-fai_status fai_plan_create(const fai_problem *problem, fai_plan **plan);
+FAI_API fai_status fai_plan_create(const fai_problem *problem, fai_plan **plan);
 
 /* Releases a plan. NULL is a no-op. No run may be using the plan. */
-void fai_plan_free(fai_plan *plan);
+FAI_API void fai_plan_free(fai_plan *plan);
 
 /* Bytes of workspace fai_run needs for this plan, at any alignment (room to align it to a cache
  * line is included).
  * May be called concurrently. */
-size_t fai_plan_workspace_size(const fai_plan *plan);
+FAI_API size_t fai_plan_workspace_size(const fai_plan *plan);
 
 /* Computes attention for the plan's problem. Checks the tensors against the plan (dtypes,
  * pointers, strides not negative, the head dimension contiguous (stride_dim 1), and every
@@ -242,8 +252,8 @@ size_t fai_plan_workspace_size(const fai_plan *plan);
  * on the plan's pool (the process-wide default pool unless fai_plan_set_pool chose another).
  * Thread-safety: a plan is read-only, so several threads may run one plan at once, each with its
  * own tensors and workspace; runs on one pool are served one after another. */
-fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
-                   size_t workspace_size);
+FAI_API fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
+                           size_t workspace_size);
 
 /* ---------------------------------------------------------------------------------------------
  * Plan inspection
@@ -273,7 +283,7 @@ typedef struct fai_plan_info {
 } fai_plan_info;
 
 /* Fills *info. Thread-safe. */
-fai_status fai_plan_get_info(const fai_plan *plan, fai_plan_info *info);
+FAI_API fai_status fai_plan_get_info(const fai_plan *plan, fai_plan_info *info);
 
 /* Worker w's contiguous unit range [unit_begin, unit_end) and its weight (valid kv tiles). All
  * units' valid kv tiles, in unit order, form one line [0, total_weight); the worker computes the
@@ -285,7 +295,8 @@ typedef struct fai_worker_range {
     int64_t line_begin, line_end;
 } fai_worker_range;
 
-fai_status fai_plan_get_worker(const fai_plan *plan, int64_t worker, fai_worker_range *range);
+FAI_API fai_status fai_plan_get_worker(const fai_plan *plan, int64_t worker,
+                                       fai_worker_range *range);
 
 /* Unit u: its batch, kv head, q heads [head_q_begin, head_q_begin + heads_q), first query
  * position, query positions and valid kv tiles. */
@@ -295,7 +306,7 @@ typedef struct fai_unit_info {
     int64_t head_q_begin, heads_q;
 } fai_unit_info;
 
-fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_unit_info *info);
+FAI_API fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_unit_info *info);
 
 /* ---------------------------------------------------------------------------------------------
  * Merging partial results
@@ -311,9 +322,10 @@ fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_unit_info *
  * as given: for packed rows pass batch = 1); lse_parts[p] and lse_out are f32 with element
  * (b, i, h) at data[b*stride_batch + i*stride_seq + h*stride_head] (lse_out.data NULL skips it).
  * The output may not overlap the parts. Nothing is written on failure. Thread-safe. */
-fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_tensor *lse_parts,
-                            int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                            const fai_tensor *o_out, const fai_tensor *lse_out);
+FAI_API fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts,
+                                    const fai_tensor *lse_parts, int64_t batch, int64_t seq,
+                                    int64_t heads, int64_t head_dim, const fai_tensor *o_out,
+                                    const fai_tensor *lse_out);
 
 /* ---------------------------------------------------------------------------------------------
  * Thread pools
@@ -321,18 +333,18 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
 
 /* Creates a pool of `threads` threads in all (the caller of fai_run is one of them, so threads-1
  * are started; 0 means one per online CPU). Threads sleep when idle. */
-fai_status fai_pool_create(int64_t threads, fai_pool **pool);
+FAI_API fai_status fai_pool_create(int64_t threads, fai_pool **pool);
 
 /* Stops and joins the pool's threads. No run may be using it. NULL is a no-op. */
-void fai_pool_free(fai_pool *pool);
+FAI_API void fai_pool_free(fai_pool *pool);
 
 /* Makes the plan run on `pool` (NULL: the process-wide default pool, created on first use with
  * one thread per online CPU). The pool must outlive every run of the plan. Not thread-safe with
  * concurrent runs of the same plan. */
-void fai_plan_set_pool(fai_plan *plan, fai_pool *pool);
+FAI_API void fai_plan_set_pool(fai_plan *plan, fai_pool *pool);
 
 /* Number of online CPUs as the OS reports them (at least 1). */
-int64_t fai_cpu_count(void);
+FAI_API int64_t fai_cpu_count(void);
 
 #ifdef __cplusplus
 }
