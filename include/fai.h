@@ -161,6 +161,11 @@ typedef struct fai_problem {
     int64_t page_size;     /* 0: K/V are dense; >= 1: paged */
     int64_t num_pages;     /* pages in each pool (paged only) */
     int64_t pages_per_seq; /* width of the block table (paged only) */
+    /* Nonzero: fai_run does not check the block-table entries a run reads (they must then be
+     * inside the pool: a bad entry is undefined behaviour). For callers that guarantee them and
+     * want to save the check, which reads ceil(length / page_size) entries per sequence (`fai
+     * bench` prints its cost). Everything else is checked regardless. */
+    int trust_block_table;
 
     /* Execution. workers: how many contiguous pieces the work is split into (0: one per online
      * CPU); the result is bitwise identical for any number of threads running them. threads:

@@ -65,10 +65,12 @@ fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t) {
     }
     if (plan->paged && kv_rows > 0) {
         if (!t->block_table) return fai__fail(FAI_ERR_INVALID_ARG, "block_table = NULL");
-        const int64_t stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
         if (t->block_table_stride < 0)
             return fai__fail(FAI_ERR_INVALID_ARG, "block_table_stride = %" PRId64 " is negative",
                              t->block_table_stride);
+    }
+    if (plan->paged && kv_rows > 0 && !pb->trust_block_table) {
+        const int64_t stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
         /* every page a sequence's length reaches must be inside the pool */
         for (int64_t b = 0; b < pb->batch; b++) {
             const int64_t pages = fai__ceil_div(plan->seqs[b].kv_len, pb->page_size);
