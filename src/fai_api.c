@@ -41,7 +41,7 @@ static fai_status check_tensor(const char *name, const fai_tensor *tensor, fai_d
         if (status_ != FAI_OK) return status_;                                                     \
     } while (0)
 
-fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t) {
+static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table) {
     const fai_problem *pb = &plan->pb;
     int64_t q_rows = 0, kv_rows = 0;
     for (int64_t b = 0; b < pb->batch; b++) {
@@ -69,7 +69,7 @@ fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t) {
             return fai__fail(FAI_ERR_INVALID_ARG, "block_table_stride = %" PRId64 " is negative",
                              t->block_table_stride);
     }
-    if (plan->paged && kv_rows > 0 && !pb->trust_block_table) {
+    if (plan->paged && kv_rows > 0 && check_table) {
         const int64_t stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
         /* every page a sequence's length reaches must be inside the pool */
         for (int64_t b = 0; b < pb->batch; b++) {
@@ -84,6 +84,17 @@ fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t) {
         }
     }
     return FAI_OK;
+}
+
+fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t) {
+    return validate_tensors(plan, t, !plan->pb.trust_block_table);
+}
+
+fai_status fai_check_tensors(const fai_plan *plan, const fai_tensors *tensors) {
+    fai__clear_error();
+    if (!plan) return fai__fail(FAI_ERR_INVALID_ARG, "plan = NULL");
+    if (!tensors) return fai__fail(FAI_ERR_INVALID_ARG, "tensors = NULL");
+    return validate_tensors(plan, tensors, 1);
 }
 
 typedef struct run_job {
