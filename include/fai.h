@@ -263,7 +263,7 @@ FAI_API fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, voi
 /* The checks fai_run makes of the tensors, alone: FAI_OK if fai_run would accept them. The
  * block-table entries are checked even when the plan trusts them, so a caller can check a table
  * once and then run trusted. Reads the block table, writes nothing. Thread-safe. */
-fai_status fai_check_tensors(const fai_plan *plan, const fai_tensors *tensors);
+FAI_API fai_status fai_check_tensors(const fai_plan *plan, const fai_tensors *tensors);
 
 /* ---------------------------------------------------------------------------------------------
  * Plan inspection
