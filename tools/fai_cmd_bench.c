@@ -31,6 +31,7 @@ typedef struct bench_result {
     int64_t threads;
     double median_ms, min_ms, max_ms;
     double flops, kv_bytes;
+    double check_us; /* median cost of fai_run's tensor checks (block table included) */
     fai_plan_info info;
 } bench_result;
 
@@ -276,6 +277,21 @@ static fai_status time_runs(const fai_plan *plan, const fai_shape_data *data, vo
     return FAI_OK;
 }
 
+/* The median time of fai_check_tensors: what fai_run spends checking before it computes (the
+ * block-table walk, for paged shapes), and what trust_block_table saves. */
+static double time_checks(const fai_plan *plan, const fai_shape_data *data) {
+    enum { ROUNDS = 15, CALLS = 64 };
+    double per_call[ROUNDS];
+    for (int round = 0; round < ROUNDS; round++) {
+        const double start = fai_now_seconds();
+        for (int call = 0; call < CALLS; call++)
+            fai_check_tensors(plan, &data->tensors);
+        per_call[round] = (fai_now_seconds() - start) / CALLS;
+    }
+    qsort(per_call, ROUNDS, sizeof *per_call, compare_double);
+    return per_call[ROUNDS / 2] * 1e6;
+}
+
 /* Plans the shape for `threads` workers on the pool of that many threads and times it.
  * Returns 0, or -1 after printing why. */
 static int bench_one(const fai_shape *shape, const fai_shape_data *data, fai_pool *pool,
@@ -299,6 +315,7 @@ static int bench_one(const fai_shape *shape, const fai_shape_data *data, fai_poo
         result->flops = fai_shape_flops(plan, shape);
         result->kv_bytes = fai_shape_kv_bytes(shape);
         summarize(seconds, opt->runs, result);
+        result->check_us = time_checks(plan, data);
     } else {
         fprintf(stderr, "fai bench: %s: %s %s\n", shape->name, fai_status_string(status),
                 fai_last_error());
@@ -374,6 +391,8 @@ static void print_json(const fai_shape *shape, const bench_result *r, const benc
            r->info.workspace_bytes, r->info.isa, (long long)r->info.tile_q,
            (long long)r->info.tile_kv);
     json_number("imbalance", r->info.imbalance);
+    json_number("check_us", r->check_us);
+    json_number("check_ratio", r->check_us * 1e-3 / r->median_ms);
     json_number("max_err", check->max_err);
     json_number("tolerance", check->tolerance);
     printf(", \"checked_threads\": %lld, \"check\": \"%s\"", (long long)check->threads,
@@ -383,9 +402,9 @@ static void print_json(const fai_shape *shape, const bench_result *r, const benc
 }
 
 static void print_table_header(void) {
-    printf("%-6s %-14s %3s %10s %10s %10s %9s %6s %6s %8s %6s %10s %-6s %s\n", "shape", "q/kv/out",
-           "thr", "median_ms", "min_ms", "max_ms", "GFLOP/s", "%fp32", "%bf16", "KV_GB/s", "%read",
-           "workspace", "isa", "check (max_err)");
+    printf("%-6s %-14s %3s %10s %10s %10s %9s %6s %6s %8s %6s %8s %10s %-6s %s\n", "shape",
+           "q/kv/out", "thr", "median_ms", "min_ms", "max_ms", "GFLOP/s", "%fp32", "%bf16",
+           "KV_GB/s", "%read", "check_us", "workspace", "isa", "check (max_err)");
 }
 
 /* A percentage column, or "-" where the ratio does not apply. */
@@ -407,7 +426,7 @@ static void print_row(const fai_shape *shape, const bench_result *r, const bench
     print_percent(peak && is_all_bf16(shape), gflops(r), peak ? peak->bf16_gflops : 0);
     printf(" %8.2f", kv_gbps(r));
     print_percent(peak && is_decode(shape), kv_gbps(r), peak ? peak->read_gbps : 0);
-    printf(" %10zu %-6s %s (%.1e)\n", r->info.workspace_bytes, r->info.isa,
+    printf(" %8.2f %10zu %-6s %s (%.1e)\n", r->check_us, r->info.workspace_bytes, r->info.isa,
            check->max_err <= check->tolerance ? "ok" : "FAILED", check->max_err);
 }
 
