@@ -148,8 +148,9 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
             cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, ld_s, rows, sc->row_ptrs, t->v.dtype, n, dv,
                           masked);
         } else {
-            cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
-            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked);
+            const int v_finite = cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
+            /* a masked tile needs the exact (sparse) PV only where V holds Inf or NaN */
+            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked && !v_finite);
         }
     }
 }

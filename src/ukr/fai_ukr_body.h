@@ -40,8 +40,11 @@ static void exp_array_simd(float *dst, const float *src, int64_t n) {
 
 /* -- packing ---------------------------------------------------------------------------------- */
 
-static void pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
-                           int64_t dim, fai_dtype dtype) {
+static int pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
+                          int64_t dim, fai_dtype dtype) {
+    /* x * 0 is 0 for finite x and NaN for Inf or NaN: one FMA per vector finds them */
+    fvec non_finite = v_zero();
+    int finite = 1;
     for (int64_t r = 0; r < n; r++) {
         float *out = dst + r * ld_dst;
         int64_t x = 0;
@@ -63,7 +66,13 @@ static void pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, 
         }
         for (; x < ld_dst; x++)
             out[x] = 0.0f;
+        int64_t k = 0;
+        for (; k + W <= dim; k += W)
+            non_finite = v_fma(v_load(out + k), v_zero(), non_finite);
+        for (; k < dim; k++)
+            finite &= isfinite(out[k]) != 0;
     }
+    return finite && v_hsum(non_finite) == 0.0f;
 }
 
 /* -- stage 1: S^T = scale * K Q^T --------------------------------------------------------------
@@ -91,9 +100,12 @@ static void pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, 
                 v_store(s_t + r * ld_s + c * W, v_mul(acc[r][c], scale));                          \
     }
 
+/* The remainder of a tile's keys runs in blocks of 4, then of 1: a 64-key tile is 5 x 12 + 4. */
 DEFINE_QK_BLOCK(qk_block_wide, FAI_QK_KEYS, 2)
+DEFINE_QK_BLOCK(qk_block_wide_4keys, 4, 2)
 DEFINE_QK_BLOCK(qk_block_wide_1key, 1, 2)
 DEFINE_QK_BLOCK(qk_block_narrow, (2 * FAI_QK_KEYS), 1)
+DEFINE_QK_BLOCK(qk_block_narrow_4keys, 4, 1)
 DEFINE_QK_BLOCK(qk_block_narrow_1key, 1, 1)
 
 static void qk_simd(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n,
@@ -104,6 +116,8 @@ static void qk_simd(float *s_t, int64_t ld_s, const float *q_t, const float *k, 
         int64_t j = 0;
         for (; j + FAI_QK_KEYS <= n; j += FAI_QK_KEYS)
             qk_block_wide(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
+        for (; j + 4 <= n; j += 4)
+            qk_block_wide_4keys(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
         for (; j < n; j++)
             qk_block_wide_1key(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
     }
@@ -111,6 +125,8 @@ static void qk_simd(float *s_t, int64_t ld_s, const float *q_t, const float *k, 
         int64_t j = 0;
         for (; j + 2 * FAI_QK_KEYS <= n; j += 2 * FAI_QK_KEYS)
             qk_block_narrow(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
+        for (; j + 4 <= n; j += 4)
+            qk_block_narrow_4keys(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
         for (; j < n; j++)
             qk_block_narrow_1key(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
     }

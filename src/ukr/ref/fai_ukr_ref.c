@@ -23,15 +23,19 @@ static void pack_q_ref(float *q_t, int64_t ld_s, const void *const *rows, int64_
     }
 }
 
-static void pack_rows_ref(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
-                          int64_t dim, fai_dtype dtype) {
+static int pack_rows_ref(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
+                         int64_t dim, fai_dtype dtype) {
+    int finite = 1;
     for (int64_t r = 0; r < n; r++) {
         float *out = dst + r * ld_dst;
         for (int64_t k = 0; k < dim; k++)
             out[k] = load_element(rows[r], k, dtype);
         for (int64_t k = dim; k < ld_dst; k++)
             out[k] = 0.0f;
+        for (int64_t k = 0; k < dim; k++)
+            finite &= isfinite(out[k]) != 0;
     }
+    return finite;
 }
 
 static void qk_ref(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n, int64_t d,
