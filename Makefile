@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test test-aarch64 demo sanitize tsan coverage format format-check clean
+.PHONY: all build test test-aarch64 demo install sanitize tsan coverage format format-check clean
 
 all: build
 
@@ -29,6 +29,12 @@ test-aarch64:
 demo: build
 	./$(BUILD)/fai demo
 
+# the libraries, fai.h, the tool, fai.pc and the CMake package under PREFIX (DESTDIR stages)
+PREFIX ?= /usr/local
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
 sanitize:
 	$(MAKE) test BUILD=build-sanitize CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Debug -DFAI_SANITIZE=ON"
 
@@ -36,10 +42,10 @@ tsan:
 	$(MAKE) test BUILD=build-tsan CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Debug -DFAI_TSAN=ON"
 
 format:
-	clang-format -i include/*.h src/*.c src/*.h src/*/*.c src/*/*.h src/*/*/*.c tools/*.c tools/*.h tests/*.c tests/*.h tests/oracle/*.c tests/oracle/*.h
+	clang-format -i include/*.h src/*.c src/*.h src/*/*.c src/*/*.h src/*/*/*.c tools/*.c tools/*.h tests/*.c tests/*.h tests/oracle/*.c tests/oracle/*.h examples/*.c tests/consumer/*.c
 
 format-check:
-	clang-format --dry-run --Werror include/*.h src/*.c src/*.h src/*/*.c src/*/*.h src/*/*/*.c tools/*.c tools/*.h tests/*.c tests/*.h tests/oracle/*.c tests/oracle/*.h
+	clang-format --dry-run --Werror include/*.h src/*.c src/*.h src/*/*.c src/*/*.h src/*/*/*.c tools/*.c tools/*.h tests/*.c tests/*.h tests/oracle/*.c tests/oracle/*.h examples/*.c tests/consumer/*.c
 
 clean:
 	rm -rf build build-sanitize build-tsan build-coverage build-aarch64
