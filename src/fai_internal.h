@@ -88,6 +88,7 @@ struct fai_plan {
      * row-major with rows of ld_q (d padded to the vector width). */
     int direct_kv;
     int64_t ld_q;
+    int64_t ld_n; /* direct: scores are row-major [rows, ld_n], tile_kv padded to the width */
     fai_unit *units;
     int64_t unit_count;
     int64_t total_weight;

@@ -178,7 +178,7 @@ TEST(ukr_direct_rows_match_reference) {
                 for (int masked = 0; masked < 2; masked++) {
                     const int64_t m = shapes[s][0], n = shapes[s][1], d = shapes[s][2];
                     const int64_t dv = shapes[s][3], w = cntx->simd_width;
-                    const int64_t ld_s = (m + w - 1) / w * w, ld_o = (dv + w - 1) / w * w;
+                    const int64_t ld_n = (n + w - 1) / w * w, ld_o = (dv + w - 1) / w * w;
                     const int64_t ld_q = (d + w - 1) / w * w;
                     const size_t esize = dtypes[dt] == FAI_DTYPE_F32 ? 4 : 2;
                     uint64_t state = 7 + s;
@@ -211,26 +211,26 @@ TEST(ukr_direct_rows_match_reference) {
                                                                  : fai__f32_to_f16_sat(value);
                         }
                     }
-                    float *s_t[2], *o[2];
+                    float *scores[2], *o[2]; /* S row-major [m, ld_n] */
                     for (int b = 0; b < 2; b++) {
                         const fai_cntx *c = b ? cntx : ref;
-                        s_t[b] = calloc((size_t)(n * ld_s), sizeof(float));
+                        scores[b] = calloc((size_t)(m * ld_n), sizeof(float));
                         o[b] = calloc((size_t)(m * ld_o), sizeof(float));
-                        c->qk_rows(s_t[b], ld_s, q, ld_q, m, (const void *const *)k_rows,
+                        c->qk_rows(scores[b], ld_n, q, ld_q, m, (const void *const *)k_rows,
                                    dtypes[dt], n, d, 0.5f);
                         /* P: the scores made positive, some exactly zero */
                         for (int64_t j = 0; j < n; j++)
                             for (int64_t i = 0; i < m; i++)
-                                s_t[b][j * ld_s + i] =
-                                    (i + j) % 5 == 0 ? 0.0f : fabsf(s_t[b][j * ld_s + i]);
-                        c->pv_rows(o[b], ld_o, s_t[b], ld_s, m, (const void *const *)v_rows,
+                                scores[b][i * ld_n + j] =
+                                    (i + j) % 5 == 0 ? 0.0f : fabsf(scores[b][i * ld_n + j]);
+                        c->pv_rows(o[b], ld_o, scores[b], ld_n, m, (const void *const *)v_rows,
                                    dtypes[dt], n, dv, masked);
                     }
                     double worst_s = 0.0, worst_o = 0.0;
                     for (int64_t j = 0; j < n; j++)
                         for (int64_t i = 0; i < m; i++)
-                            worst_s =
-                                worse(worst_s, s_t[0][j * ld_s + i], s_t[1][j * ld_s + i], 1.0);
+                            worst_s = worse(worst_s, scores[0][i * ld_n + j],
+                                            scores[1][i * ld_n + j], 1.0);
                     for (int64_t i = 0; i < m; i++)
                         for (int64_t x = 0; x < dv; x++)
                             worst_o = worse(worst_o, o[0][i * ld_o + x], o[1][i * ld_o + x], 1.0);
@@ -242,7 +242,7 @@ TEST(ukr_direct_rows_match_reference) {
                                cntx->name, (long long)m, (long long)n, (long long)d, (long long)dv,
                                dt, masked, worst_s, worst_o);
                     for (int b = 0; b < 2; b++)
-                        free(s_t[b]), free(o[b]);
+                        free(scores[b]), free(o[b]);
                     for (int64_t j = 0; j < n; j++)
                         free(k_rows[j]), free(v_rows[j]);
                     free(k_rows), free(v_rows), free(q);

@@ -45,22 +45,23 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
 
 /* Masks of one tile: the causal/window band where the tile is only partly visible, and the
  * explicit mask tensor. Positions masked out become -inf whatever S held there, so K values the
- * row cannot see never reach P. S^T is [n, ld_s]: row r's score for key c is s[c * ld_s + r]. */
+ * row cannot see never reach P. Row r's score for key c is s[r * row_step + c * key_step]:
+ * S^T [n, ld_s] has steps (1, ld_s), the direct path's row-major S [rows, ld_n] (ld_n, 1). */
 static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                         const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
-                        float *s, int64_t ld_s) {
+                        float *s, int64_t row_step, int64_t key_step) {
     const int64_t heads = unit->heads, rows = unit->q_len * heads;
     const fai_mask *mask = &t->mask;
     const fai_mask_kind kind = plan->pb.mask_kind;
     for (int64_t r = 0; r < rows; r++) {
         const int64_t i = unit->q_begin + r / heads;
         const int64_t head_q = unit->head_q_begin + r % heads;
-        float *s_col = s + r; /* [n] with stride ld_s */
+        float *s_row = s + r * row_step; /* [n] with stride key_step */
         if (band_partial) {
             const int64_t lo = fai__band_lo(band, i) - key_begin;
             const int64_t hi = fai__band_hi(band, i) - key_begin;
             for (int64_t c = 0; c < n; c++)
-                if (c < lo || c > hi) s_col[c * ld_s] = -INFINITY;
+                if (c < lo || c > hi) s_row[c * key_step] = -INFINITY;
         }
         if (kind == FAI_MASK_NONE) continue;
         const int64_t offset = unit->batch * mask->stride_batch + head_q * mask->stride_head +
@@ -68,12 +69,13 @@ static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_un
         if (kind == FAI_MASK_ADD) {
             const float *add = (const float *)mask->data + offset;
             for (int64_t c = 0; c < n; c++)
-                s_col[c * ld_s] = add[c] == -INFINITY ? -INFINITY : s_col[c * ld_s] + add[c];
+                s_row[c * key_step] =
+                    add[c] == -INFINITY ? -INFINITY : s_row[c * key_step] + add[c];
         } else {
             const unsigned char *bytes = (const unsigned char *)mask->data + offset;
             const int drop_if_nonzero = kind == FAI_MASK_DROP;
             for (int64_t c = 0; c < n; c++)
-                if ((bytes[c] != 0) == drop_if_nonzero) s_col[c * ld_s] = -INFINITY;
+                if ((bytes[c] != 0) == drop_if_nonzero) s_row[c * key_step] = -INFINITY;
         }
     }
 }
@@ -131,22 +133,31 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
         }
         fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
         if (plan->direct_kv) {
-            cntx->qk_rows(sc->s_tile, ld_s, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, t->k.dtype,
-                          n, d, plan->scale);
+            cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs,
+                          t->k.dtype, n, d, plan->scale);
         } else {
             cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
             cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
         }
 
         const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
-        if (masked) apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, ld_s);
-        cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
+        if (plan->direct_kv) {
+            if (masked)
+                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile,
+                            plan->ld_n, 1);
+            cntx->softmax_rows(sc->s_tile, plan->ld_n, rows, sc->row_max, sc->row_sum,
+                               sc->row_alpha);
+        } else {
+            if (masked)
+                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, 1, ld_s);
+            cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
+        }
         cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
 
         fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
         if (plan->direct_kv) {
-            cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, ld_s, rows, sc->row_ptrs, t->v.dtype, n, dv,
-                          masked);
+            cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, t->v.dtype,
+                          n, dv, masked);
         } else {
             const int v_finite = cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
             /* a masked tile needs the exact (sparse) PV only where V holds Inf or NaN */

@@ -28,6 +28,7 @@ static fai_status layout_workspace(fai_plan *plan) {
     plan->ld_o = fai__ceil_div(plan->head_dim_v, width) * width;
     plan->ld_q = fai__ceil_div(plan->pb.head_dim, width) * width;
     plan->direct_kv = plan->tile_rows <= FAI_DIRECT_KV_MAX_ROWS;
+    plan->ld_n = fai__ceil_div(plan->tile_kv, width) * width;
     const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
     const size_t d = (size_t)plan->pb.head_dim, ld_o = (size_t)plan->ld_o;
     const size_t ld_s = (size_t)plan->ld_s;
@@ -38,8 +39,10 @@ static fai_status layout_workspace(fai_plan *plan) {
     ws->q_tile = offset, offset += align64(q_floats * sizeof(float));
     ws->k_tile = offset, offset += align64(keys * d * sizeof(float));    /* K [keys, d] */
     ws->v_tile = offset, offset += align64(keys * ld_o * sizeof(float)); /* V [keys, ld_o] */
-    ws->s_tile = offset, offset += align64(keys * ld_s * sizeof(float)); /* S^T [keys, ld_s] */
-    ws->o_acc = offset, offset += align64(rows * ld_o * sizeof(float));  /* O [rows, ld_o] */
+    /* S^T [keys, ld_s], or S [rows, ld_n] row-major on the direct path */
+    const size_t s_floats = plan->direct_kv ? rows * (size_t)plan->ld_n : keys * ld_s;
+    ws->s_tile = offset, offset += align64(s_floats * sizeof(float));
+    ws->o_acc = offset, offset += align64(rows * ld_o * sizeof(float)); /* O [rows, ld_o] */
     ws->row_max = offset, offset += align64(ld_s * sizeof(float));
     ws->row_sum = offset, offset += align64(ld_s * sizeof(float));
     ws->row_alpha = offset, offset += align64(ld_s * sizeof(float));

@@ -43,6 +43,11 @@ static inline float v_hsum(fvec v) {
     const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
     return _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
 }
+static inline float v_hmax(fvec v) {
+    const __m128 half = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 quarter = _mm_max_ps(half, _mm_movehl_ps(half, half));
+    return _mm_cvtss_f32(_mm_max_ss(quarter, _mm_movehdup_ps(quarter)));
+}
 static inline fvec v_load_f16(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }

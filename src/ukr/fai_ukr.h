@@ -57,14 +57,19 @@ typedef struct fai_cntx {
                int64_t n, int masked);
 
     /* Small Q tiles (decode): K and V are read straight from their rows (converted on the fly),
-     * without packing, and Q is row-major q [m, ld_q] (ld_q = d padded to the vector width,
-     * zero-filled). qk_rows: s_t [n, ld_s] = scale * k_rows . q^T. pv_rows: o [m, ld_o] +=
-     * p_t^T . v_rows, with the same `masked` rule as pv. Rows hold d (dv) elements: nothing past
-     * them is read. */
-    void (*qk_rows)(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, int64_t m,
+     * without packing; Q is row-major q [m, ld_q] (ld_q = d padded to the vector width,
+     * zero-filled), and the scores are row-major s [m, ld_n] (ld_n = the kv tile padded to the
+     * vector width), so the softmax reduces whole vectors of keys. Rows hold d (dv) elements:
+     * nothing past them is read.
+     *   qk_rows:      s = scale * q . k_rows^T, and -inf in columns [n, ld_n).
+     *   softmax_rows: the online softmax of `softmax` on row-major s, over all ld_n columns.
+     *   pv_rows:      o [m, ld_o] += p . v_rows, with the `masked` rule of pv. */
+    void (*qk_rows)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                     const void *const *k_rows, fai_dtype k_dtype, int64_t n, int64_t d,
                     float scale);
-    void (*pv_rows)(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t m,
+    void (*softmax_rows)(float *s, int64_t ld_n, int64_t m, float *row_max, float *row_sum,
+                         float *row_alpha);
+    void (*pv_rows)(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
                     const void *const *v_rows, fai_dtype v_dtype, int64_t n, int64_t dv,
                     int masked);
 

@@ -280,7 +280,7 @@ static inline void prefetch_row(const void *row, int64_t bytes) {
  * Edge blocks repeat a valid row or key and store only the valid results. The dtype is a
  * constant in each instance, so the load's branch folds away. */
 #define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
-    static void NAME(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, int64_t m,            \
+    static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
                      const void *const *k_rows, int64_t n, int64_t d, float scale) {               \
         const int64_t row_bytes = d * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                            \
         const int64_t full = d / W * W;                                                            \
@@ -320,31 +320,34 @@ static inline void prefetch_row(const void *row, int64_t bytes) {
                 }                                                                                  \
                 for (int c = 0; c < 4 && j0 + c < n; c++)                                          \
                     for (int r = 0; r < 4 && i0 + r < m; r++)                                      \
-                        s_t[(j0 + c) * ld_s + i0 + r] = v_hsum(acc[r][c]) * scale;                 \
+                        s[(i0 + r) * ld_n + j0 + c] = v_hsum(acc[r][c]) * scale;                   \
             }                                                                                      \
         }                                                                                          \
+        for (int64_t i = 0; i < m; i++) /* the padding keys: masked */                             \
+            for (int64_t j = n; j < ld_n; j++)                                                     \
+                s[i * ld_n + j] = -INFINITY;                                                       \
     }
 
 DEFINE_QK_ROWS(qk_rows_f32, FAI_DTYPE_F32)
 DEFINE_QK_ROWS(qk_rows_f16, FAI_DTYPE_F16)
 DEFINE_QK_ROWS(qk_rows_bf16, FAI_DTYPE_BF16)
 
-static void qk_rows_simd(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, int64_t m,
+static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                          const void *const *k_rows, fai_dtype k_dtype, int64_t n, int64_t d,
                          float scale) {
     if (k_dtype == FAI_DTYPE_F16)
-        qk_rows_f16(s_t, ld_s, q, ld_q, m, k_rows, n, d, scale);
+        qk_rows_f16(s, ld_n, q, ld_q, m, k_rows, n, d, scale);
     else if (k_dtype == FAI_DTYPE_BF16)
-        qk_rows_bf16(s_t, ld_s, q, ld_q, m, k_rows, n, d, scale);
+        qk_rows_bf16(s, ld_n, q, ld_q, m, k_rows, n, d, scale);
     else
-        qk_rows_f32(s_t, ld_s, q, ld_q, m, k_rows, n, d, scale);
+        qk_rows_f32(s, ld_n, q, ld_q, m, k_rows, n, d, scale);
 }
 
 /* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
  * row segment is converted once per block of rows. Edge rows repeat row 0 of the block and are
  * not stored. With `masked`, a row skips keys with P = 0. */
 #define DEFINE_PV_ROWS_BLOCK(NAME, DTYPE, VECS, TAIL)                                              \
-    static inline void NAME(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t rows,  \
+    static inline void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t rows,    \
                             const void *const *v_rows, int64_t n, int64_t x0, int64_t dv) {        \
         const int64_t row_bytes = dv * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                           \
         const float *o_row[4];                                                                     \
@@ -361,11 +364,11 @@ static void qk_rows_simd(float *s_t, int64_t ld_s, const float *q, int64_t ld_q,
             for (int c = 0; c < VECS; c++)                                                         \
                 values[c] = TAIL ? load_row_tail(v_rows[j], x0, dv - x0, DTYPE)                    \
                                  : load_row_full(v_rows[j], x0 + c * W, DTYPE);                    \
-            const float *p_row = p_t + j * ld_s;                                                   \
+            const float *p_key = p + j;                                                            \
             for (int r = 0; r < 4; r++) {                                                          \
-                const fvec p = v_set1(p_row[r < rows ? r : 0]);                                    \
+                const fvec p_r = v_set1(p_key[(r < rows ? r : 0) * ld_n]);                         \
                 for (int c = 0; c < VECS; c++)                                                     \
-                    acc[r][c] = v_fma(p, values[c], acc[r][c]);                                    \
+                    acc[r][c] = v_fma(p_r, values[c], acc[r][c]);                                  \
             }                                                                                      \
         }                                                                                          \
         for (int r = 0; r < 4; r++)                                                                \
@@ -378,7 +381,7 @@ static void qk_rows_simd(float *s_t, int64_t ld_s, const float *q, int64_t ld_q,
     DEFINE_PV_ROWS_BLOCK(NAME##_wide, DTYPE, 4, 0)                                                 \
     DEFINE_PV_ROWS_BLOCK(NAME##_one, DTYPE, 1, 0)                                                  \
     DEFINE_PV_ROWS_BLOCK(NAME##_tail, DTYPE, 1, 1)                                                 \
-    static void NAME(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t m,            \
+    static void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,              \
                      const void *const *v_rows, int64_t n, int64_t dv, int masked) {               \
         const int64_t row_bytes = dv * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                           \
         for (int64_t j = 0; j < n && j < PREFETCH_KEYS; j++)                                       \
@@ -386,16 +389,16 @@ static void qk_rows_simd(float *s_t, int64_t ld_s, const float *q, int64_t ld_q,
         if (masked) {                                                                              \
             for (int64_t i = 0; i < m; i++)                                                        \
                 for (int64_t j = 0; j < n; j++) {                                                  \
-                    const float p_scalar = p_t[j * ld_s + i];                                      \
+                    const float p_scalar = p[i * ld_n + j];                                        \
                     if (p_scalar == 0.0f) continue;                                                \
-                    const fvec p = v_set1(p_scalar);                                               \
+                    const fvec p_v = v_set1(p_scalar);                                             \
                     float *o_row = o + i * ld_o;                                                   \
                     int64_t x = 0;                                                                 \
                     for (; x + W <= dv; x += W)                                                    \
-                        v_store(o_row + x,                                                         \
-                                v_fma(p, load_row_full(v_rows[j], x, DTYPE), v_load(o_row + x)));  \
+                        v_store(o_row + x, v_fma(p_v, load_row_full(v_rows[j], x, DTYPE),          \
+                                                 v_load(o_row + x)));                              \
                     if (x < dv)                                                                    \
-                        v_store(o_row + x, v_fma(p, load_row_tail(v_rows[j], x, dv - x, DTYPE),    \
+                        v_store(o_row + x, v_fma(p_v, load_row_tail(v_rows[j], x, dv - x, DTYPE),  \
                                                  v_load(o_row + x)));                              \
                 }                                                                                  \
             return;                                                                                \
@@ -403,13 +406,13 @@ static void qk_rows_simd(float *s_t, int64_t ld_s, const float *q, int64_t ld_q,
         for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                    \
             const int64_t rows = m - i0 < 4 ? m - i0 : 4;                                          \
             float *o_block = o + i0 * ld_o;                                                        \
-            const float *p_block = p_t + i0;                                                       \
+            const float *p_block = p + i0 * ld_n;                                                  \
             int64_t x0 = 0;                                                                        \
             for (; x0 + 4 * W <= dv; x0 += 4 * W)                                                  \
-                NAME##_wide(o_block, ld_o, p_block, ld_s, rows, v_rows, n, x0, dv);                \
+                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, n, x0, dv);                \
             for (; x0 + W <= dv; x0 += W)                                                          \
-                NAME##_one(o_block, ld_o, p_block, ld_s, rows, v_rows, n, x0, dv);                 \
-            if (x0 < dv) NAME##_tail(o_block, ld_o, p_block, ld_s, rows, v_rows, n, x0, dv);       \
+                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, n, x0, dv);                 \
+            if (x0 < dv) NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, n, x0, dv);       \
         }                                                                                          \
     }
 
@@ -417,15 +420,46 @@ DEFINE_PV_ROWS(pv_rows_f32, FAI_DTYPE_F32)
 DEFINE_PV_ROWS(pv_rows_f16, FAI_DTYPE_F16)
 DEFINE_PV_ROWS(pv_rows_bf16, FAI_DTYPE_BF16)
 
-static void pv_rows_simd(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t m,
+static void pv_rows_simd(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
                          const void *const *v_rows, fai_dtype v_dtype, int64_t n, int64_t dv,
                          int masked) {
     if (v_dtype == FAI_DTYPE_F16)
-        pv_rows_f16(o, ld_o, p_t, ld_s, m, v_rows, n, dv, masked);
+        pv_rows_f16(o, ld_o, p, ld_n, m, v_rows, n, dv, masked);
     else if (v_dtype == FAI_DTYPE_BF16)
-        pv_rows_bf16(o, ld_o, p_t, ld_s, m, v_rows, n, dv, masked);
+        pv_rows_bf16(o, ld_o, p, ld_n, m, v_rows, n, dv, masked);
     else
-        pv_rows_f32(o, ld_o, p_t, ld_s, m, v_rows, n, dv, masked);
+        pv_rows_f32(o, ld_o, p, ld_n, m, v_rows, n, dv, masked);
+}
+
+/* The online softmax on row-major scores (decode tiles): one row at a time, W keys per vector;
+ * columns [n, ld_n) hold -inf. */
+static void softmax_rows_simd(float *s, int64_t ld_n, int64_t m, float *row_max, float *row_sum,
+                              float *row_alpha) {
+    for (int64_t i = 0; i < m; i++) {
+        float *row = s + i * ld_n;
+        fvec tile_max = v_set1(-INFINITY);
+        for (int64_t j = 0; j < ld_n; j += W)
+            tile_max = v_max(tile_max, v_load(row + j));
+        const float old_max = row_max[i], top = v_hmax(tile_max);
+        const float new_max = top > old_max ? top : old_max;
+        if (new_max == -INFINITY) { /* nothing visible yet */
+            for (int64_t j = 0; j < ld_n; j += W)
+                v_store(row + j, v_zero());
+            row_alpha[i] = 1.0f;
+            continue;
+        }
+        const fvec shift = v_set1(new_max);
+        fvec sum = v_zero();
+        for (int64_t j = 0; j < ld_n; j += W) {
+            const fvec p = v_exp(v_sub(v_load(row + j), shift));
+            v_store(row + j, p);
+            sum = v_add(sum, p);
+        }
+        const float alpha = old_max == new_max ? 1.0f : expf(old_max - new_max);
+        row_alpha[i] = alpha;
+        row_sum[i] = row_sum[i] * alpha + v_hsum(sum);
+        row_max[i] = new_max;
+    }
 }
 
 static void store_row_simd(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul) {
@@ -457,5 +491,6 @@ static void init_simd_table(fai_cntx *cntx) {
     cntx->store_row = store_row_simd;
     cntx->exp_array = exp_array_simd;
     cntx->qk_rows = qk_rows_simd;
+    cntx->softmax_rows = softmax_rows_simd;
     cntx->pv_rows = pv_rows_simd;
 }

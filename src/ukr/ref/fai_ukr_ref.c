@@ -106,24 +106,34 @@ static void pv_ref(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const
     }
 }
 
-static void qk_rows_ref(float *s_t, int64_t ld_s, const float *q, int64_t ld_q, int64_t m,
+static void qk_rows_ref(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                         const void *const *k_rows, fai_dtype k_dtype, int64_t n, int64_t d,
                         float scale) {
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t i = 0; i < m; i++) {
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
             float dot = 0.0f;
             for (int64_t x = 0; x < d; x++)
                 dot += q[i * ld_q + x] * load_element(k_rows[j], x, k_dtype);
-            s_t[j * ld_s + i] = dot * scale;
+            s[i * ld_n + j] = dot * scale;
         }
+        for (int64_t j = n; j < ld_n; j++)
+            s[i * ld_n + j] = -INFINITY;
+    }
 }
 
-static void pv_rows_ref(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, int64_t m,
+/* The column-major softmax applied to row-major scores: one row at a time, with a stride. */
+static void softmax_rows_ref(float *s, int64_t ld_n, int64_t m, float *row_max, float *row_sum,
+                             float *row_alpha) {
+    for (int64_t i = 0; i < m; i++)
+        softmax_ref(s + i * ld_n, 1, 1, ld_n, row_max + i, row_sum + i, row_alpha + i);
+}
+
+static void pv_rows_ref(float *o, int64_t ld_o, const float *p_row, int64_t ld_n, int64_t m,
                         const void *const *v_rows, fai_dtype v_dtype, int64_t n, int64_t dv,
                         int masked) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-            const float p = p_t[j * ld_s + i];
+            const float p = p_row[i * ld_n + j];
             if (p == 0.0f) continue;
             for (int64_t x = 0; x < dv; x++)
                 o[i * ld_o + x] += p * load_element(v_rows[j], x, v_dtype);
@@ -163,5 +173,6 @@ void fai_cntx_init_ref(fai_cntx *cntx) {
     cntx->store_row = store_row_ref;
     cntx->exp_array = exp_array_ref;
     cntx->qk_rows = qk_rows_ref;
+    cntx->softmax_rows = softmax_rows_ref;
     cntx->pv_rows = pv_rows_ref;
 }
