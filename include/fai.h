@@ -169,7 +169,8 @@ typedef struct fai_problem {
 
     /* Execution. workers: how many contiguous pieces the work is split into (0: one per online
      * CPU); the result is bitwise identical for any number of threads running them. threads:
-     * how many threads run them (0: all of the pool's; 1: only the calling thread). */
+     * how many threads run them (0: automatic: the pool's threads, fewer for small problems,
+     * where waking a thread costs more than it saves; 1: only the calling thread). */
     int64_t workers;
     int64_t threads;
     fai_split split; /* how the work is split (default AUTO) */

@@ -25,17 +25,17 @@ static void init_tables(void) {
     (void)cpu;
 #if defined(FAI_HAVE_AVX512)
     tables[0].available = cpu->avx512f && cpu->avx2 && cpu->fma && cpu->f16c;
-    if (tables[0].available) fai_cntx_init_avx512(&tables[0].cntx);
+    if (tables[0].available) fai__cntx_init_avx512(&tables[0].cntx);
 #endif
 #if defined(FAI_HAVE_AVX2)
     tables[1].available = cpu->avx2 && cpu->fma && cpu->f16c;
-    if (tables[1].available) fai_cntx_init_avx2(&tables[1].cntx);
+    if (tables[1].available) fai__cntx_init_avx2(&tables[1].cntx);
 #endif
 #if defined(FAI_HAVE_NEON)
     tables[2].available = cpu->neon;
-    if (tables[2].available) fai_cntx_init_neon(&tables[2].cntx);
+    if (tables[2].available) fai__cntx_init_neon(&tables[2].cntx);
 #endif
-    fai_cntx_init_ref(&tables[3].cntx);
+    fai__cntx_init_ref(&tables[3].cntx);
 }
 
 const fai_cntx *fai__cntx_by_name(const char *name) {

@@ -20,6 +20,23 @@ void fai_problem_init(fai_problem *pb) {
     pb->window_right = -1;
 }
 
+/* Waking a thread costs microseconds: with automatic threads (threads = 0) a thread is worth it
+ * only for this much work, so small problems (a decode step on a short context) run on the
+ * calling thread alone. Threads asked for explicitly are kept, up to the busy workers. */
+#define MIN_FLOPS_PER_THREAD 4e6
+
+static void limit_threads(fai_plan *plan) {
+    int64_t busy_workers = 0;
+    for (int64_t w = 0; w < plan->workers; w++)
+        busy_workers += plan->worker[w].unit_end > plan->worker[w].unit_begin;
+    const double flops =
+        (double)plan->visible_pairs * 2.0 * (double)(plan->pb.head_dim + plan->head_dim_v);
+    double by_work = flops / MIN_FLOPS_PER_THREAD;
+    if (by_work < 1.0) by_work = 1.0;
+    if (plan->threads > busy_workers) plan->threads = busy_workers > 0 ? busy_workers : 1;
+    if (plan->pb.threads == 0 && (double)plan->threads > by_work) plan->threads = (int64_t)by_work;
+}
+
 static size_t align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
 static fai_status layout_workspace(fai_plan *plan) {
@@ -101,7 +118,10 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
         status = fai__build_units(plan);
     }
     if (status == FAI_OK) status = fai__split_units(plan);
-    if (status == FAI_OK) status = layout_workspace(plan);
+    if (status == FAI_OK) {
+        limit_threads(plan);
+        status = layout_workspace(plan);
+    }
     if (status != FAI_OK) {
         fai_plan_free(plan);
         return status;

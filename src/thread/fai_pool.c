@@ -1,24 +1,31 @@
-/* A persistent pthread pool. The caller of a run is thread 0; threads 1..n-1 sleep on a
- * condition variable between runs (no spinning), wake on a new generation, run their share and
- * report back. Runs on one pool are serialised by run_lock, so concurrent fai_run calls from
- * several user threads are safe. */
+/* A persistent pthread pool. The caller of a run is thread 0; threads 1..n-1 wait between runs.
+ * A waiting thread first polls the run counter for a short while (a model's layers call fai_run
+ * back to back, and waking a sleeping thread costs several microseconds), then sleeps on a
+ * condition variable: an idle pool uses no CPU. Runs on one pool are serialised by run_lock, so
+ * concurrent fai_run calls from several user threads are safe. */
 #include "fai_internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+
+/* How long a thread polls for the next run before it sleeps. */
+#define SPIN_NANOSECONDS 20000
 
 struct fai_pool {
     int64_t size; /* threads in all, the caller included */
     pthread_t *threads;
 
     pthread_mutex_t run_lock; /* held for the whole of one run */
-    pthread_mutex_t lock;     /* guards the fields below */
+    pthread_mutex_t lock;     /* guards sleeping and waking */
     pthread_cond_t wake, done;
-    uint64_t generation;
-    int stopping;
-    int64_t active;  /* threads taking part in the current run, the caller included */
-    int64_t pending; /* helpers of the current run not finished yet */
+    atomic_uint_fast64_t generation; /* one more per run */
+    atomic_int stopping;
+    atomic_int sleepers;         /* helpers asleep on `wake` */
+    atomic_int_fast64_t active;  /* threads taking part in the current run, the caller included */
+    atomic_int_fast64_t pending; /* helpers of the current run not finished yet */
     fai_pool_task_fn fn;
     void *arg;
 };
@@ -28,32 +35,72 @@ typedef struct helper_start {
     int64_t index;
 } helper_start;
 
+static int64_t now_nanoseconds(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+/* Waits until the run counter moves past `seen` (or the pool stops); returns the new value. */
+static uint_fast64_t wait_for_run(fai_pool *pool, uint_fast64_t seen) {
+    const int64_t deadline = now_nanoseconds() + SPIN_NANOSECONDS;
+    uint_fast64_t generation;
+    int polls = 0;
+    while ((generation = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->stopping)) {
+        cpu_relax();
+        if (++polls % 64 == 0 && now_nanoseconds() > deadline) break;
+    }
+    if (generation != seen || atomic_load(&pool->stopping)) return generation;
+    pthread_mutex_lock(&pool->lock);
+    atomic_fetch_add(&pool->sleepers, 1);
+    /* the caller bumps the counter, then wakes sleepers if it sees any: whichever of the two
+     * increments comes second sees the other, so no run is missed */
+    while ((generation = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->stopping))
+        pthread_cond_wait(&pool->wake, &pool->lock);
+    atomic_fetch_sub(&pool->sleepers, 1);
+    pthread_mutex_unlock(&pool->lock);
+    return generation;
+}
+
 static void *helper_main(void *start_arg) {
     helper_start start = *(helper_start *)start_arg;
     free(start_arg);
     fai_pool *pool = start.pool;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&pool->lock);
+    uint_fast64_t seen = 0;
     for (;;) {
-        while (!pool->stopping && pool->generation == seen)
-            pthread_cond_wait(&pool->wake, &pool->lock);
-        if (pool->stopping) break;
-        seen = pool->generation;
-        if (start.index >= pool->active) continue;
-        fai_pool_task_fn fn = pool->fn;
-        void *arg = pool->arg;
-        pthread_mutex_unlock(&pool->lock);
-        fn(arg, start.index);
-        pthread_mutex_lock(&pool->lock);
-        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+        seen = wait_for_run(pool, seen);
+        if (atomic_load(&pool->stopping)) break;
+        if (start.index >= atomic_load(&pool->active)) continue;
+        pool->fn(pool->arg, start.index);
+        if (atomic_fetch_sub(&pool->pending, 1) == 1) { /* the last helper: tell the caller */
+            pthread_mutex_lock(&pool->lock);
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->lock);
+        }
     }
-    pthread_mutex_unlock(&pool->lock);
     return NULL;
 }
 
-int64_t fai_cpu_count(void) {
+/* Read once: sysconf reads /sys on every call, which would cost a plan tens of microseconds. */
+static int64_t online_cpus;
+static pthread_once_t online_once = PTHREAD_ONCE_INIT;
+
+static void count_cpus(void) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return online > 0 ? (int64_t)online : 1;
+    online_cpus = online > 0 ? (int64_t)online : 1;
+}
+
+int64_t fai_cpu_count(void) {
+    pthread_once(&online_once, count_cpus);
+    return online_cpus;
 }
 
 fai_status fai_pool_create(int64_t threads, fai_pool **out) {
@@ -76,6 +123,11 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
+    atomic_init(&pool->generation, 0);
+    atomic_init(&pool->stopping, 0);
+    atomic_init(&pool->sleepers, 0);
+    atomic_init(&pool->active, 0);
+    atomic_init(&pool->pending, 0);
     for (int64_t i = 1; i < threads; i++) {
         helper_start *start = malloc(sizeof *start);
         if (start) start->pool = pool, start->index = i;
@@ -94,7 +146,7 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
 void fai_pool_free(fai_pool *pool) {
     if (!pool) return;
     pthread_mutex_lock(&pool->lock);
-    pool->stopping = 1;
+    atomic_store(&pool->stopping, 1);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->lock);
     for (int64_t i = 1; i < pool->size; i++)
@@ -116,21 +168,32 @@ void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *a
         return;
     }
     pthread_mutex_lock(&pool->run_lock);
-    pthread_mutex_lock(&pool->lock);
     pool->fn = fn;
     pool->arg = arg;
-    pool->active = threads;
-    pool->pending = threads - 1;
-    pool->generation++;
-    pthread_cond_broadcast(&pool->wake);
-    pthread_mutex_unlock(&pool->lock);
+    atomic_store(&pool->active, threads);
+    atomic_store(&pool->pending, threads - 1);
+    atomic_fetch_add(&pool->generation, 1); /* publishes fn, arg, active and pending */
+    if (atomic_load(&pool->sleepers) > 0) {
+        pthread_mutex_lock(&pool->lock);
+        pthread_cond_broadcast(&pool->wake);
+        pthread_mutex_unlock(&pool->lock);
+    }
 
     fn(arg, 0);
 
-    pthread_mutex_lock(&pool->lock);
-    while (pool->pending > 0)
-        pthread_cond_wait(&pool->done, &pool->lock);
-    pthread_mutex_unlock(&pool->lock);
+    /* wait for the helpers: poll briefly, then sleep until the last one signals */
+    const int64_t deadline = now_nanoseconds() + SPIN_NANOSECONDS;
+    int polls = 0;
+    while (atomic_load(&pool->pending) > 0) {
+        cpu_relax();
+        if (++polls % 64 == 0 && now_nanoseconds() > deadline) break;
+    }
+    if (atomic_load(&pool->pending) > 0) {
+        pthread_mutex_lock(&pool->lock);
+        while (atomic_load(&pool->pending) > 0)
+            pthread_cond_wait(&pool->done, &pool->lock);
+        pthread_mutex_unlock(&pool->lock);
+    }
     pthread_mutex_unlock(&pool->run_lock);
 }
 

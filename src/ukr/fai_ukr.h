@@ -81,10 +81,10 @@ typedef struct fai_cntx {
     void (*exp_array)(float *dst, const float *src, int64_t n);
 } fai_cntx;
 
-void fai_cntx_init_ref(fai_cntx *cntx);
-void fai_cntx_init_avx2(fai_cntx *cntx);
-void fai_cntx_init_avx512(fai_cntx *cntx);
-void fai_cntx_init_neon(fai_cntx *cntx);
+void fai__cntx_init_ref(fai_cntx *cntx);
+void fai__cntx_init_avx2(fai_cntx *cntx);
+void fai__cntx_init_avx512(fai_cntx *cntx);
+void fai__cntx_init_neon(fai_cntx *cntx);
 
 /* The table chosen for this CPU (FAI_ISA may force one); NULL and a message if FAI_ISA names a
  * table this build or CPU cannot run. */

@@ -480,7 +480,7 @@ static void store_row_simd(void *dst, fai_dtype dtype, const float *src, int64_t
 }
 
 static void init_simd_table(fai_cntx *cntx) {
-    fai_cntx_init_ref(cntx);
+    fai__cntx_init_ref(cntx);
     cntx->name = FAI_SIMD_NAME;
     cntx->simd_width = W;
     cntx->pack_rows = pack_rows_simd;

@@ -3,4 +3,4 @@
 #include "ukr/fai_simd_avx2.h"
 #include "ukr/fai_ukr_body.h"
 
-void fai_cntx_init_avx2(fai_cntx *cntx) { init_simd_table(cntx); }
+void fai__cntx_init_avx2(fai_cntx *cntx) { init_simd_table(cntx); }

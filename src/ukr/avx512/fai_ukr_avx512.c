@@ -3,4 +3,4 @@
 #include "ukr/fai_simd_avx512.h"
 #include "ukr/fai_ukr_body.h"
 
-void fai_cntx_init_avx512(fai_cntx *cntx) { init_simd_table(cntx); }
+void fai__cntx_init_avx512(fai_cntx *cntx) { init_simd_table(cntx); }

@@ -2,4 +2,4 @@
 #include "ukr/fai_simd_neon.h"
 #include "ukr/fai_ukr_body.h"
 
-void fai_cntx_init_neon(fai_cntx *cntx) { init_simd_table(cntx); }
+void fai__cntx_init_neon(fai_cntx *cntx) { init_simd_table(cntx); }

@@ -161,7 +161,7 @@ static void exp_array_ref(float *dst, const float *src, int64_t n) {
         dst[i] = expf(src[i]);
 }
 
-void fai_cntx_init_ref(fai_cntx *cntx) {
+void fai__cntx_init_ref(fai_cntx *cntx) {
     cntx->name = "ref";
     cntx->simd_width = 1;
     cntx->pack_q = pack_q_ref;
