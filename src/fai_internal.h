@@ -89,6 +89,7 @@ struct fai_plan {
     int direct_kv;
     int64_t ld_q;
     int64_t ld_n; /* direct: scores are row-major [rows, ld_n], tile_kv padded to the width */
+    int bf16_qk;  /* bf16 Q and K with an even d on a CPU with bf16 dot products */
     fai_unit *units;
     int64_t unit_count;
     int64_t total_weight;

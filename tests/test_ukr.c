@@ -249,3 +249,53 @@ TEST(ukr_direct_rows_match_reference) {
                 }
     }
 }
+
+/* bf16 dot-product QK (where the CPU has it) against the reference QK on bf16 data: products of
+ * bf16 values are exact in f32, so only the summation order differs. */
+TEST(ukr_bf16_qk_matches_reference) {
+    const fai_cntx *ref = fai__cntx_by_name("ref");
+    const fai_cntx *cntx = fai__cntx_by_name("avx512");
+    REQUIRE(ref != NULL);
+    if (!cntx || !cntx->qk_bf16) {
+        printf("  skipped: no bf16 dot products on this CPU\n");
+        return;
+    }
+    static const int64_t shapes[][3] = {{1, 1, 2}, {64, 64, 128}, {13, 37, 18}, {33, 29, 576}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int64_t m = shapes[s][0], n = shapes[s][1], d = shapes[s][2];
+        const int64_t ld_s = (m + 15) / 16 * 16;
+        uint16_t *q = malloc(sizeof(uint16_t) * (size_t)(m * d));
+        uint16_t *k = malloc(sizeof(uint16_t) * (size_t)(n * d));
+        uint64_t state = 5 + s;
+        for (int64_t i = 0; i < m * d; i++)
+            q[i] = fai__f32_to_bf16(uniform(&state));
+        for (int64_t i = 0; i < n * d; i++)
+            k[i] = fai__f32_to_bf16(uniform(&state));
+        const void **q_rows = malloc(sizeof(void *) * (size_t)m);
+        const void **k_rows = malloc(sizeof(void *) * (size_t)n);
+        for (int64_t i = 0; i < m; i++)
+            q_rows[i] = q + i * d;
+        for (int64_t j = 0; j < n; j++)
+            k_rows[j] = k + j * d;
+        float *q_t = calloc((size_t)(d * ld_s), sizeof(float));
+        float *k_f = calloc((size_t)(n * d), sizeof(float));
+        uint16_t *q_pairs = calloc((size_t)(d * ld_s), sizeof(uint16_t));
+        float *s_ref = calloc((size_t)(n * ld_s), sizeof(float));
+        float *s_bf16 = calloc((size_t)(n * ld_s), sizeof(float));
+        ref->pack_q(q_t, ld_s, q_rows, m, d, FAI_DTYPE_BF16);
+        ref->pack_rows(k_f, d, k_rows, n, d, FAI_DTYPE_BF16);
+        ref->qk(s_ref, ld_s, q_t, k_f, n, d, 0.3f);
+        cntx->pack_q_bf16(q_pairs, ld_s, q_rows, m, d);
+        cntx->qk_bf16(s_bf16, ld_s, q_pairs, k_rows, n, d, 0.3f);
+        double worst = 0.0;
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < m; i++)
+                worst = worse(worst, s_ref[j * ld_s + i], s_bf16[j * ld_s + i], 1.0);
+        CHECK(worst <= 1e-6 * (double)d);
+        if (worst > 1e-6 * (double)d)
+            printf("  m=%lld n=%lld d=%lld: error %.3g\n", (long long)m, (long long)n, (long long)d,
+                   worst);
+        free(q), free(k), free(q_rows), free(k_rows), free(q_t), free(k_f), free(q_pairs);
+        free(s_ref), free(s_bf16);
+    }
+}

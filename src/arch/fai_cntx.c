@@ -26,6 +26,7 @@ static void init_tables(void) {
 #if defined(FAI_HAVE_AVX512)
     tables[0].available = cpu->avx512f && cpu->avx2 && cpu->fma && cpu->f16c;
     if (tables[0].available) fai__cntx_init_avx512(&tables[0].cntx);
+    if (tables[0].available && cpu->avx512bf16) fai__cntx_add_avx512_bf16(&tables[0].cntx);
 #endif
 #if defined(FAI_HAVE_AVX2)
     tables[1].available = cpu->avx2 && cpu->fma && cpu->f16c;

@@ -104,6 +104,8 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
             fai__q_row(plan, &t->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
     if (plan->direct_kv)
         cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
+    else if (plan->bf16_qk)
+        cntx->pack_q_bf16((uint16_t *)sc->q_tile, ld_s, sc->row_ptrs, rows, d);
     else
         cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
     for (int64_t r = 0; r < ld_s; r++) { /* the vector lanes past `rows` too */
@@ -135,6 +137,9 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
         if (plan->direct_kv) {
             cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs,
                           t->k.dtype, n, d, plan->scale);
+        } else if (plan->bf16_qk) { /* bf16 dot products straight from the K rows */
+            cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
+                          plan->scale);
         } else {
             cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
             cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);

@@ -46,6 +46,8 @@ static fai_status layout_workspace(fai_plan *plan) {
     plan->ld_q = fai__ceil_div(plan->pb.head_dim, width) * width;
     plan->direct_kv = plan->tile_rows <= FAI_DIRECT_KV_MAX_ROWS;
     plan->ld_n = fai__ceil_div(plan->tile_kv, width) * width;
+    plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
+                    plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0;
     const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
     const size_t d = (size_t)plan->pb.head_dim, ld_o = (size_t)plan->ld_o;
     const size_t ld_s = (size_t)plan->ld_s;

@@ -77,6 +77,14 @@ typedef struct fai_cntx {
      * +-65504 instead of overflowing to infinity). */
     void (*store_row)(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul);
 
+    /* Optional (NULL when the CPU lacks bf16 dot products): QK for bf16 Q and K with an even d,
+     * at the bf16 dot-product rate. pack_q_bf16 packs Q^T in pairs, q_pairs [d/2, ld_s, 2];
+     * qk_bf16 reads the K rows where they are and writes s_t as qk does. */
+    void (*pack_q_bf16)(uint16_t *q_pairs, int64_t ld_s, const void *const *rows, int64_t m,
+                        int64_t d);
+    void (*qk_bf16)(float *s_t, int64_t ld_s, const uint16_t *q_pairs, const void *const *k_rows,
+                    int64_t n, int64_t d, float scale);
+
     /* The softmax's exp over n values (n a multiple of simd_width), for accuracy tests. */
     void (*exp_array)(float *dst, const float *src, int64_t n);
 } fai_cntx;
@@ -85,6 +93,7 @@ void fai__cntx_init_ref(fai_cntx *cntx);
 void fai__cntx_init_avx2(fai_cntx *cntx);
 void fai__cntx_init_avx512(fai_cntx *cntx);
 void fai__cntx_init_neon(fai_cntx *cntx);
+void fai__cntx_add_avx512_bf16(fai_cntx *cntx);
 
 /* The table chosen for this CPU (FAI_ISA may force one); NULL and a message if FAI_ISA names a
  * table this build or CPU cannot run. */
