@@ -35,12 +35,6 @@ static fai_status check_tensor(const char *name, const fai_tensor *tensor, fai_d
     return FAI_OK;
 }
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        const fai_status status_ = (expr);                                                         \
-        if (status_ != FAI_OK) return status_;                                                     \
-    } while (0)
-
 static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table) {
     const fai_problem *pb = &plan->pb;
     int64_t q_rows = 0, kv_rows = 0;
@@ -48,11 +42,11 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
         q_rows += plan->seqs[b].q_rows;
         kv_rows += plan->seqs[b].kv_len;
     }
-    TRY(check_tensor("q", &t->q, pb->q_dtype, q_rows > 0));
-    TRY(check_tensor("k", &t->k, pb->k_dtype, kv_rows > 0));
-    TRY(check_tensor("v", &t->v, pb->v_dtype, kv_rows > 0));
-    TRY(check_tensor("o", &t->o, pb->o_dtype, q_rows > 0));
-    if (t->lse.data) TRY(check_tensor("lse", &t->lse, FAI_DTYPE_F32, 1));
+    FAI_TRY(check_tensor("q", &t->q, pb->q_dtype, q_rows > 0));
+    FAI_TRY(check_tensor("k", &t->k, pb->k_dtype, kv_rows > 0));
+    FAI_TRY(check_tensor("v", &t->v, pb->v_dtype, kv_rows > 0));
+    FAI_TRY(check_tensor("o", &t->o, pb->o_dtype, q_rows > 0));
+    if (t->lse.data) FAI_TRY(check_tensor("lse", &t->lse, FAI_DTYPE_F32, 1));
     if (pb->mask_kind != FAI_MASK_NONE && q_rows > 0 && kv_rows > 0) {
         if (!t->mask.data)
             return fai__fail(FAI_ERR_INVALID_ARG, "mask.data = NULL with mask_kind = %d",
@@ -122,7 +116,7 @@ fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *works
         return fai__fail(FAI_ERR_WORKSPACE_TOO_SMALL,
                          "workspace = %p of %zu bytes; the plan needs %zu bytes", workspace,
                          workspace_size, plan->workspace_size);
-    TRY(fai__validate_tensors(plan, tensors));
+    FAI_TRY(fai__validate_tensors(plan, tensors));
 
     fai_pool *pool = plan->pool ? plan->pool : fai__default_pool();
     int64_t threads = plan->threads;

@@ -12,6 +12,13 @@
 fai_status fai__fail(fai_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void fai__clear_error(void);
 
+/* Returns from the calling function with the status of `expr` unless it is FAI_OK. */
+#define FAI_TRY(expr)                                                                              \
+    do {                                                                                           \
+        const fai_status try_status_ = (expr);                                                     \
+        if (try_status_ != FAI_OK) return try_status_;                                             \
+    } while (0)
+
 const char *fai__dtype_name(fai_dtype dtype);
 size_t fai__dtype_size(fai_dtype dtype);
 

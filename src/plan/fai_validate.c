@@ -26,12 +26,6 @@ static fai_status check_dtype(const char *field, fai_dtype dtype) {
     return FAI_OK;
 }
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        const fai_status status_ = (expr);                                                         \
-        if (status_ != FAI_OK) return status_;                                                     \
-    } while (0)
-
 static fai_status check_lengths(const char *field, const int32_t *lengths, int64_t batch,
                                 int64_t max_len, const char *max_field) {
     for (int64_t b = 0; b < batch; b++) {
@@ -64,21 +58,21 @@ static fai_status check_prefix_sums(const char *field, const int32_t *cu, int64_
 
 fai_status fai__validate_problem(const fai_problem *pb) {
     if (!pb) return fai__fail(FAI_ERR_INVALID_ARG, "problem = NULL");
-    TRY(check_range("batch", pb->batch, 0, MAX_BATCH));
-    TRY(check_range("heads_q", pb->heads_q, 1, MAX_HEADS));
-    TRY(check_range("heads_kv", pb->heads_kv, 1, MAX_HEADS));
+    FAI_TRY(check_range("batch", pb->batch, 0, MAX_BATCH));
+    FAI_TRY(check_range("heads_q", pb->heads_q, 1, MAX_HEADS));
+    FAI_TRY(check_range("heads_kv", pb->heads_kv, 1, MAX_HEADS));
     if (pb->heads_q % pb->heads_kv != 0)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "heads_q = %" PRId64 " is not a multiple of heads_kv = %" PRId64,
                          pb->heads_q, pb->heads_kv);
-    TRY(check_range("seq_q", pb->seq_q, 0, MAX_SEQ));
-    TRY(check_range("seq_kv", pb->seq_kv, 0, MAX_SEQ));
-    TRY(check_range("head_dim", pb->head_dim, 1, FAI_MAX_HEAD_DIM));
-    TRY(check_range("head_dim_v", pb->head_dim_v, 0, FAI_MAX_HEAD_DIM));
-    TRY(check_dtype("q_dtype", pb->q_dtype));
-    TRY(check_dtype("k_dtype", pb->k_dtype));
-    TRY(check_dtype("v_dtype", pb->v_dtype));
-    TRY(check_dtype("o_dtype", pb->o_dtype));
+    FAI_TRY(check_range("seq_q", pb->seq_q, 0, MAX_SEQ));
+    FAI_TRY(check_range("seq_kv", pb->seq_kv, 0, MAX_SEQ));
+    FAI_TRY(check_range("head_dim", pb->head_dim, 1, FAI_MAX_HEAD_DIM));
+    FAI_TRY(check_range("head_dim_v", pb->head_dim_v, 0, FAI_MAX_HEAD_DIM));
+    FAI_TRY(check_dtype("q_dtype", pb->q_dtype));
+    FAI_TRY(check_dtype("k_dtype", pb->k_dtype));
+    FAI_TRY(check_dtype("v_dtype", pb->v_dtype));
+    FAI_TRY(check_dtype("o_dtype", pb->o_dtype));
     if (!isfinite(pb->scale))
         return fai__fail(FAI_ERR_INVALID_ARG, "scale = %g is not finite", (double)pb->scale);
     if (pb->causal != FAI_CAUSAL_NONE && pb->causal != FAI_CAUSAL_BOTTOM_RIGHT &&
@@ -86,21 +80,21 @@ fai_status fai__validate_problem(const fai_problem *pb) {
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "causal = %d is not one of none 0, bottom-right 1, top-left 2",
                          (int)pb->causal);
-    TRY(check_range("window_left", pb->window_left, -1, MAX_SEQ));
-    TRY(check_range("window_right", pb->window_right, -1, MAX_SEQ));
+    FAI_TRY(check_range("window_left", pb->window_left, -1, MAX_SEQ));
+    FAI_TRY(check_range("window_right", pb->window_right, -1, MAX_SEQ));
     if (pb->mask_kind != FAI_MASK_NONE && pb->mask_kind != FAI_MASK_KEEP &&
         pb->mask_kind != FAI_MASK_DROP && pb->mask_kind != FAI_MASK_ADD)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "mask_kind = %d is not one of none 0, keep 1, drop 2, add 3",
                          (int)pb->mask_kind);
-    TRY(check_range("workers", pb->workers, 0, FAI_MAX_WORKERS));
+    FAI_TRY(check_range("workers", pb->workers, 0, FAI_MAX_WORKERS));
     if (pb->split != FAI_SPLIT_AUTO && pb->split != FAI_SPLIT_UNITS &&
         pb->split != FAI_SPLIT_GREEDY)
         return fai__fail(FAI_ERR_INVALID_ARG, "split = %d is not one of auto 0, units 1, greedy 2",
                          (int)pb->split);
-    TRY(check_range("threads", pb->threads, 0, FAI_MAX_WORKERS));
-    TRY(check_range("tile_q", pb->tile_q, 0, MAX_TILE));
-    TRY(check_range("tile_kv", pb->tile_kv, 0, MAX_TILE));
+    FAI_TRY(check_range("threads", pb->threads, 0, FAI_MAX_WORKERS));
+    FAI_TRY(check_range("tile_q", pb->tile_q, 0, MAX_TILE));
+    FAI_TRY(check_range("tile_kv", pb->tile_kv, 0, MAX_TILE));
 
     /* -- lengths -- */
     if (pb->seqlens_q && pb->cu_seqlens_q)
@@ -110,12 +104,12 @@ fai_status fai__validate_problem(const fai_problem *pb) {
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "seqlens_kv and cu_seqlens_kv are both set: give one of them");
     if (pb->seqlens_q)
-        TRY(check_lengths("seqlens_q", pb->seqlens_q, pb->batch, pb->seq_q, "seq_q"));
+        FAI_TRY(check_lengths("seqlens_q", pb->seqlens_q, pb->batch, pb->seq_q, "seq_q"));
     if (pb->cu_seqlens_q)
-        TRY(check_prefix_sums("cu_seqlens_q", pb->cu_seqlens_q, pb->batch, pb->seq_q, "seq_q"));
+        FAI_TRY(check_prefix_sums("cu_seqlens_q", pb->cu_seqlens_q, pb->batch, pb->seq_q, "seq_q"));
 
     /* -- paged KV -- */
-    TRY(check_range("page_size", pb->page_size, 0, MAX_SEQ));
+    FAI_TRY(check_range("page_size", pb->page_size, 0, MAX_SEQ));
     if (pb->page_size > 0) {
         if (pb->cu_seqlens_kv)
             return fai__fail(FAI_ERR_INVALID_ARG,
@@ -127,8 +121,8 @@ fai_status fai__validate_problem(const fai_problem *pb) {
                              "seqlens_kv = NULL with page_size = %" PRId64
                              ": paged KV needs the lengths",
                              pb->page_size);
-        TRY(check_range("num_pages", pb->num_pages, 0, MAX_SEQ));
-        TRY(check_range("pages_per_seq", pb->pages_per_seq, 0, MAX_SEQ));
+        FAI_TRY(check_range("num_pages", pb->num_pages, 0, MAX_SEQ));
+        FAI_TRY(check_range("pages_per_seq", pb->pages_per_seq, 0, MAX_SEQ));
         int64_t capacity;
         if (!fai__mul_ok(pb->pages_per_seq, pb->page_size, &capacity) || capacity > MAX_SEQ)
             capacity = MAX_SEQ;
@@ -144,10 +138,10 @@ fai_status fai__validate_problem(const fai_problem *pb) {
         }
     } else {
         if (pb->seqlens_kv)
-            TRY(check_lengths("seqlens_kv", pb->seqlens_kv, pb->batch, pb->seq_kv, "seq_kv"));
+            FAI_TRY(check_lengths("seqlens_kv", pb->seqlens_kv, pb->batch, pb->seq_kv, "seq_kv"));
         if (pb->cu_seqlens_kv)
-            TRY(check_prefix_sums("cu_seqlens_kv", pb->cu_seqlens_kv, pb->batch, pb->seq_kv,
-                                  "seq_kv"));
+            FAI_TRY(check_prefix_sums("cu_seqlens_kv", pb->cu_seqlens_kv, pb->batch, pb->seq_kv,
+                                      "seq_kv"));
     }
     if (pb->cu_seqlens_q && pb->batch == 0 && pb->seq_q > 0)
         return fai__fail(FAI_ERR_INVALID_ARG,
