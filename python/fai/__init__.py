@@ -1,0 +1,17 @@
+"""fai: FlashAttention inference on CPUs.
+
+    O = fai.attention(q, k, v, causal=True)            # q [B, Sq, Hq, D], k/v [B, Skv, Hkv, D]
+    O, lse = fai.attention(q, k, v, return_lse=True)
+    plan = fai.Plan.like(q, k, v, causal=True)         # plan once, run per layer / step
+    O = plan.run(q, k, v)
+    O, lse = fai.merge_states([o1, o2], [lse1, lse2])
+
+numpy arrays (float32, float16, ml_dtypes' bfloat16) and torch CPU tensors (float32, float16,
+bfloat16) are read in place by pointer and strides; anything else with __array__ or __dlpack__
+works too. Errors raise fai.FaiError (a ValueError) with libfai's one-line message.
+"""
+from ._core import FaiError, Plan, attention, cpu_count, library_path, merge_states
+
+__version__ = "0.1.0"
+__all__ = ["FaiError", "Plan", "attention", "merge_states", "cpu_count", "library_path",
+           "__version__"]

@@ -1,0 +1,912 @@
+"""attention, Plan and merge_states on numpy arrays, torch CPU tensors and anything with
+__array__ or __dlpack__, passed to libfai by pointer and element strides (no copy when the
+layout allows one to be avoided)."""
+import ctypes
+import math
+import threading
+import weakref
+
+import numpy as np
+
+from . import _lib
+
+__all__ = ["FaiError", "Plan", "attention", "merge_states", "cpu_count", "library_path"]
+
+
+class FaiError(ValueError):
+    """A bad argument, or a failing libfai call. The message is fai_last_error()'s (it names the
+    field and the value) or the Python layer's own; `status` is the fai_status name
+    ("FAI_ERR_INVALID_ARG", ...) for library errors and None for the Python layer's checks."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def _fail(message):
+    raise FaiError(message)
+
+
+def _check(status):
+    if status != _lib.FAI_OK:
+        msg = _lib.last_error()
+        name = _lib.STATUS_NAMES.get(status, "FAI_ERR_UNKNOWN")
+        text = msg.decode("utf-8", "replace") if msg else ""
+        raise FaiError(text or name, name)
+
+
+def cpu_count():
+    """Online CPUs as libfai sees them (the default pool's size)."""
+    return int(_lib.cpu_count())
+
+
+def library_path():
+    """The libfai file this package loaded."""
+    return _lib.path
+
+
+# -- dtypes -----------------------------------------------------------------------------------------
+
+_FAI_DTYPES = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16, "bfloat16": _lib.DTYPE_BF16}
+_ALIASES = {"f32": "float32", "fp32": "float32", "float": "float32", "f16": "float16",
+            "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+
+
+def _is_torch(obj):
+    return type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "data_ptr")
+
+
+def _dtype_name(dt):
+    """'float32', 'float16', 'bfloat16' (or another name) for a string, numpy or torch dtype."""
+    if dt is None:
+        return None
+    if isinstance(dt, str):
+        name = dt.lower()
+        return _ALIASES.get(name, name)
+    if type(dt).__module__.split(".")[0] == "torch":
+        return str(dt).replace("torch.", "")
+    try:
+        return np.dtype(dt).name
+    except TypeError:
+        _fail(f"unknown dtype {dt!r}")
+
+
+def _numpy_dtype(name):
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            _fail("a bfloat16 numpy array needs the ml_dtypes package (pip install ml_dtypes)")
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _fai_dtype(name, what):
+    if name not in _FAI_DTYPES:
+        _fail(f"{what} dtype {name} is not float32, float16 or bfloat16")
+    return _FAI_DTYPES[name]
+
+
+# -- array views ------------------------------------------------------------------------------------
+
+class _View:
+    """A pointer, dtype name, shape and element strides of a numpy array or torch tensor, and the
+    object that owns the memory (kept alive while the view is used)."""
+
+    __slots__ = ("ptr", "dtype", "shape", "strides", "owner", "torch")
+
+    def __init__(self, ptr, dtype, shape, strides, owner, is_torch):
+        self.ptr = ptr
+        self.dtype = dtype
+        self.shape = tuple(int(s) for s in shape)
+        self.strides = tuple(int(s) for s in strides)
+        self.owner = owner
+        self.torch = is_torch
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def stride(self, i):
+        # a dimension of extent 1 never moves: its stride is irrelevant, report 0
+        return self.strides[i] if self.shape[i] > 1 else 0
+
+    def describe(self):
+        return f"shape {list(self.shape)} {self.dtype}"
+
+
+def _layout_ok(shape, strides, need_last_contiguous, writable=False):
+    if 0 in tuple(shape):
+        return True  # nothing is read or written
+    for extent, st in zip(shape, strides):
+        if extent > 1 and (st < 0 or (writable and st == 0)):
+            return False
+    if need_last_contiguous and shape and shape[-1] > 1 and strides[-1] != 1:
+        return False
+    return True
+
+
+def _from_torch(t, name, want, last_contiguous, writable):
+    if t.device.type != "cpu":
+        _fail(f"{name} is on device {t.device}; fai computes on CPU tensors")
+    if hasattr(t, "is_neg") and t.is_neg():
+        t = t.resolve_neg()
+    dtype = str(t.dtype).replace("torch.", "")
+    convert = want(dtype)
+    if convert is not None and convert != dtype:
+        if writable:
+            _fail(f"{name} has dtype {dtype}; expected {convert}")
+        import torch
+
+        t = t.to(getattr(torch, convert))
+        dtype = convert
+    if not _layout_ok(t.shape, t.stride(), last_contiguous, writable):
+        if writable:
+            _fail(f"{name}: the last dimension must be contiguous, no stride may be 0")
+        t = t.contiguous()
+    return _View(t.data_ptr(), dtype, t.shape, t.stride(), t, True)
+
+
+def _from_numpy(a, name, want, last_contiguous, writable):
+    if writable and not a.flags.writeable:
+        _fail(f"{name} is read-only")
+    if not a.dtype.isnative:
+        if writable:
+            _fail(f"{name} is not in native byte order")
+        a = a.astype(a.dtype.newbyteorder("="))
+    dtype = a.dtype.name
+    convert = want(dtype)
+    if convert is not None and convert != dtype:
+        if writable:
+            _fail(f"{name} has dtype {dtype}; expected {convert}")
+        if convert == "int32" and a.size:
+            lo, hi = int(a.min()), int(a.max())
+            if lo < -2**31 or hi >= 2**31:
+                _fail(f"{name} holds values outside int32 ({lo} .. {hi})")
+        a = a.astype(convert)
+        dtype = convert
+    item = a.itemsize
+    strides = []
+    ok = True
+    for extent, st in zip(a.shape, a.strides):
+        if extent <= 1:
+            strides.append(0)
+        elif st % item:
+            ok = False
+            break
+        else:
+            strides.append(st // item)
+    if not ok or not _layout_ok(a.shape, strides, last_contiguous, writable):
+        if writable:
+            _fail(f"{name}: the last dimension must be contiguous and the strides positive")
+        a = np.ascontiguousarray(a)
+        strides = [st // item if n > 1 else 0 for n, st in zip(a.shape, a.strides)]
+    return _View(a.__array_interface__["data"][0], dtype, a.shape, strides, a, False)
+
+
+def _view(obj, name, want, last_contiguous=True, writable=False):
+    """A _View of obj. want(dtype_name) returns the dtype to use (dtype_name itself when usable
+    as it is, another name to convert to) or raises. Copies only when the layout or the dtype
+    needs it (never for writable outputs)."""
+    if isinstance(obj, _View):
+        return obj
+    if _is_torch(obj):
+        return _from_torch(obj, name, want, last_contiguous, writable)
+    if isinstance(obj, np.ndarray):
+        return _from_numpy(obj, name, want, last_contiguous, writable)
+    if writable:
+        _fail(f"{name} must be a numpy array or a torch tensor (got {type(obj).__name__})")
+    arr = None
+    if hasattr(obj, "__dlpack__"):
+        try:
+            arr = np.from_dlpack(obj)  # zero-copy for CPU producers
+        except (TypeError, ValueError, RuntimeError, BufferError, AttributeError) as exc:
+            if not hasattr(obj, "__array__"):
+                _fail(f"{name}: cannot read it through DLPack ({exc})")
+    if arr is None:
+        try:
+            arr = np.asarray(obj)
+        except Exception as exc:  # noqa: BLE001 - any failure means "not an array"
+            _fail(f"{name}: not an array ({type(obj).__name__}: {exc})")
+    if arr.dtype == object:
+        _fail(f"{name}: not an array of numbers ({type(obj).__name__})")
+    return _from_numpy(arr, name, want, last_contiguous, writable)
+
+
+def _want_float(name):
+    def want(dtype):
+        if dtype in _FAI_DTYPES:
+            return dtype
+        if dtype == "float64":
+            return "float32"
+        _fail(f"{name} has dtype {dtype}; expected float32, float16 or bfloat16")
+    return want
+
+
+def _want_exact(name, allowed, convert_to=None):
+    def want(dtype):
+        if dtype in allowed:
+            return dtype
+        if convert_to is not None:
+            return convert_to
+        _fail(f"{name} has dtype {dtype}; expected {' or '.join(allowed)}")
+    return want
+
+
+_BYTE_MASK = ("bool", "uint8", "int8")
+_FLOAT_OR_INT = ("float16", "float32", "float64", "bfloat16")
+
+
+def _want_add_mask(dtype):
+    if dtype == "float32":
+        return dtype
+    if dtype in _FLOAT_OR_INT:
+        return "float32"
+    _fail(f"mask_add has dtype {dtype}; expected a float dtype (it is used as float32)")
+
+
+def _want_int32(name):
+    def want(dtype):
+        if dtype == "int32":
+            return dtype
+        if dtype in ("int8", "int16", "int64", "uint8", "uint16", "uint32", "uint64"):
+            return "int32"
+        _fail(f"{name} has dtype {dtype}; expected int32")
+    return want
+
+
+def _lengths(obj, name, count):
+    """A contiguous int32 numpy copy of a lengths array (the plan copies it too)."""
+    if obj is None:
+        return None
+    if _is_torch(obj):
+        obj = obj.detach().cpu().numpy()
+    arr = np.asarray(obj)
+    if arr.dtype.kind not in "iu":
+        _fail(f"{name} has dtype {arr.dtype}; expected integers (int32)")
+    if arr.ndim != 1 or (count is not None and arr.shape[0] != count):
+        want = f"[{count}]" if count is not None else "one-dimensional"
+        _fail(f"{name} has shape {list(arr.shape)}; expected {want}")
+    if arr.size and (int(arr.min()) < -2**31 or int(arr.max()) >= 2**31):
+        _fail(f"{name} holds values outside int32")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _int32_ptr(arr):
+    if arr is None:
+        return None
+    return arr.ctypes.data_as(_lib.c_int32_p)
+
+
+def _alloc(like_torch, shape, dtype):
+    if like_torch:
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype))
+    return np.empty(shape, dtype=_numpy_dtype(dtype))
+
+
+def _fill_tensor(t, view, batch, seq, head):
+    t.data = view.ptr
+    t.dtype = _FAI_DTYPES[view.dtype]
+    t.stride_batch = batch
+    t.stride_seq = seq
+    t.stride_head = head
+    t.stride_dim = 1
+
+
+# -- options ----------------------------------------------------------------------------------------
+
+def _causal(causal, causal_top_left):
+    if causal and causal_top_left:
+        _fail("causal and causal_top_left exclude each other")
+    if causal_top_left:
+        return _lib.CAUSAL_TOP_LEFT
+    return _lib.CAUSAL_BOTTOM_RIGHT if causal else _lib.CAUSAL_NONE
+
+
+def _window(window):
+    if window is None:
+        return -1, -1
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        _fail(f"window = {window!r}: expected (left, right); -1 or None leaves a side unbounded")
+    sides = []
+    for side in (left, right):
+        if side is None:
+            sides.append(-1)
+            continue
+        if isinstance(side, bool) or not isinstance(side, (int, np.integer)):
+            _fail(f"window = {window!r}: expected two integers (-1 or None for unbounded)")
+        sides.append(int(side))
+    return sides[0], sides[1]
+
+
+def _scale(scale):
+    if scale is None:
+        return 0.0
+    s = float(scale)
+    if s == 0.0:
+        _fail("scale = 0 is not supported (the C API reads 0 as the default); pass None for "
+              "1/sqrt(head_dim)")
+    if not math.isfinite(s) or not math.isfinite(float(np.float32(s))):
+        _fail(f"scale = {scale!r} is not a finite float32")
+    return s
+
+
+def _count(value, name):
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        _fail(f"{name} = {value!r}: expected a non-negative integer (None: automatic)")
+    return int(value)
+
+
+_SPLITS = {"auto": _lib.SPLIT_AUTO, "units": _lib.SPLIT_UNITS, "greedy": _lib.SPLIT_GREEDY}
+_MASK_KINDS = {None: _lib.MASK_NONE, "none": _lib.MASK_NONE, "keep": _lib.MASK_KEEP,
+               "drop": _lib.MASK_DROP, "add": _lib.MASK_ADD}
+_KIND_NAMES = {_lib.MASK_NONE: None, _lib.MASK_KEEP: "keep", _lib.MASK_DROP: "drop",
+               _lib.MASK_ADD: "add"}
+_MASK_ARGS = {_lib.MASK_KEEP: "mask", _lib.MASK_DROP: "mask_drop", _lib.MASK_ADD: "mask_add"}
+
+
+def _mask_kind_of(mask, mask_drop, mask_add):
+    given = [(k, m) for k, m in ((_lib.MASK_KEEP, mask), (_lib.MASK_DROP, mask_drop),
+                                 (_lib.MASK_ADD, mask_add)) if m is not None]
+    if len(given) > 1:
+        _fail(" and ".join(_MASK_ARGS[k] for k, _ in given) + " exclude each other")
+    return given[0] if given else (_lib.MASK_NONE, None)
+
+
+# -- the plan ---------------------------------------------------------------------------------------
+
+_tls = threading.local()
+
+
+def _scratch(size):
+    """A per-thread workspace buffer, grown as needed (attention() without a Plan)."""
+    buf = getattr(_tls, "ws", None)
+    if buf is None or buf.size < size:
+        buf = np.empty(max(size, 1), dtype=np.uint8)
+        _tls.ws = buf
+    return buf
+
+
+class Plan:
+    """A libfai plan: the problem validated, the tile shape chosen, the work split. Reuse it for
+    every call with the same shapes, lengths and options (the layers of a model, or repeated
+    runs); it owns a workspace buffer.
+
+    Shapes (DESIGN: Q [B, Sq, Hq, D], K [B, Skv, Hkv, D], V [B, Skv, Hkv, Dv]):
+      batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v (None: head_dim).
+    With cu_seqlens_q (cu_seqlens_kv) the queries (keys) are packed: seq_q (seq_kv) is the number
+    of rows of the packed tensor [rows, H, D]. With page_size > 0, K and V are page pools
+    [num_pages, page_size, Hkv, D] read through a block table given to run(); seqlens_kv is then
+    required and seq_kv may be None.
+    Options as in attention(), plus mask_kind (None, 'keep', 'drop', 'add': the mask itself is
+    given to run()), q_dtype, k_dtype, v_dtype (None: k_dtype), out_dtype, split ('auto',
+    'units', 'greedy') and tile ((tile_q, tile_kv) overrides).
+
+    Plan.like(q, k, v, **options) makes the plan that attention(q, k, v, **options) would use.
+    """
+
+    def __init__(self, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v=None, *,
+                 q_dtype="float32", k_dtype="float16", v_dtype=None, out_dtype="float32",
+                 causal=False, causal_top_left=False, window=None, mask_kind=None, scale=None,
+                 seqlens_q=None, seqlens_kv=None, cu_seqlens_q=None, cu_seqlens_kv=None,
+                 page_size=0, num_pages=0, pages_per_seq=0, threads=None, workers=None,
+                 split="auto", tile=None):
+        self._handle = None
+        pb = _lib.Problem()
+        _lib.problem_init(ctypes.byref(pb))
+        ints = {}
+        for name, value in (("batch", batch), ("heads_q", heads_q), ("heads_kv", heads_kv),
+                            ("seq_q", seq_q), ("head_dim", head_dim),
+                            ("page_size", page_size), ("num_pages", num_pages),
+                            ("pages_per_seq", pages_per_seq)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                _fail(f"{name} = {value!r}: expected an integer")
+            ints[name] = int(value)
+        paged = ints["page_size"] > 0
+        if seq_kv is None:
+            if not paged:
+                _fail("seq_kv = None: expected an integer (only a paged plan may leave it out)")
+            seq_kv = ints["pages_per_seq"] * ints["page_size"]
+        if isinstance(seq_kv, bool) or not isinstance(seq_kv, (int, np.integer)):
+            _fail(f"seq_kv = {seq_kv!r}: expected an integer")
+        if head_dim_v is None:
+            head_dim_v = ints["head_dim"]
+        if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, (int, np.integer)):
+            _fail(f"head_dim_v = {head_dim_v!r}: expected an integer")
+        pb.batch = ints["batch"]
+        pb.heads_q = ints["heads_q"]
+        pb.heads_kv = ints["heads_kv"]
+        pb.seq_q = ints["seq_q"]
+        pb.seq_kv = int(seq_kv)
+        pb.head_dim = ints["head_dim"]
+        pb.head_dim_v = int(head_dim_v)
+        names = {}
+        for field, dt in (("q", q_dtype), ("k", k_dtype), ("v", k_dtype if v_dtype is None
+                                                                 else v_dtype), ("o", out_dtype)):
+            names[field] = _dtype_name(dt)
+            setattr(pb, field + "_dtype", _fai_dtype(names[field], field if field != "o"
+                                                       else "out"))
+        pb.scale = _scale(scale)
+        pb.causal = _causal(causal, causal_top_left)
+        pb.window_left, pb.window_right = _window(window)
+        key = mask_kind.lower() if isinstance(mask_kind, str) else mask_kind
+        if key not in _MASK_KINDS:
+            _fail(f"mask_kind = {mask_kind!r}: expected None, 'keep', 'drop' or 'add'")
+        pb.mask_kind = _MASK_KINDS[key]
+        if cu_seqlens_q is not None and seqlens_q is not None:
+            _fail("seqlens_q and cu_seqlens_q exclude each other")
+        if cu_seqlens_kv is not None and (seqlens_kv is not None or paged):
+            _fail("cu_seqlens_kv excludes seqlens_kv and paged K/V")
+        b = ints["batch"]
+        lens = {"seqlens_q": _lengths(seqlens_q, "seqlens_q", b),
+                "seqlens_kv": _lengths(seqlens_kv, "seqlens_kv", b),
+                "cu_seqlens_q": _lengths(cu_seqlens_q, "cu_seqlens_q", b + 1),
+                "cu_seqlens_kv": _lengths(cu_seqlens_kv, "cu_seqlens_kv", b + 1)}
+        for name, arr in lens.items():
+            setattr(pb, name, _int32_ptr(arr))
+        pb.page_size = ints["page_size"]
+        pb.num_pages = ints["num_pages"]
+        pb.pages_per_seq = ints["pages_per_seq"]
+        pb.threads = _count(threads, "threads")
+        pb.workers = _count(workers, "workers")
+        if split not in _SPLITS:
+            _fail(f"split = {split!r}: expected 'auto', 'units' or 'greedy'")
+        pb.split = _SPLITS[split]
+        if tile is not None:
+            try:
+                tq, tkv = tile
+            except (TypeError, ValueError):
+                _fail(f"tile = {tile!r}: expected (tile_q, tile_kv)")
+            pb.tile_q = _count(tq, "tile_q")
+            pb.tile_kv = _count(tkv, "tile_kv")
+
+        handle = ctypes.c_void_p()
+        _check(_lib.plan_create(ctypes.byref(pb), ctypes.byref(handle)))
+        self._handle = handle
+        self._finalizer = weakref.finalize(self, _lib.plan_free, handle)
+        self._ws_size = int(_lib.plan_workspace_size(handle))
+        self._ws = None  # allocated by the first run (attention() lends its own)
+        self._ws_lock = threading.Lock()
+
+        # what run() checks the arrays against
+        self._packed_q = lens["cu_seqlens_q"] is not None
+        self._packed_kv = lens["cu_seqlens_kv"] is not None
+        self._paged = paged
+        self._shape = dict(ints, seq_kv=int(seq_kv), head_dim_v=int(head_dim_v))
+        self._dtypes = names
+        self._mask_kind = pb.mask_kind
+
+        def longest(cu, plain, default):
+            if cu is not None:
+                return int(np.max(np.diff(cu))) if cu.size > 1 else 0
+            if plain is not None:
+                return int(plain.max()) if plain.size else 0
+            return default
+
+        self._max_q = longest(lens["cu_seqlens_q"], lens["seqlens_q"], ints["seq_q"])
+        self._max_kv = longest(lens["cu_seqlens_kv"], lens["seqlens_kv"], int(seq_kv))
+
+    @classmethod
+    def like(cls, q, k, v, *, causal=False, causal_top_left=False, window=None, mask=None,
+             mask_drop=None, mask_add=None, scale=None, seqlens_q=None, seqlens_kv=None,
+             cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, threads=None,
+             workers=None, out_dtype=None, split="auto", tile=None, mask_kind=None):
+        """The plan for attention(q, k, v, **options) (mask and block_table are looked at for
+        their kind and shape only; give them again to run())."""
+        qv = _view(q, "q", _want_float("q"))
+        kv = _view(k, "k", _want_float("k"))
+        vv = _view(v, "v", _want_float("v"))
+        kind, _ = _mask_kind_of(mask, mask_drop, mask_add)
+        name = _KIND_NAMES[kind]
+        if mask_kind is not None:
+            if kind != _lib.MASK_NONE and _MASK_KINDS.get(mask_kind) != kind:
+                _fail(f"mask_kind = {mask_kind!r} does not match the {_MASK_ARGS[kind]} given")
+            name = mask_kind
+        shape = _infer(qv, kv, vv, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv,
+                       block_table)
+        return cls(**shape, q_dtype=qv.dtype, k_dtype=kv.dtype, v_dtype=vv.dtype,
+                   out_dtype=out_dtype if out_dtype is not None else qv.dtype, causal=causal,
+                   causal_top_left=causal_top_left, window=window,
+                   mask_kind=name,
+                   scale=scale, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
+                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, threads=threads,
+                   workers=workers, split=split, tile=tile)
+
+    # -- inspection --
+
+    def _require(self):
+        if self._handle is None or not self._finalizer.alive:
+            _fail("the plan is closed")
+        return self._handle
+
+    @property
+    def info(self):
+        """fai_plan_info as a dict: tile_q, tile_kv, tile_rows, units, workers, threads,
+        total_weight, imbalance, split_kv, split_units, partials, visible_pairs,
+        workspace_bytes, l1d_bytes, l1d_capacity, l2_bytes, l2_capacity, tile_fits, isa."""
+        info = _lib.PlanInfo()
+        _check(_lib.plan_get_info(self._require(), ctypes.byref(info)))
+        out = {name: getattr(info, name) for name, _ in _lib.PlanInfo._fields_}
+        out["split_kv"] = bool(out["split_kv"])
+        out["tile_fits"] = bool(out["tile_fits"])
+        out["isa"] = info.isa.decode() if info.isa else None
+        return out
+
+    def worker_ranges(self):
+        """Each worker's unit range, weight and line range (fai_plan_get_worker), as dicts."""
+        handle = self._require()
+        ranges = []
+        for w in range(self.info["workers"]):
+            r = _lib.WorkerRange()
+            _check(_lib.plan_get_worker(handle, w, ctypes.byref(r)))
+            ranges.append({name: getattr(r, name) for name, _ in _lib.WorkerRange._fields_})
+        return ranges
+
+    def unit(self, index):
+        """Unit `index` (fai_plan_get_unit) as a dict."""
+        u = _lib.UnitInfo()
+        _check(_lib.plan_get_unit(self._require(), int(index), ctypes.byref(u)))
+        return {name: getattr(u, name) for name, _ in _lib.UnitInfo._fields_}
+
+    @property
+    def workspace_bytes(self):
+        return self._ws_size
+
+    def close(self):
+        """Frees the plan now (it is freed with the object otherwise)."""
+        if self._handle is not None:
+            self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        s = self._shape
+        return (f"fai.Plan(batch={s['batch']}, heads_q={s['heads_q']}, heads_kv={s['heads_kv']}, "
+                f"seq_q={s['seq_q']}, seq_kv={s['seq_kv']}, head_dim={s['head_dim']}, "
+                f"head_dim_v={s['head_dim_v']}{', closed' if not self._finalizer.alive else ''})")
+
+    # -- run --
+
+    def run(self, q, k, v, *, mask=None, mask_drop=None, mask_add=None, block_table=None,
+            return_lse=False, out=None):
+        """Attention of the plan's problem on these arrays: O, or (O, LSE) with return_lse.
+        q, k, v (and out, if given) must have the plan's shapes and dtypes; mask (keep),
+        mask_drop or mask_add must be the plan's mask_kind; block_table is int32 [B, pages]."""
+        handle = self._require()
+        s = self._shape
+        B, Hq, Hkv, D, Dv = s["batch"], s["heads_q"], s["heads_kv"], s["head_dim"], s["head_dim_v"]
+        Sq, Skv = s["seq_q"], s["seq_kv"]
+        qv = _view(q, "q", _want_float("q"))
+        kv = _view(k, "k", _want_float("k"))
+        vv = _view(v, "v", _want_float("v"))
+        for name, view in (("q", qv), ("k", kv), ("v", vv)):
+            if view.dtype != self._dtypes[name]:
+                _fail(f"{name} has dtype {view.dtype}; the plan's is {self._dtypes[name]}")
+
+        t = _lib.Tensors()
+        if self._packed_q:
+            _expect(qv, "q", [Sq, Hq, D], "[rows, Hq, D] (packed by cu_seqlens_q)")
+            _fill_tensor(t.q, qv, 0, qv.stride(0), qv.stride(1))
+        else:
+            _expect(qv, "q", [B, Sq, Hq, D], "[B, Sq, Hq, D]")
+            _fill_tensor(t.q, qv, qv.stride(0), qv.stride(1), qv.stride(2))
+        for name, view, dim in (("k", kv, D), ("v", vv, Dv)):
+            tensor = getattr(t, name)
+            if self._paged:
+                _expect(view, name, [s["num_pages"], s["page_size"], Hkv, dim],
+                        f"[num_pages, page_size, Hkv, {'D' if name == 'k' else 'Dv'}] (a page "
+                        "pool)")
+                _fill_tensor(tensor, view, view.stride(0), view.stride(1), view.stride(2))
+            elif self._packed_kv:
+                _expect(view, name, [Skv, Hkv, dim], "[rows, Hkv, D] (packed by cu_seqlens_kv)")
+                _fill_tensor(tensor, view, 0, view.stride(0), view.stride(1))
+            else:
+                _expect(view, name, [B, None, Hkv, dim], "[B, Skv, Hkv, D]")
+                if view.shape[1] < Skv:
+                    _fail(f"{name} has shape {list(view.shape)}: fewer than the plan's seq_kv = "
+                          f"{Skv} positions")
+                _fill_tensor(tensor, view, view.stride(0), view.stride(1), view.stride(2))
+
+        # the mask
+        kind, m = _mask_kind_of(mask, mask_drop, mask_add)
+        if kind != self._mask_kind:
+            if self._mask_kind == _lib.MASK_NONE:
+                _fail(f"{_MASK_ARGS[kind]} given, but the plan has no mask")
+            _fail(f"the plan's mask is {_MASK_ARGS[self._mask_kind]}, which is missing"
+                  + (f" ({_MASK_ARGS[kind]} given)" if kind != _lib.MASK_NONE else ""))
+        if m is not None:
+            name = _MASK_ARGS[kind]
+            mv = _view(m, name, _want_add_mask if kind == _lib.MASK_ADD
+                       else _want_exact(name, _BYTE_MASK))
+            keep_mask = mv
+            self._fill_mask(t.mask, mv, name)
+        else:
+            keep_mask = None
+
+        # the block table
+        bt = None
+        if self._paged:
+            if block_table is None:
+                _fail("block_table is required: the plan's K and V are page pools")
+            bt = _view(block_table, "block_table", _want_int32("block_table"))
+            if bt.ndim != 2 or bt.shape[0] != B or bt.shape[1] != s["pages_per_seq"]:
+                _fail(f"block_table has shape {list(bt.shape)}; expected [{B}, "
+                      f"{s['pages_per_seq']}] ([B, pages_per_seq])")
+            if bt.shape[0] > 1 and bt.stride(0) == 0:  # one row for all (0 means "packed")
+                bt = _view(np.ascontiguousarray(np.broadcast_to(
+                    np.asarray(bt.owner) if not bt.torch else bt.owner.numpy(), bt.shape)),
+                    "block_table", _want_int32("block_table"))
+            t.block_table = ctypes.cast(ctypes.c_void_p(bt.ptr), _lib.c_int32_p)
+            t.block_table_stride = bt.stride(0) if bt.shape[0] > 1 else s["pages_per_seq"]
+        elif block_table is not None:
+            _fail("block_table given, but the plan's K and V are not paged")
+
+        # outputs
+        o_shape = [Sq, Hq, Dv] if self._packed_q else [B, Sq, Hq, Dv]
+        if out is None:
+            out = _alloc(qv.torch, o_shape, self._dtypes["o"])
+        ov = _view(out, "out", _want_exact("out", (self._dtypes["o"],)), writable=True)
+        _expect(ov, "out", o_shape, "the shape of O")
+        if self._packed_q:
+            _fill_tensor(t.o, ov, 0, ov.stride(0), ov.stride(1))
+        else:
+            _fill_tensor(t.o, ov, ov.stride(0), ov.stride(1), ov.stride(2))
+        lse = None
+        if return_lse:
+            if self._packed_q:
+                lse = _alloc(qv.torch, [Hq, Sq], "float32")
+                t.lse.stride_batch, t.lse.stride_head, t.lse.stride_seq = 0, Sq, 1
+            else:
+                lse = _alloc(qv.torch, [B, Hq, Sq], "float32")
+                t.lse.stride_batch, t.lse.stride_head, t.lse.stride_seq = Hq * Sq, Sq, 1
+            t.lse.data = _view(lse, "lse", _want_exact("lse", ("float32",)), writable=True).ptr
+            t.lse.dtype = _lib.DTYPE_F32
+            t.lse.stride_dim = 1
+
+        self._execute(handle, t)
+        del keep_mask, bt  # the arrays (and any copies) lived until the run finished
+        return (out, lse) if return_lse else out
+
+    def _fill_mask(self, dst, mv, name):
+        s = self._shape
+        B, Hq = s["batch"], s["heads_q"]
+        if mv.ndim < 2 or mv.ndim > 4:
+            _fail(f"{name} has shape {list(mv.shape)}; expected [Sq, Skv], [B, Sq, Skv] or "
+                  "[B, Hq, Sq, Skv]")
+        lq, lk = mv.shape[-2], mv.shape[-1]
+        # a padded side needs the mask to cover it exactly; a packed or paged side needs the
+        # longest sequence's positions (the mask is indexed by positions inside a sequence)
+        exact_q = not self._packed_q
+        exact_kv = not (self._packed_kv or self._paged)
+        need_q = s["seq_q"] if exact_q else self._max_q
+        need_kv = s["seq_kv"] if exact_kv else self._max_kv
+        ok = lq == 1 or (lq == need_q if exact_q else lq >= need_q)
+        ok = ok and (lk == need_kv if exact_kv else lk >= need_kv)
+        if mv.ndim >= 3:
+            ok = ok and mv.shape[0] in (B, 1)
+        if mv.ndim == 4:
+            ok = ok and mv.shape[1] in (Hq, 1)
+        if not ok:
+            kv_what = "" if exact_kv else " or more: the longest key length"
+            q_what = "" if exact_q else " or more: the longest query length"
+            _fail(f"{name} has shape {list(mv.shape)}; expected [Sq, Skv], [B, Sq, Skv] or "
+                  f"[B, Hq, Sq, Skv] with B = {B}, Hq = {Hq}, Sq = {need_q}{q_what}, "
+                  f"Skv = {need_kv}{kv_what} (B, Hq and Sq may be 1 to broadcast)")
+        dst.data = mv.ptr
+        dst.stride_q = mv.stride(mv.ndim - 2)
+        dst.stride_head = mv.stride(1) if mv.ndim == 4 else 0
+        dst.stride_batch = mv.stride(0) if mv.ndim >= 3 else 0
+
+    def _execute(self, handle, t):
+        if self._ws_lock.acquire(blocking=False):
+            try:
+                if self._ws is None or self._ws.size < self._ws_size:
+                    self._ws = np.empty(max(self._ws_size, 1), dtype=np.uint8)
+                ws = self._ws
+                _check(_lib.run(handle, ctypes.byref(t), ws.ctypes.data, ws.size))
+            finally:
+                self._ws_lock.release()
+        else:  # another thread runs this plan: give this run its own workspace
+            ws = np.empty(max(self._ws_size, 1), dtype=np.uint8)
+            _check(_lib.run(handle, ctypes.byref(t), ws.ctypes.data, ws.size))
+
+
+def _expect(view, name, shape, what):
+    ok = view.ndim == len(shape) and all(w is None or d == w for d, w in zip(view.shape, shape))
+    if not ok:
+        want = ", ".join("*" if w is None else str(w) for w in shape)
+        _fail(f"{name} has shape {list(view.shape)}; expected [{want}] {what}")
+
+
+def _infer(qv, kv, vv, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block_table):
+    """The shape fields of a problem from the arrays (as fai run reads its .npy files)."""
+    packed_q = cu_seqlens_q is not None
+    packed_kv = cu_seqlens_kv is not None
+    paged = block_table is not None
+    if packed_kv and paged:
+        _fail("cu_seqlens_kv and block_table exclude each other")
+    if packed_q:
+        if qv.ndim != 3:
+            _fail(f"q has shape {list(qv.shape)}; with cu_seqlens_q it is packed: [rows, Hq, D]")
+        cu = _lengths(cu_seqlens_q, "cu_seqlens_q", None)
+        if cu.size < 1:
+            _fail("cu_seqlens_q is empty; expected [B + 1] prefix sums starting at 0")
+        B = cu.size - 1
+        Sq, Hq, D = qv.shape
+    else:
+        if qv.ndim != 4:
+            extra = " (a packed q needs cu_seqlens_q)" if qv.ndim == 3 else ""
+            _fail(f"q has shape {list(qv.shape)}; expected [B, Sq, Hq, D]{extra}")
+        B, Sq, Hq, D = qv.shape
+    if packed_kv:
+        cu = _lengths(cu_seqlens_kv, "cu_seqlens_kv", None)
+        if cu.size != B + 1:
+            _fail(f"cu_seqlens_kv has shape [{cu.size}]; expected [{B + 1}] (B + 1)")
+        want = "[rows, Hkv, D] (packed by cu_seqlens_kv)"
+        if kv.ndim != 3:
+            _fail(f"k has shape {list(kv.shape)}; expected {want}")
+        if vv.ndim != 3:
+            _fail(f"v has shape {list(vv.shape)}; expected {want}")
+        Skv, Hkv = kv.shape[0], kv.shape[1]
+        dims = [("rows", 0), ("heads_kv", 1)]
+    else:
+        want = "[num_pages, page_size, Hkv, D] (a page pool)" if paged else "[B, Skv, Hkv, D]"
+        if kv.ndim != 4:
+            _fail(f"k has shape {list(kv.shape)}; expected {want}")
+        if vv.ndim != 4:
+            _fail(f"v has shape {list(vv.shape)}; expected {want.replace('D]', 'Dv]')}")
+        if not paged and kv.shape[0] != B:
+            _fail(f"k has shape {list(kv.shape)}, which does not match q's batch {B}")
+        Skv, Hkv = kv.shape[1], kv.shape[2]
+        dims = ([("num_pages", 0), ("page_size", 1), ("heads_kv", 2)] if paged else
+                [("batch", 0), ("seq_kv", 1), ("heads_kv", 2)])
+    if kv.shape[-1] != D:
+        _fail(f"k has shape {list(kv.shape)}, which does not match q's head_dim {D}")
+    for label, i in dims:
+        if vv.shape[i] != kv.shape[i]:
+            _fail(f"v has shape {list(vv.shape)}, which does not match k's {label} "
+                  f"{kv.shape[i]}")
+    shape = dict(batch=B, heads_q=Hq, heads_kv=Hkv, seq_q=Sq, seq_kv=Skv, head_dim=D,
+                 head_dim_v=vv.shape[-1])
+    if paged:
+        if seqlens_kv is None:
+            _fail("block_table needs seqlens_kv (paged K/V have no implicit length)")
+        bt = _view(block_table, "block_table", _want_int32("block_table"))
+        if bt.ndim != 2 or bt.shape[0] != B:
+            _fail(f"block_table has shape {list(bt.shape)}; expected [B, max_pages] with "
+                  f"q's batch {B}")
+        shape.update(page_size=kv.shape[1], num_pages=kv.shape[0], pages_per_seq=bt.shape[1],
+                     seq_kv=bt.shape[1] * kv.shape[1])
+    return shape
+
+
+# -- the functions ----------------------------------------------------------------------------------
+
+def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask=None,
+              mask_drop=None, mask_add=None, scale=None, seqlens_q=None, seqlens_kv=None,
+              cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, return_lse=False,
+              threads=None, workers=None, out_dtype=None, out=None, split="auto", tile=None):
+    """O = softmax(scale * Q K^T + mask) V, and LSE = log sum exp of the logits.
+
+    q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (numpy arrays, torch CPU tensors or
+    anything with __array__ / __dlpack__; float32, float16 or bfloat16, each its own). Strided
+    layouts (BHSD views, slices of a bigger cache) are read in place when the last dimension is
+    contiguous. Returns O [B, Sq, Hq, Dv] in q's dtype (or out_dtype, or into `out`), and with
+    return_lse also LSE float32 [B, Hq, Sq]; torch tensors in give torch tensors out.
+
+    causal: bottom-right aligned (query i sees keys j <= i + Skv - Sq); causal_top_left:
+    PyTorch's is_causal. window=(left, right) around the same diagonal, -1/None unbounded.
+    mask (bool/uint8, True attends), mask_drop (True is masked) or mask_add (float, added to the
+    scaled logit), shaped [Sq, Skv], [B, Sq, Skv] or [B, Hq, Sq, Skv] (dimensions of 1
+    broadcast). seqlens_q / seqlens_kv: int [B] valid lengths of a padded batch.
+    cu_seqlens_q / cu_seqlens_kv: int [B + 1] prefix sums of a packed batch, whose q (k, v) are
+    then [rows, H, D] (and O [rows, Hq, Dv], LSE [Hq, rows]). block_table: int [B, max_pages];
+    k and v are then page pools [num_pages, page_size, Hkv, D] and seqlens_kv is required.
+    threads: threads to run on (None: all of fai's pool); workers: pieces of the split (the
+    result does not depend on threads). Rows past a length and fully masked rows give O = 0,
+    LSE = -inf.
+    """
+    qv = _view(q, "q", _want_float("q"))
+    kv = _view(k, "k", _want_float("k"))
+    vv = _view(v, "v", _want_float("v"))
+    kind, _ = _mask_kind_of(mask, mask_drop, mask_add)
+    if out is not None:
+        ov = _view(out, "out", _want_float("out"), writable=True)
+        if out_dtype is not None and _dtype_name(out_dtype) != ov.dtype:
+            _fail(f"out_dtype {_dtype_name(out_dtype)} does not match out's dtype {ov.dtype}")
+        out_dtype = ov.dtype
+    o_dtype = _dtype_name(out_dtype) if out_dtype is not None else qv.dtype
+    shape = _infer(qv, kv, vv, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block_table)
+    plan = Plan(**shape, q_dtype=qv.dtype, k_dtype=kv.dtype, v_dtype=vv.dtype,
+                out_dtype=o_dtype, causal=causal, causal_top_left=causal_top_left,
+                window=window, mask_kind=_KIND_NAMES[kind],
+                scale=scale, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, threads=threads,
+                workers=workers, split=split, tile=tile)
+    try:
+        # one-shot plans share a per-thread workspace instead of owning one
+        plan._ws = _scratch(plan._ws_size)
+        return plan.run(qv, kv, vv, mask=mask, mask_drop=mask_drop, mask_add=mask_add,
+                        block_table=block_table, return_lse=return_lse,
+                        out=out if out is not None else _alloc(qv.torch, _o_shape(plan),
+                                                               o_dtype))
+    finally:
+        plan.close()
+
+
+def _o_shape(plan):
+    s = plan._shape
+    if plan._packed_q:
+        return [s["seq_q"], s["heads_q"], s["head_dim_v"]]
+    return [s["batch"], s["seq_q"], s["heads_q"], s["head_dim_v"]]
+
+
+def merge_states(o_parts, lse_parts, *, out_dtype=None):
+    """Merges attention results over disjoint key sets: (O, LSE) over their union.
+
+    o_parts: a sequence of O [B, S, H, D] (or packed [rows, H, D]), float32/float16/bfloat16 each;
+    lse_parts: the matching LSE float32 [B, H, S] (or [H, rows]), as attention(return_lse=True)
+    gives them. Returns O in the first part's dtype (or out_dtype) and LSE float32, shaped like
+    the parts. A part whose LSE is -inf contributes nothing; rows where every part is -inf get
+    O = 0, LSE = -inf.
+    """
+    o_list = list(o_parts)
+    l_list = list(lse_parts)
+    if not o_list:
+        _fail("o_parts is empty")
+    if len(o_list) != len(l_list):
+        _fail(f"{len(o_list)} o_parts but {len(l_list)} lse_parts")
+    ov = [_view(o, f"o_parts[{i}]", _want_float(f"o_parts[{i}]")) for i, o in enumerate(o_list)]
+    lv = [_view(x, f"lse_parts[{i}]", _want_exact(f"lse_parts[{i}]", ("float32",), "float32"),
+                last_contiguous=False) for i, x in enumerate(l_list)]
+    shape = ov[0].shape
+    if len(shape) not in (3, 4):
+        _fail(f"o_parts[0] has shape {list(shape)}; expected [B, S, H, D] or [rows, H, D]")
+    packed = len(shape) == 3
+    if packed:
+        B, (S, H, D) = 1, shape
+        lse_shape = [H, S]
+    else:
+        B, S, H, D = shape
+        lse_shape = [B, H, S]
+    tensors_o = (_lib.Tensor * len(ov))()
+    tensors_l = (_lib.Tensor * len(lv))()
+    for i, (o, x) in enumerate(zip(ov, lv)):
+        if list(o.shape) != list(shape):
+            _fail(f"o_parts[{i}] has shape {list(o.shape)}; o_parts[0] has {list(shape)}")
+        _expect(x, f"lse_parts[{i}]", lse_shape, "([B, H, S], or [H, rows] for packed parts)")
+        if packed:
+            _fill_tensor(tensors_o[i], o, 0, o.stride(0), o.stride(1))
+            _fill_tensor(tensors_l[i], x, 0, x.stride(1), x.stride(0))
+        else:
+            _fill_tensor(tensors_o[i], o, o.stride(0), o.stride(1), o.stride(2))
+            _fill_tensor(tensors_l[i], x, x.stride(0), x.stride(2), x.stride(1))
+        tensors_l[i].dtype = _lib.DTYPE_F32
+    o_dtype = _dtype_name(out_dtype) if out_dtype is not None else ov[0].dtype
+    _fai_dtype(o_dtype, "out")
+    out = _alloc(ov[0].torch, list(shape), o_dtype)
+    lse = _alloc(ov[0].torch, lse_shape, "float32")
+    oo = _view(out, "out", _want_exact("out", (o_dtype,)), writable=True)
+    lo = _view(lse, "lse", _want_exact("lse", ("float32",)), writable=True, last_contiguous=False)
+    t_o, t_l = _lib.Tensor(), _lib.Tensor()
+    if packed:
+        _fill_tensor(t_o, oo, 0, oo.stride(0), oo.stride(1))
+        _fill_tensor(t_l, lo, 0, lo.stride(1), lo.stride(0))
+    else:
+        _fill_tensor(t_o, oo, oo.stride(0), oo.stride(1), oo.stride(2))
+        _fill_tensor(t_l, lo, lo.stride(0), lo.stride(2), lo.stride(1))
+    t_l.dtype = _lib.DTYPE_F32
+    _check(_lib.merge_states(len(ov), tensors_o, tensors_l, B, S, H, D, ctypes.byref(t_o),
+                             ctypes.byref(t_l)))
+    return out, lse

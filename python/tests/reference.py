@@ -1,0 +1,116 @@
+"""A float64 numpy reference of fai's operator (DESIGN section 1), written independently of the
+library: per sequence, per head, the visible keys under lengths, causal alignment, window and
+explicit masks, then a plain softmax. Fully masked rows and rows past a length: O = 0, LSE = -inf.
+"""
+import numpy as np
+
+try:
+    import ml_dtypes
+
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - depends on the environment
+    ml_dtypes = None
+    BF16 = None
+
+# error bound of one rounding step of a 16-bit output, relative to the value
+OUT_STEP = {"float32": 0.0, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+def np_dtype(name):
+    if name == "bfloat16":
+        return BF16
+    return np.dtype(name)
+
+
+def cast(x, name):
+    """x rounded to dtype `name` (the array handed to fai) and its float64 values."""
+    a = np.asarray(x, dtype=np.float64).astype(np.float32).astype(np_dtype(name))
+    return a, a.astype(np.float32).astype(np.float64)
+
+
+def values(a):
+    return np.asarray(a).astype(np.float32).astype(np.float64)
+
+
+def visible(lq, lk, Sq, Skv, causal, window):
+    """[Sq, Skv] bool: which (query, key) positions a sequence of lq queries and lk keys sees,
+    before explicit masks (queries past lq see nothing)."""
+    i = np.arange(Sq)[:, None]
+    j = np.arange(Skv)[None, :]
+    vis = (i < lq) & (j < lk)
+    diag = i if causal == "top_left" else i + (lk - lq)
+    if causal is not None:
+        vis &= j <= diag
+    left, right = window if window is not None else (-1, -1)
+    if causal is not None:
+        right = 0
+    if left is not None and left >= 0:
+        vis &= j >= diag - left
+    if right is not None and right >= 0:
+        vis &= j <= diag + right
+    return vis
+
+
+def attention_ref(q, k, v, *, causal=None, window=None, keep=None, add=None, scale=None,
+                  seqlens_q=None, seqlens_kv=None):
+    """Padded batch: q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] float64.
+    causal: None, 'bottom_right', 'top_left'. keep: bool broadcastable to [B, Hq, Sq, Skv];
+    add: float broadcastable to the same. Returns O [B, Sq, Hq, Dv], LSE [B, Hq, Sq]."""
+    B, Sq, Hq, D = q.shape
+    Skv, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
+    G = Hq // Hkv
+    if scale is None:
+        scale = 1.0 / np.sqrt(D)
+    o = np.zeros((B, Sq, Hq, Dv))
+    lse = np.full((B, Hq, Sq), -np.inf)
+    keep_b = None if keep is None else np.broadcast_to(keep, (B, Hq, Sq, Skv))
+    add_b = None if add is None else np.broadcast_to(np.asarray(add, np.float64), (B, Hq, Sq, Skv))
+    for b in range(B):
+        lq = Sq if seqlens_q is None else int(seqlens_q[b])
+        lk = Skv if seqlens_kv is None else int(seqlens_kv[b])
+        vis0 = visible(lq, lk, Sq, Skv, causal, window)
+        for h in range(Hq):
+            kh = h // G
+            s = scale * (q[b, :, h, :] @ k[b, :, kh, :].T)
+            vis = vis0.copy()
+            if keep_b is not None:
+                vis &= keep_b[b, h]
+            if add_b is not None:
+                s = s + add_b[b, h]
+                vis &= ~np.isneginf(s)
+            s = np.where(vis, s, -np.inf)
+            for i in range(Sq):
+                row = s[i]
+                if not vis[i].any():
+                    continue
+                m = row[vis[i]].max()
+                p = np.where(vis[i], np.exp(row - m), 0.0)
+                total = p.sum()
+                vk = np.where(vis[i][:, None], v[b, :, kh, :], 0.0)  # invisible V never counts
+                o[b, i, h] = (p @ vk) / total
+                lse[b, h, i] = m + np.log(total)
+    return o, lse
+
+
+def assert_close(out, ref, in_tol, out_dtype="float32", what="O"):
+    """max |err| <= in_tol * max(1, |ref|) + one output rounding step."""
+    got = values(out)
+    ref = np.asarray(ref, np.float64)
+    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
+    assert np.all(np.isfinite(got) == np.isfinite(ref)) or what == "LSE", f"{what}: finiteness"
+    if what == "LSE":
+        inf_ref = np.isneginf(ref)
+        assert np.array_equal(np.isneginf(got), inf_ref), f"{what}: -inf rows differ"
+        got = np.where(inf_ref, 0.0, got)
+        ref = np.where(inf_ref, 0.0, ref)
+    bound = in_tol * np.maximum(1.0, np.abs(ref)) + OUT_STEP[out_dtype] * np.abs(ref)
+    err = np.abs(got - ref)
+    worst = np.unravel_index(np.argmax(err - bound), err.shape) if err.size else None
+    assert np.all(err <= bound), (f"{what}: max error {err.max():.3g} at {worst}, "
+                                  f"bound {bound[worst]:.3g}, ref {ref[worst]:.6g}, "
+                                  f"got {got[worst]:.6g}")
+
+
+def tolerance(*dtypes):
+    """1e-5 with f32 inputs, 2e-3 as soon as one input is 16-bit."""
+    return 1e-5 if all(d == "float32" for d in dtypes) else 2e-3

@@ -1,0 +1,165 @@
+"""fai against torch.nn.functional.scaled_dot_product_attention (computed in float64), and torch
+CPU tensors as inputs: float32/float16/bfloat16, strided views read in place, torch outputs."""
+import numpy as np
+import pytest
+
+import fai
+from fai import _core
+from reference import assert_close
+
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed: the comparison with "
+    "torch.nn.functional.scaled_dot_product_attention and the torch-tensor tests are skipped")
+F = torch.nn.functional
+
+
+def sdpa64(q, k, v, **kw):
+    """SDPA in float64 on BSHD tensors (GQA by repeating the kv heads); BSHD out."""
+    group = q.shape[2] // k.shape[2]
+    qt = q.transpose(1, 2).double()
+    kt = k.repeat_interleave(group, dim=2).transpose(1, 2).double()
+    vt = v.repeat_interleave(group, dim=2).transpose(1, 2).double()
+    if "attn_mask" in kw and kw["attn_mask"].dtype != torch.bool:
+        kw["attn_mask"] = kw["attn_mask"].double()
+    return F.scaled_dot_product_attention(qt, kt, vt, **kw).transpose(1, 2)
+
+
+def make(B, Sq, Skv, Hq, Hkv, D, q_dtype=torch.float32, kv_dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Sq, Hq, D, generator=g).to(q_dtype)
+    k = torch.randn(B, Skv, Hkv, D, generator=g).to(kv_dtype)
+    v = torch.randn(B, Skv, Hkv, D, generator=g).to(kv_dtype)
+    return q, k, v
+
+
+def close(o, ref, tol=2e-3):
+    assert isinstance(o, torch.Tensor)
+    assert_close(o.float().numpy(), ref.numpy(), tol)
+
+
+@pytest.mark.parametrize("hq,hkv", [(8, 8), (8, 2), (4, 1)])
+def test_plain(hq, hkv):
+    q, k, v = make(2, 9, 37, hq, hkv, 32)
+    close(fai.attention(q, k, v), sdpa64(q, k, v))
+
+
+@pytest.mark.parametrize("sq,skv", [(7, 7), (5, 23), (23, 5)])
+def test_is_causal_is_top_left(sq, skv):
+    q, k, v = make(1, sq, skv, 4, 2, 16, seed=sq)
+    close(fai.attention(q, k, v, causal_top_left=True), sdpa64(q, k, v, is_causal=True))
+    if sq == skv:  # the two alignments agree on square problems
+        close(fai.attention(q, k, v, causal=True), sdpa64(q, k, v, is_causal=True))
+
+
+@pytest.mark.parametrize("sq,skv", [(5, 23), (16, 64), (1, 9)])
+def test_bottom_right_causal_as_an_explicit_mask(sq, skv):
+    q, k, v = make(2, sq, skv, 4, 2, 16, seed=sq + skv)
+    mask = torch.ones(sq, skv, dtype=torch.bool).tril(diagonal=skv - sq)
+    close(fai.attention(q, k, v, causal=True), sdpa64(q, k, v, attn_mask=mask))
+
+
+@pytest.mark.parametrize("shape", [(6, 13), (2, 1, 6, 13), (2, 4, 6, 13), (2, 1, 1, 13)])
+def test_masks(shape):
+    q, k, v = make(2, 6, 13, 4, 2, 16, seed=len(shape))
+    g = torch.Generator().manual_seed(7)
+    keep = torch.rand(shape, generator=g) < 0.7
+    keep[..., 0] = True  # no fully masked rows (torch's value for those differs by version)
+    close(fai.attention(q, k, v, mask=keep), sdpa64(q, k, v, attn_mask=keep))
+    add = torch.randn(shape, generator=g)
+    close(fai.attention(q, k, v, mask_add=add), sdpa64(q, k, v, attn_mask=add))
+
+
+def test_scale():
+    q, k, v = make(1, 5, 11, 2, 2, 16)
+    close(fai.attention(q, k, v, scale=0.3), sdpa64(q, k, v, scale=0.3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_tensors_are_read_in_place(dtype):
+    g = torch.Generator().manual_seed(3)
+    q_bhsd = torch.randn(2, 8, 10, 32, generator=g).to(dtype)
+    cache = torch.randn(2, 2, 64, 32, generator=g).to(dtype)  # [B, Hkv, capacity, D]
+    q = q_bhsd.transpose(1, 2)  # BSHD views of BHSD storage
+    k = cache[:, :, :20].transpose(1, 2)
+    v = cache[:, :, 30:50].transpose(1, 2)
+    assert not q.is_contiguous() and not k.is_contiguous()
+    for t in (q, k, v):
+        assert _core._view(t, "x", _core._want_float("x")).ptr == t.data_ptr(), "copied"
+    o, lse = fai.attention(q, k, v, return_lse=True)
+    assert o.dtype == dtype and o.shape == (2, 10, 8, 32)
+    assert lse.dtype == torch.float32 and lse.shape == (2, 8, 10)
+    tol = 1e-5 if dtype == torch.float32 else 2e-3
+    step = {torch.float32: 0, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}[dtype]
+    ref = sdpa64(q, k, v)
+    err = (o.double() - ref).abs()
+    assert torch.all(err <= tol * ref.abs().clamp(min=1) + step * ref.abs())
+    # LSE from the float64 logits
+    group = 4
+    s = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double().repeat_interleave(group, 2))
+    ref_lse = torch.logsumexp(s / np.sqrt(32), dim=-1)
+    assert torch.allclose(lse.double(), ref_lse, atol=2e-3 * ref_lse.abs().clamp(min=1).max())
+
+
+def test_enable_gqa_matches():
+    q, k, v = make(1, 6, 20, 8, 2, 16, kv_dtype=torch.float32)
+    try:
+        ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                             v.transpose(1, 2), enable_gqa=True).transpose(1, 2)
+    except TypeError:
+        pytest.skip("this torch has no enable_gqa")
+    close(fai.attention(q, k, v), ref.double(), 1e-5)
+
+
+def test_paged_decode_with_torch_tensors():
+    B, Hq, Hkv, D, ps = 2, 8, 2, 32, 16
+    q, k, v = make(B, 1, 48, Hq, Hkv, D)
+    lengths = torch.tensor([48, 21], dtype=torch.int32)
+    num_pages = 8
+    perm = torch.randperm(num_pages, generator=torch.Generator().manual_seed(1))
+    table = perm[:6].reshape(B, 3).to(torch.int32)
+    kp = torch.full((num_pages, ps, Hkv, D), float("nan"), dtype=k.dtype)
+    vp = torch.full((num_pages, ps, Hkv, D), float("nan"), dtype=v.dtype)
+    for b in range(B):
+        for p in range(3):
+            rows = slice(p * ps, min((p + 1) * ps, int(lengths[b])))
+            n = rows.stop - rows.start
+            if n > 0:
+                kp[table[b, p], :n] = k[b, rows]
+                vp[table[b, p], :n] = v[b, rows]
+    o = fai.attention(q, kp, vp, block_table=table, seqlens_kv=lengths)
+    for b in range(B):
+        n = int(lengths[b])
+        close(o[b:b + 1], sdpa64(q[b:b + 1], k[b:b + 1, :n], v[b:b + 1, :n]))
+
+
+def test_merge_states_with_torch_tensors():
+    q, k, v = make(1, 4, 30, 4, 2, 16)
+    o1, l1 = fai.attention(q, k[:, :12], v[:, :12], return_lse=True)
+    o2, l2 = fai.attention(q, k[:, 12:], v[:, 12:], return_lse=True)
+    o, lse = fai.merge_states([o1, o2], [l1, l2])
+    assert isinstance(o, torch.Tensor) and isinstance(lse, torch.Tensor)
+    close(o, sdpa64(q, k, v), 2e-3)
+
+
+class _DLPackOnly:
+    def __init__(self, t):
+        self._t = t
+
+    def __dlpack__(self, **kw):
+        return self._t.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._t.__dlpack_device__()
+
+
+def test_dlpack_objects():
+    q, k, v = make(1, 3, 9, 2, 2, 16, kv_dtype=torch.float32)
+    o = fai.attention(_DLPackOnly(q), _DLPackOnly(k), _DLPackOnly(v))
+    assert isinstance(o, np.ndarray)  # not a torch tensor: numpy out
+    assert_close(o, sdpa64(q, k, v).numpy(), 1e-5)
+
+
+def test_non_cpu_tensors_are_refused():
+    q = torch.empty(1, 2, 2, 8, device="meta")
+    with pytest.raises(fai.FaiError, match="device meta"):
+        fai.attention(q, q, q)
