@@ -212,22 +212,24 @@ TEST(ukr_direct_rows_match_reference) {
                         }
                     }
                     float *scores[2], *o[2]; /* S row-major [m, ld_n] */
+                    const int64_t n_used = n > 4 ? n - 3 : n;
                     for (int b = 0; b < 2; b++) {
                         const fai_cntx *c = b ? cntx : ref;
                         scores[b] = calloc((size_t)(m * ld_n), sizeof(float));
                         o[b] = calloc((size_t)(m * ld_o), sizeof(float));
+                        /* the last rows of the lists are only prefetched, never computed */
                         c->qk_rows(scores[b], ld_n, q, ld_q, m, (const void *const *)k_rows,
-                                   dtypes[dt], n, d, 0.5f);
+                                   n - n_used, dtypes[dt], n_used, d, 0.5f);
                         /* P: the scores made positive, some exactly zero */
-                        for (int64_t j = 0; j < n; j++)
+                        for (int64_t j = 0; j < n_used; j++)
                             for (int64_t i = 0; i < m; i++)
                                 scores[b][i * ld_n + j] =
                                     (i + j) % 5 == 0 ? 0.0f : fabsf(scores[b][i * ld_n + j]);
                         c->pv_rows(o[b], ld_o, scores[b], ld_n, m, (const void *const *)v_rows,
-                                   dtypes[dt], n, dv, masked);
+                                   n - n_used, dtypes[dt], n_used, dv, masked);
                     }
                     double worst_s = 0.0, worst_o = 0.0;
-                    for (int64_t j = 0; j < n; j++)
+                    for (int64_t j = 0; j < n_used; j++)
                         for (int64_t i = 0; i < m; i++)
                             worst_s = worse(worst_s, scores[0][i * ld_n + j],
                                             scores[1][i * ld_n + j], 1.0);

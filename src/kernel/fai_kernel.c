@@ -124,18 +124,15 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
         const int band_partial = !(fai__band_lo(&band, last_row) <= key_begin &&
                                    fai__band_hi(&band, first_row) >= key_begin + n - 1);
 
-        if (plan->direct_kv && tile + 1 < tile_end) {
-            /* decode streams K and V once: ask for the next tile now */
-            const int64_t next = key_begin + tile_kv;
-            const int64_t next_n = seq->kv_len - next < tile_kv ? seq->kv_len - next : tile_kv;
-            fai__kv_prefetch(plan, t, &t->k, b, unit->head_kv, next, next_n,
-                             d * (int64_t)fai__dtype_size(t->k.dtype));
-            fai__kv_prefetch(plan, t, &t->v, b, unit->head_kv, next, next_n,
-                             dv * (int64_t)fai__dtype_size(t->v.dtype));
-        }
-        fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+        /* decode reads K and V rows in place, prefetching FAI_PREFETCH_ROWS ahead: the row
+         * lists run that far into the next tile */
+        const int64_t rest = seq->kv_len - key_begin - n;
+        const int64_t ahead = !plan->direct_kv           ? 0
+                              : rest < FAI_PREFETCH_ROWS ? rest
+                                                         : FAI_PREFETCH_ROWS;
+        fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
         if (plan->direct_kv) {
-            cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs,
+            cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
                           t->k.dtype, n, d, plan->scale);
         } else if (plan->bf16_qk) { /* bf16 dot products straight from the K rows */
             cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
@@ -159,10 +156,10 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
         }
         cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
 
-        fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+        fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
         if (plan->direct_kv) {
-            cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, t->v.dtype,
-                          n, dv, masked);
+            cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, ahead,
+                          t->v.dtype, n, dv, masked);
         } else {
             const int v_finite = cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
             /* a masked tile needs the exact (sparse) PV only where V holds Inf or NaN */

@@ -11,12 +11,6 @@
 void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor, int64_t b,
                   int64_t h, int64_t key_begin, int64_t count, const void **rows);
 
-/* Asks the cache hierarchy (L2) for keys [key_begin, key_begin + count) of sequence b, kv head
- * h, row_bytes each: the next kv tile, fetched while the current one is computed. Block-table
- * jumps defeat the hardware prefetchers; this follows them. */
-void fai__kv_prefetch(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor,
-                      int64_t b, int64_t h, int64_t key_begin, int64_t count, int64_t row_bytes);
-
 /* Address of query row i (a position inside sequence b) of head h in Q or O. */
 void *fai__q_row(const fai_plan *plan, const fai_tensor *tensor, int64_t b, int64_t i, int64_t h);
 

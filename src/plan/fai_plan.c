@@ -66,7 +66,9 @@ static fai_status layout_workspace(fai_plan *plan) {
     ws->row_sum = offset, offset += align64(ld_s * sizeof(float));
     ws->row_alpha = offset, offset += align64(ld_s * sizeof(float));
     /* row pointers of a Q tile or a kv tile */
-    ws->kv_rows = offset, offset += align64((rows > keys ? rows : keys) * sizeof(void *));
+    /* row pointers of a Q tile, or of a kv tile and the rows prefetched past it */
+    const size_t pointers = keys + FAI_PREFETCH_ROWS > rows ? keys + FAI_PREFETCH_ROWS : rows;
+    ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));
     ws->per_thread = offset;
     int64_t total;
     if (!fai__mul_ok((int64_t)offset, plan->threads, &total))

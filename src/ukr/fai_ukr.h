@@ -18,6 +18,9 @@
 
 #include <stdint.h>
 
+/* How many K/V rows ahead of the one being computed the decode kernels prefetch. */
+#define FAI_PREFETCH_ROWS 16
+
 typedef struct fai_cntx {
     const char *name;
     /* Vector width in f32 lanes: ld_s and ld_o are multiples of it. */
@@ -63,15 +66,18 @@ typedef struct fai_cntx {
      * nothing past them is read.
      *   qk_rows:      s = scale * q . k_rows^T, and -inf in columns [n, ld_n).
      *   softmax_rows: the online softmax of `softmax` on row-major s, over all ld_n columns.
-     *   pv_rows:      o [m, ld_o] += p . v_rows, with the `masked` rule of pv. */
+     *   pv_rows:      o [m, ld_o] += p . v_rows, with the `masked` rule of pv.
+     * k_rows / v_rows hold n + rows_ahead pointers: the rows after the tile's n (up to
+     * FAI_PREFETCH_ROWS, the next tile's first rows, across pages) are only prefetched, a fixed
+     * distance ahead of the rows being computed, so the stream never waits on memory. */
     void (*qk_rows)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
-                    const void *const *k_rows, fai_dtype k_dtype, int64_t n, int64_t d,
-                    float scale);
+                    const void *const *k_rows, int64_t rows_ahead, fai_dtype k_dtype, int64_t n,
+                    int64_t d, float scale);
     void (*softmax_rows)(float *s, int64_t ld_n, int64_t m, float *row_max, float *row_sum,
                          float *row_alpha);
     void (*pv_rows)(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
-                    const void *const *v_rows, fai_dtype v_dtype, int64_t n, int64_t dv,
-                    int masked);
+                    const void *const *v_rows, int64_t rows_ahead, fai_dtype v_dtype, int64_t n,
+                    int64_t dv, int masked);
 
     /* Writes dim f32 values times mul to dst in dtype (round to nearest even; f16 saturates to
      * +-65504 instead of overflowing to infinity). */

@@ -267,9 +267,9 @@ static inline fvec load_row_tail(const void *row, int64_t x, int64_t count, fai_
     return v_load(part);
 }
 
-/* Rows a few keys ahead are fetched while the current ones are computed: with paged K/V the
- * next rows may sit on another page, where the hardware prefetchers cannot follow. */
-#define PREFETCH_KEYS 8
+/* Rows FAI_PREFETCH_ROWS keys ahead are fetched while the current ones are computed: with
+ * paged K/V the next rows may sit on another page, where the hardware prefetchers cannot
+ * follow. The row lists carry rows_ahead pointers past the tile for this. */
 
 static inline void prefetch_row(const void *row, int64_t bytes) {
     for (int64_t offset = 0; offset < bytes; offset += 64)
@@ -281,15 +281,16 @@ static inline void prefetch_row(const void *row, int64_t bytes) {
  * constant in each instance, so the load's branch folds away. */
 #define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
     static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
-                     const void *const *k_rows, int64_t n, int64_t d, float scale) {               \
+                     const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,          \
+                     float scale) {                                                                \
         const int64_t row_bytes = d * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                            \
         const int64_t full = d / W * W;                                                            \
         for (int64_t j0 = 0; j0 < n; j0 += 4) {                                                    \
             const void *key[4];                                                                    \
             for (int c = 0; c < 4; c++)                                                            \
                 key[c] = k_rows[j0 + c < n ? j0 + c : j0];                                         \
-            for (int c = 0; c < 4 && j0 + PREFETCH_KEYS + c < n; c++)                              \
-                prefetch_row(k_rows[j0 + PREFETCH_KEYS + c], row_bytes);                           \
+            for (int c = 0; c < 4 && j0 + FAI_PREFETCH_ROWS + c < n + rows_ahead; c++)             \
+                prefetch_row(k_rows[j0 + FAI_PREFETCH_ROWS + c], row_bytes);                       \
             for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
                 const float *query[4];                                                             \
                 for (int r = 0; r < 4; r++)                                                        \
@@ -333,14 +334,14 @@ DEFINE_QK_ROWS(qk_rows_f16, FAI_DTYPE_F16)
 DEFINE_QK_ROWS(qk_rows_bf16, FAI_DTYPE_BF16)
 
 static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
-                         const void *const *k_rows, fai_dtype k_dtype, int64_t n, int64_t d,
-                         float scale) {
+                         const void *const *k_rows, int64_t rows_ahead, fai_dtype k_dtype,
+                         int64_t n, int64_t d, float scale) {
     if (k_dtype == FAI_DTYPE_F16)
-        qk_rows_f16(s, ld_n, q, ld_q, m, k_rows, n, d, scale);
+        qk_rows_f16(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
     else if (k_dtype == FAI_DTYPE_BF16)
-        qk_rows_bf16(s, ld_n, q, ld_q, m, k_rows, n, d, scale);
+        qk_rows_bf16(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
     else
-        qk_rows_f32(s, ld_n, q, ld_q, m, k_rows, n, d, scale);
+        qk_rows_f32(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
 }
 
 /* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
@@ -348,7 +349,8 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
  * not stored. With `masked`, a row skips keys with P = 0. */
 #define DEFINE_PV_ROWS_BLOCK(NAME, DTYPE, VECS, TAIL)                                              \
     static inline void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t rows,    \
-                            const void *const *v_rows, int64_t n, int64_t x0, int64_t dv) {        \
+                            const void *const *v_rows, int64_t prefetch_end, int64_t n,            \
+                            int64_t x0, int64_t dv) {                                              \
         const int64_t row_bytes = dv * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                           \
         const float *o_row[4];                                                                     \
         for (int r = 0; r < 4; r++)                                                                \
@@ -358,8 +360,8 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             for (int c = 0; c < VECS; c++)                                                         \
                 acc[r][c] = v_load(o_row[r] + c * W);                                              \
         for (int64_t j = 0; j < n; j++) {                                                          \
-            if (x0 == 0 && j + PREFETCH_KEYS < n)                                                  \
-                prefetch_row(v_rows[j + PREFETCH_KEYS], row_bytes);                                \
+            if (x0 == 0 && j + FAI_PREFETCH_ROWS < prefetch_end)                                   \
+                prefetch_row(v_rows[j + FAI_PREFETCH_ROWS], row_bytes);                            \
             fvec values[VECS];                                                                     \
             for (int c = 0; c < VECS; c++)                                                         \
                 values[c] = TAIL ? load_row_tail(v_rows[j], x0, dv - x0, DTYPE)                    \
@@ -382,13 +384,14 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
     DEFINE_PV_ROWS_BLOCK(NAME##_one, DTYPE, 1, 0)                                                  \
     DEFINE_PV_ROWS_BLOCK(NAME##_tail, DTYPE, 1, 1)                                                 \
     static void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,              \
-                     const void *const *v_rows, int64_t n, int64_t dv, int masked) {               \
+                     const void *const *v_rows, int64_t rows_ahead, int64_t n, int64_t dv,         \
+                     int masked) {                                                                 \
         const int64_t row_bytes = dv * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                           \
-        for (int64_t j = 0; j < n && j < PREFETCH_KEYS; j++)                                       \
-            prefetch_row(v_rows[j], row_bytes);                                                    \
         if (masked) {                                                                              \
             for (int64_t i = 0; i < m; i++)                                                        \
                 for (int64_t j = 0; j < n; j++) {                                                  \
+                    if (i == 0 && j + FAI_PREFETCH_ROWS < n + rows_ahead)                          \
+                        prefetch_row(v_rows[j + FAI_PREFETCH_ROWS], row_bytes);                    \
                     const float p_scalar = p[i * ld_n + j];                                        \
                     if (p_scalar == 0.0f) continue;                                                \
                     const fvec p_v = v_set1(p_scalar);                                             \
@@ -408,11 +411,13 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             float *o_block = o + i0 * ld_o;                                                        \
             const float *p_block = p + i0 * ld_n;                                                  \
             int64_t x0 = 0;                                                                        \
+            const int64_t ahead = n + rows_ahead;                                                  \
             for (; x0 + 4 * W <= dv; x0 += 4 * W)                                                  \
-                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, n, x0, dv);                \
+                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, ahead, n, x0, dv);         \
             for (; x0 + W <= dv; x0 += W)                                                          \
-                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, n, x0, dv);                 \
-            if (x0 < dv) NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, n, x0, dv);       \
+                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, ahead, n, x0, dv);          \
+            if (x0 < dv)                                                                           \
+                NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, ahead, n, x0, dv);         \
         }                                                                                          \
     }
 
@@ -421,14 +426,14 @@ DEFINE_PV_ROWS(pv_rows_f16, FAI_DTYPE_F16)
 DEFINE_PV_ROWS(pv_rows_bf16, FAI_DTYPE_BF16)
 
 static void pv_rows_simd(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
-                         const void *const *v_rows, fai_dtype v_dtype, int64_t n, int64_t dv,
-                         int masked) {
+                         const void *const *v_rows, int64_t rows_ahead, fai_dtype v_dtype,
+                         int64_t n, int64_t dv, int masked) {
     if (v_dtype == FAI_DTYPE_F16)
-        pv_rows_f16(o, ld_o, p, ld_n, m, v_rows, n, dv, masked);
+        pv_rows_f16(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
     else if (v_dtype == FAI_DTYPE_BF16)
-        pv_rows_bf16(o, ld_o, p, ld_n, m, v_rows, n, dv, masked);
+        pv_rows_bf16(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
     else
-        pv_rows_f32(o, ld_o, p, ld_n, m, v_rows, n, dv, masked);
+        pv_rows_f32(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
 }
 
 /* The online softmax on row-major scores (decode tiles): one row at a time, W keys per vector;
