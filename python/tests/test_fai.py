@@ -15,8 +15,9 @@ import fai
 from fai import _core, _lib
 from reference import BF16, assert_close, attention_ref, cast, tolerance, values
 
-DTYPES = ["float32", "float16"] + (["bfloat16"] if BF16 is not None else [])
-needs_bf16 = pytest.mark.skipif(BF16 is None, reason="ml_dtypes is not installed (numpy bf16)")
+needs_bf16 = pytest.mark.skipif(BF16 is None, reason="ml_dtypes is not installed: no bfloat16 "
+                                "numpy arrays (pip install ml_dtypes)")
+DTYPES = ["float32", "float16", pytest.param("bfloat16", marks=needs_bf16)]
 
 
 def qkv(rng, B, Sq, Skv, Hq, Hkv, D, Dv=None, dts=("float32", "float16", "float16"), amp=1.0):
