@@ -1,6 +1,9 @@
 /* fai bench: the benchmark shapes (or one given by the shape flags) on each thread count, with
  * the median, min and max of several runs, the rates derived from them, and the machine's own
- * limits measured in the same run, so every rate can be read as a fraction of a peak. */
+ * limits measured in the same run, so every rate can be read as a fraction of a peak. With
+ * --baseline, an unfused CBLAS attention (fai_baseline.h) runs on the same shapes and thread
+ * counts in the same run. */
+#include "fai_baseline.h"
 #include "fai_cli.h"
 #include "fai_oracle.h"
 #include "fai_peak.h"
@@ -23,7 +26,7 @@ typedef struct bench_options {
     int64_t threads[MAX_THREAD_COUNTS];
     int thread_count;
     int64_t runs, warmup;
-    int json, peaks, bf16_too;
+    int json, peaks, bf16_too, baseline;
 } bench_options;
 
 /* One (shape, thread count) measurement. */
@@ -35,17 +38,25 @@ typedef struct bench_result {
     fai_plan_info info;
 } bench_result;
 
+/* The unfused baseline on one (shape, thread count): its times and its score matrix. */
+typedef struct baseline_result {
+    double median_ms, min_ms, max_ms;
+    double score_bytes; /* S of one (batch, kv head); each running thread holds one */
+    double gemm_flops;  /* what its GEMMs execute, masked products included */
+} baseline_result;
+
 /* The shape's fp64 spot check, done once per shape on the first thread count's output. */
 typedef struct bench_check {
     double max_err, tolerance;
     int64_t threads;
+    double baseline_diff, baseline_tolerance; /* baseline against fai, on sampled rows */
 } bench_check;
 
 static void print_usage(FILE *out) {
     fprintf(
         out,
         "usage: fai bench [SHAPE ...] [shape flags] [--threads LIST] [--runs N] [--warmup N]\n"
-        "                 [--bf16-too] [--json] [--no-peaks] [--help]\n"
+        "                 [--bf16-too] [--baseline] [--json] [--no-peaks] [--help]\n"
         "Times fai_run on each shape and thread count: median, min and max of --runs runs\n"
         "(default 7) after --warmup runs (default 1), GFLOP/s of useful work (2*D + 2*Dv\n"
         "per visible (query, key) pair) and GB/s of K/V that must be read. Each shape's\n"
@@ -59,9 +70,18 @@ static void print_usage(FILE *out) {
         "                 number of online CPUs); each runs on its own pool, workers = threads\n"
         "  --bf16-too     also run each shape with Q, K, V and O all bf16\n"
         "  --json         one JSON object per line: the peaks, then one per (shape, threads)\n"
-        "  --no-peaks     skip the machine-limit probes (about 1 s per thread count)\n\n%s"
+        "  --no-peaks     skip the machine-limit probes (about 1 s per thread count)\n"
+        "  --baseline     also time, on the same shapes and thread counts, an unfused fp32\n"
+        "                 attention with CBLAS SGEMMs (S = scale Q K^T for each batch and kv\n"
+        "                 head with the GQA group's heads stacked, row softmax, O = P V; pairs\n"
+        "                 across threads, each BLAS single-threaded; Q, K, V converted to f32\n"
+        "                 and paged K/V gathered before timing), and give fai's speedup over\n"
+        "                 it; its output must agree with fai's within 2e-3 on sampled rows.\n"
+        "                 Needs a CBLAS at build time (this build: %s). OpenBLAS honours\n"
+        "                 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which can slow it down: run\n"
+        "                 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE fai bench --baseline\n\n%s"
         "\nExit status: 0 success, 1 a check failed, 2 bad options or shape.\n",
-        SAMPLED_ROWS, fai_shape_usage);
+        SAMPLED_ROWS, fai_baseline_available() ? "yes" : "none found", fai_shape_usage);
 }
 
 /* -- options ------------------------------------------------------------------------------ */
@@ -216,6 +236,8 @@ static int parse_options(bench_options *opt, int argc, char **argv, const char *
             opt->peaks = 0;
         else if (!strcmp(arg, "--bf16-too"))
             opt->bf16_too = 1;
+        else if (!strcmp(arg, "--baseline"))
+            opt->baseline = 1;
         else if (!strcmp(arg, "--threads") || !strcmp(arg, "--runs") || !strcmp(arg, "--warmup")) {
             if (parse_value(opt, arg, i + 1 < argc ? argv[i + 1] : NULL)) return -1;
             i++;
@@ -256,13 +278,15 @@ static int compare_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void summarize(double *seconds, int64_t count, bench_result *result) {
+/* Median, min and max of the run times, in ms. */
+static void summarize(double *seconds, int64_t count, double *median_ms, double *min_ms,
+                      double *max_ms) {
     qsort(seconds, (size_t)count, sizeof *seconds, compare_double);
     const double median =
         count % 2 ? seconds[count / 2] : 0.5 * (seconds[count / 2 - 1] + seconds[count / 2]);
-    result->median_ms = median * 1e3;
-    result->min_ms = seconds[0] * 1e3;
-    result->max_ms = seconds[count - 1] * 1e3;
+    *median_ms = median * 1e3;
+    *min_ms = seconds[0] * 1e3;
+    *max_ms = seconds[count - 1] * 1e3;
 }
 
 /* Warmup and timed runs of one plan. Returns FAI_OK or the failing run's status. */
@@ -314,7 +338,7 @@ static int bench_one(const fai_shape *shape, const fai_shape_data *data, fai_poo
         result->threads = threads;
         result->flops = fai_shape_flops(plan, shape);
         result->kv_bytes = fai_shape_kv_bytes(shape);
-        summarize(seconds, opt->runs, result);
+        summarize(seconds, opt->runs, &result->median_ms, &result->min_ms, &result->max_ms);
         result->check_us = time_checks(plan, data);
     } else {
         fprintf(stderr, "fai bench: %s: %s %s\n", shape->name, fai_status_string(status),
@@ -324,6 +348,29 @@ static int bench_one(const fai_shape *shape, const fai_shape_data *data, fai_poo
     free(workspace);
     fai_plan_free(plan);
     return status == FAI_OK ? 0 : -1;
+}
+
+/* The baseline's warmup and timed runs on `threads` threads. Returns 0, or -1 after printing
+ * why. */
+static int bench_baseline(const fai_shape *shape, fai_baseline *baseline, int64_t threads,
+                          const bench_options *opt, baseline_result *result) {
+    double *seconds = malloc((size_t)opt->runs * sizeof *seconds);
+    int status = seconds ? 0 : -1;
+    for (int64_t r = 0; r < opt->warmup + opt->runs && !status; r++) {
+        const double start = fai_now_seconds();
+        status = fai_baseline_run(baseline, threads);
+        if (r >= opt->warmup) seconds[r - opt->warmup] = fai_now_seconds() - start;
+    }
+    if (!status) {
+        summarize(seconds, opt->runs, &result->median_ms, &result->min_ms, &result->max_ms);
+        result->score_bytes = fai_baseline_score_bytes(baseline);
+        result->gemm_flops = fai_baseline_gemm_flops(baseline);
+    } else {
+        fprintf(stderr, "fai bench: %s: baseline on %lld threads: out of memory\n", shape->name,
+                (long long)threads);
+    }
+    free(seconds);
+    return status;
 }
 
 /* -- output ------------------------------------------------------------------------------- */
@@ -375,8 +422,33 @@ static void json_peak_ratios(const fai_shape *shape, const bench_result *r, cons
     if (is_decode(shape)) json_number("bw_ratio", kv_gbps(r) / p->read_gbps);
 }
 
+static int baseline_ok(const bench_check *check) {
+    return check->baseline_diff <= check->baseline_tolerance;
+}
+
+/* The baseline's keys: its times and rate (the same useful FLOPs as fai's), fai's speedup over
+ * it (baseline median / fai median), its score matrix and its agreement with fai. */
+static void json_baseline(const bench_result *r, const baseline_result *base,
+                          const bench_check *check, const fai_peak *peak) {
+    json_number("baseline_median_ms", base->median_ms);
+    json_number("baseline_min_ms", base->min_ms);
+    json_number("baseline_max_ms", base->max_ms);
+    json_number("baseline_gflops", r->flops / base->median_ms * 1e-6);
+    if (peak)
+        json_number("baseline_fp32_peak_ratio",
+                    r->flops / base->median_ms * 1e-6 / peak->fp32_gflops);
+    json_number("speedup_vs_baseline", base->median_ms / r->median_ms);
+    printf(", \"baseline_gemm_flops\": %.0f, \"baseline_score_bytes\": %.0f", base->gemm_flops,
+           base->score_bytes);
+    json_number("baseline_max_diff", check->baseline_diff);
+    json_number("baseline_tolerance", check->baseline_tolerance);
+    printf(", \"baseline_check\": \"%s\", \"baseline_blas\": \"%s\"",
+           baseline_ok(check) ? "ok" : "failed", fai_baseline_blas());
+}
+
 static void print_json(const fai_shape *shape, const bench_result *r, const bench_check *check,
-                       const bench_options *opt, const fai_peak *peak) {
+                       const bench_options *opt, const fai_peak *peak,
+                       const baseline_result *base) {
     json_shape_fields(shape);
     printf(", \"threads\": %lld, \"workers\": %lld, \"runs\": %lld, \"warmup\": %lld",
            (long long)r->threads, (long long)r->info.workers, (long long)opt->runs,
@@ -398,13 +470,18 @@ static void print_json(const fai_shape *shape, const bench_result *r, const benc
     printf(", \"checked_threads\": %lld, \"check\": \"%s\"", (long long)check->threads,
            check->max_err <= check->tolerance ? "ok" : "failed");
     if (peak) json_peak_ratios(shape, r, peak);
+    if (base) json_baseline(r, base, check, peak);
     printf("}\n");
 }
 
-static void print_table_header(void) {
-    printf("%-6s %-14s %3s %10s %10s %10s %9s %6s %6s %8s %6s %8s %10s %-6s %s\n", "shape",
+static void print_table_header(int baseline) {
+    printf("%-6s %-14s %3s %10s %10s %10s %9s %6s %6s %8s %6s %8s %10s %-6s %s", "shape",
            "q/kv/out", "thr", "median_ms", "min_ms", "max_ms", "GFLOP/s", "%fp32", "%bf16",
            "KV_GB/s", "%read", "check_us", "workspace", "isa", "check (max_err)");
+    if (baseline)
+        printf(" %10s %9s %8s %8s %s", " base_ms", "base_GF/s", "speedup", "S_MiB",
+               "base_check (diff)");
+    printf("\n");
 }
 
 /* A percentage column, or "-" where the ratio does not apply. */
@@ -416,7 +493,7 @@ static void print_percent(int applies, double value, double peak) {
 }
 
 static void print_row(const fai_shape *shape, const bench_result *r, const bench_check *check,
-                      const fai_peak *peak) {
+                      const fai_peak *peak, const baseline_result *base) {
     char dtypes[32];
     snprintf(dtypes, sizeof dtypes, "%s/%s/%s", fai_oracle_dtype_name(shape->q_dtype),
              fai_oracle_dtype_name(shape->kv_dtype), fai_oracle_dtype_name(shape->out_dtype));
@@ -426,8 +503,17 @@ static void print_row(const fai_shape *shape, const bench_result *r, const bench
     print_percent(peak && is_all_bf16(shape), gflops(r), peak ? peak->bf16_gflops : 0);
     printf(" %8.2f", kv_gbps(r));
     print_percent(peak && is_decode(shape), kv_gbps(r), peak ? peak->read_gbps : 0);
-    printf(" %8.2f %10zu %-6s %s (%.1e)\n", r->check_us, r->info.workspace_bytes, r->info.isa,
-           check->max_err <= check->tolerance ? "ok" : "FAILED", check->max_err);
+    char verdict[32];
+    snprintf(verdict, sizeof verdict, "%s (%.1e)",
+             check->max_err <= check->tolerance ? "ok" : "FAILED", check->max_err);
+    printf(" %8.2f %10zu %-6s %-*s", r->check_us, r->info.workspace_bytes, r->info.isa,
+           base ? 15 : 0, verdict);
+    if (base)
+        printf(" %10.3f %9.1f %8.2f %8.1f %s (%.1e)", base->median_ms,
+               r->flops / base->median_ms * 1e-6, base->median_ms / r->median_ms,
+               base->score_bytes / (1024.0 * 1024.0), baseline_ok(check) ? "ok" : "FAILED",
+               check->baseline_diff);
+    printf("\n");
 }
 
 static void print_peaks(const bench_options *opt, const fai_peak *peaks) {
@@ -460,20 +546,37 @@ static void print_peaks(const bench_options *opt, const fai_peak *peaks) {
 
 /* -- driver ------------------------------------------------------------------------------- */
 
-/* Every thread count of one shape; the first one that runs has its output checked. Returns the
- * number of failures (a failed check or run). */
+static int64_t max_threads(const bench_options *opt) {
+    int64_t most = 1;
+    for (int t = 0; t < opt->thread_count; t++)
+        most = opt->threads[t] > most ? opt->threads[t] : most;
+    return most;
+}
+
+/* Every thread count of one shape, fai and then (with --baseline) the unfused baseline; the
+ * first thread count that runs has fai's output checked against fp64 and the baseline's against
+ * fai's. Returns the number of failures (a failed check or run). */
 static int bench_shape(const fai_shape *shape, uint64_t seed, fai_pool **pools,
                        const bench_options *opt, const fai_peak *peaks) {
     fai_shape_data data;
+    fai_baseline *baseline = NULL;
     if (fai_shape_data_create(shape, seed, &data)) {
         fprintf(stderr, "fai bench: %s: out of memory for the tensors\n", shape->name);
         fai_shape_data_free(&data);
         return 1;
     }
-    bench_check check = {0.0, fai_verify_tolerance(shape), 0};
-    int failures = 0;
+    if (opt->baseline && fai_baseline_create(shape, &data, max_threads(opt), &baseline)) {
+        fprintf(stderr, "fai bench: %s: out of memory for the baseline\n", shape->name);
+        fai_shape_data_free(&data);
+        return 1;
+    }
+    /* the baseline is fp32 throughout; fai's rounding to an f16 or bf16 output comes on top */
+    bench_check check = {0.0, fai_verify_tolerance(shape), 0, 0.0,
+                         fmax(2e-3, fai_verify_tolerance(shape))};
+    int failures = 0, baseline_checked = 0;
     for (int t = 0; t < opt->thread_count; t++) {
         bench_result result;
+        baseline_result base;
         if (bench_one(shape, &data, pools[t], opt->threads[t], opt, &result)) {
             failures++;
             continue;
@@ -483,13 +586,22 @@ static int bench_shape(const fai_shape *shape, uint64_t seed, fai_pool **pools,
             check.max_err = fai_verify_rows(shape, &data, SAMPLED_ROWS, seed + 77);
             failures += !(check.max_err <= check.tolerance);
         }
+        const int have_base =
+            baseline && !bench_baseline(shape, baseline, opt->threads[t], opt, &base);
+        failures += baseline && !have_base;
+        if (have_base && !baseline_checked) { /* data.o still holds this thread count's fai run */
+            baseline_checked = 1;
+            check.baseline_diff = fai_baseline_compare(baseline, &data, SAMPLED_ROWS, seed + 78);
+            failures += !baseline_ok(&check);
+        }
         const fai_peak *peak = peaks ? &peaks[t] : NULL;
         if (opt->json)
-            print_json(shape, &result, &check, opt, peak);
+            print_json(shape, &result, &check, opt, peak, have_base ? &base : NULL);
         else
-            print_row(shape, &result, &check, peak);
+            print_row(shape, &result, &check, peak, have_base ? &base : NULL);
         fflush(stdout);
     }
+    fai_baseline_free(baseline);
     fai_shape_data_free(&data);
     return failures;
 }
@@ -505,7 +617,7 @@ static int bench_all(const bench_options *opt, const fai_peak *peaks) {
             failures++;
         }
     }
-    if (!opt->json && !failures) print_table_header();
+    if (!opt->json && !failures) print_table_header(opt->baseline);
     for (int s = 0; s < opt->shape_count && !failures; s++)
         failures += bench_shape(&opt->shapes[s], 1000 + (uint64_t)s, pools, opt, peaks);
     for (int t = 0; t < opt->thread_count; t++)
@@ -532,6 +644,26 @@ static int read_command_line(bench_options *opt, int argc, char **argv) {
     return status;
 }
 
+/* Says which BLAS the baseline runs (table only), and warns on stderr about the OpenBLAS
+ * variables that slow it down here; they are left as they are. */
+static void announce_baseline(const bench_options *opt) {
+    const char *coretype = getenv("OPENBLAS_CORETYPE"), *l2 = getenv("OPENBLAS_L2_SIZE");
+    if (!opt->json)
+        printf("baseline: unfused fp32 attention with CBLAS SGEMMs, single-threaded BLAS,\n"
+               "  (batch, kv head) pairs across threads; Q, K, V converted to f32 and paged\n"
+               "  K/V gathered before timing. speedup = baseline median / fai median;\n"
+               "  base_GF/s counts the same useful FLOPs as GFLOP/s; S_MiB = the scores of\n"
+               "  one (batch, kv head), one per thread.\n"
+               "  BLAS: %s\n\n",
+               fai_baseline_blas());
+    if (coretype || l2)
+        fprintf(stderr,
+                "fai bench: note: OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s are set and may slow "
+                "OpenBLAS down; for its best run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
+                "fai bench --baseline\n",
+                coretype ? coretype : "(unset)", l2 ? l2 : "(unset)");
+}
+
 int fai_cmd_bench(int argc, char **argv) {
     static bench_options opt; /* large: the shapes are kept by value */
     memset(&opt, 0, sizeof opt);
@@ -541,6 +673,11 @@ int fai_cmd_bench(int argc, char **argv) {
     default_threads(&opt);
     const int status = read_command_line(&opt, argc, argv);
     if (status >= 0) return status;
+    if (opt.baseline && !fai_baseline_available()) {
+        fprintf(stderr, "fai bench: --baseline: no CBLAS was found at build time; timing fai "
+                        "alone\n");
+        opt.baseline = 0;
+    }
     fai_peak peaks[MAX_THREAD_COUNTS];
     int have_peaks = opt.peaks;
     if (have_peaks && fai_peak_measure(opt.threads, opt.thread_count, peaks)) {
@@ -548,5 +685,6 @@ int fai_cmd_bench(int argc, char **argv) {
         have_peaks = 0;
     }
     if (have_peaks) print_peaks(&opt, peaks);
+    if (opt.baseline) announce_baseline(&opt);
     return bench_all(&opt, have_peaks ? peaks : NULL);
 }
