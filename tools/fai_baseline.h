@@ -9,9 +9,9 @@
  * with the (batch, kv head) pairs taken by pthreads from a shared counter, each calling a
  * single-threaded BLAS. Everything is fp32: Q, K and V are converted to f32, and paged K/V
  * gathered into contiguous [B, Hkv, Skv, D] arrays, once before timing (the layout most
- * favourable to the GEMMs; its cost is not timed). The GEMMs cover the keys some row of the pair
- * sees, so a causal prefill also multiplies the masked half. Built with FAI_HAVE_CBLAS only; the
- * library never links a BLAS. */
+ * favourable to the GEMMs, on huge pages like fai's K/V; its cost is not timed). The GEMMs cover
+ * the keys some row of the pair sees, so a causal prefill also multiplies the masked half. Built
+ * with FAI_HAVE_CBLAS only; the library never links a BLAS. */
 #ifndef FAI_BASELINE_H
 #define FAI_BASELINE_H
 
