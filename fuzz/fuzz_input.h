@@ -1,0 +1,41 @@
+/* fuzz_input.h - a byte reader for the fuzz harnesses: values are taken from the front of the
+ * input, and an exhausted input reads as zeros, so every input decodes to something. */
+#ifndef FAI_FUZZ_INPUT_H
+#define FAI_FUZZ_INPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct fuzz_input {
+    const uint8_t *data;
+    size_t size, pos;
+} fuzz_input;
+
+static inline uint8_t fuzz_u8(fuzz_input *in) {
+    return in->pos < in->size ? in->data[in->pos++] : 0;
+}
+
+static inline uint64_t fuzz_u64(fuzz_input *in) {
+    uint64_t value = 0;
+    for (int i = 0; i < 8; i++)
+        value |= (uint64_t)fuzz_u8(in) << (8 * i);
+    return value;
+}
+
+static inline uint32_t fuzz_u32(fuzz_input *in) {
+    uint32_t value = 0;
+    for (int i = 0; i < 4; i++)
+        value |= (uint32_t)fuzz_u8(in) << (8 * i);
+    return value;
+}
+
+/* An integer in [lo, hi] (hi - lo < 2^32). */
+static inline int64_t fuzz_range(fuzz_input *in, int64_t lo, int64_t hi) {
+    if (hi <= lo) return lo;
+    const uint64_t span = (uint64_t)(hi - lo) + 1;
+    const uint64_t raw = span <= 256 ? fuzz_u8(in) : fuzz_u32(in);
+    return lo + (int64_t)(raw % span);
+}
+
+#endif

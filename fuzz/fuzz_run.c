@@ -1,0 +1,215 @@
+/* fuzz_run.c - small arbitrary problems run through fai_plan_create and fai_run, checked against
+ * the fp64 oracle.
+ *
+ * The input decodes into a case spec (tests/oracle/fai_cases.h): shapes capped so that one run
+ * takes milliseconds, every dtype, causal and window, every mask kind and shape, padded, packed
+ * and paged lengths (with explicit per-sequence lengths from the input), layouts, workers,
+ * threads, tiles, the split strategy, LSE, the workspace's misalignment and the micro-kernel
+ * table (FAI_ISA: each one this machine runs). The case builder fills everything the library
+ * must not read (rows past the lengths, page tails, unreferenced pages, stride gaps, O and LSE
+ * before the run) with NaN and Inf; fai_case_check compares O and LSE with the oracle within the
+ * documented tolerances and checks that nothing outside O and LSE was written. Any difference
+ * aborts. */
+#include "fai.h"
+#include "fai_cases.h"
+#include "fuzz_input.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Cap of B * Hq * Sq * max(Skv, 8) * (D + Dv): a few milliseconds per run under the sanitizers. */
+#define WORK_CAP 4e5
+
+static const char *isas[] = {"ref", "avx2", "avx512", "neon"};
+#define ISA_COUNT 4
+static int isa_ok[ISA_COUNT];
+static fai_pool *pools[2]; /* 1 and 2 threads; the default pool is the third choice */
+
+static int isa_available(const char *name) {
+    setenv("FAI_ISA", name, 1);
+    fai_problem pb;
+    fai_problem_init(&pb);
+    pb.heads_q = pb.heads_kv = pb.head_dim = 1;
+    fai_plan *plan = NULL;
+    const fai_status status = fai_plan_create(&pb, &plan);
+    fai_plan_free(plan);
+    return status == FAI_OK;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    for (int i = 0; i < ISA_COUNT; i++)
+        isa_ok[i] = isa_available(isas[i]);
+    unsetenv("FAI_ISA");
+    if (fai_pool_create(1, &pools[0]) != FAI_OK || fai_pool_create(2, &pools[1]) != FAI_OK) {
+        fprintf(stderr, "fuzz_run: fai_pool_create: %s\n", fai_last_error());
+        abort();
+    }
+    return 0;
+}
+
+/* The input's layout: one byte per field (FIELD_*), then up to 8 bytes of the case seed. Missing
+ * bytes read as zero. */
+enum {
+    F_BATCH,
+    F_HEADS_KV,
+    F_GROUP,
+    F_SEQ_Q,
+    F_SEQ_KV,
+    F_DIM_KIND,
+    F_DIM,
+    F_DIM_V_SAME,
+    F_DIM_V_KIND,
+    F_DIM_V,
+    F_Q_DTYPE,
+    F_K_DTYPE,
+    F_V_DTYPE,
+    F_O_DTYPE,
+    F_CAUSAL,
+    F_WINDOW_LEFT,
+    F_WINDOW_RIGHT,
+    F_MASK_KIND,
+    F_MASK_SHAPE,
+    F_MASK_DENSITY,
+    F_Q_LENS,
+    F_KV_LENS,
+    F_PAGE_SIZE,
+    F_LAYOUT,
+    F_PACKED_EXTRA,
+    F_WORKERS,
+    F_THREADS,
+    F_TILE_Q,
+    F_TILE_KV,
+    F_SPLIT,
+    F_LSE,
+    F_SCALE,
+    F_AMPLITUDE,
+    F_EXPLICIT_LENS,
+    F_LENS_Q,                 /* 4 bytes */
+    F_LENS_KV = F_LENS_Q + 4, /* 4 bytes */
+    F_WS_OFFSET = F_LENS_KV + 4,
+    F_ISA,
+    F_POOL,
+    F_COUNT /* then the seed */
+};
+
+static int64_t dim_of(uint8_t kind, uint8_t value) {
+    static const int64_t wide[] = {48, 63, 64, 65, 80, 96, 128, 256, 512, 576};
+    return kind < 200 ? 1 + value % 40 : wide[value % 10];
+}
+
+static double work_of(const fai_case_spec *s, const int32_t *lq, const int32_t *lk) {
+    int64_t sq = s->seq_q, skv = s->seq_kv;
+    for (int64_t b = 0; b < s->batch; b++) {
+        if (lq && lq[b] > sq) sq = lq[b];
+        if (lk && lk[b] > skv) skv = lk[b];
+    }
+    const int64_t dv = s->head_dim_v ? s->head_dim_v : s->head_dim;
+    return (double)(s->batch ? s->batch : 1) * (double)s->heads_q * (double)(sq ? sq : 1) *
+           (double)(skv > 8 ? skv : 8) * (double)(s->head_dim + dv);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fuzz_input in = {data, size, 0};
+    uint8_t f[F_COUNT];
+    for (int i = 0; i < F_COUNT; i++)
+        f[i] = fuzz_u8(&in);
+    const uint64_t seed = fuzz_u64(&in);
+    fai_case_spec s;
+    fai_case_spec_any(&s);
+    s.batch = f[F_BATCH] % 5;
+    s.heads_kv = 1 + f[F_HEADS_KV] % 3;
+    const uint8_t group = f[F_GROUP];
+    s.heads_q = s.heads_kv * (group < 240 ? 1 + group % 4 : group % 2 ? 16 : 65);
+    s.seq_q = f[F_SEQ_Q] % 21;
+    s.seq_kv = f[F_SEQ_KV] % 91;
+    s.head_dim = dim_of(f[F_DIM_KIND], f[F_DIM]);
+    s.head_dim_v = f[F_DIM_V_SAME] < 128 ? s.head_dim : dim_of(f[F_DIM_V_KIND], f[F_DIM_V]);
+    s.q_dtype = f[F_Q_DTYPE] % 3;
+    s.k_dtype = f[F_K_DTYPE] % 3;
+    s.v_dtype = f[F_V_DTYPE] % 3;
+    s.o_dtype = f[F_O_DTYPE] % 3;
+    s.causal = f[F_CAUSAL] % 3;
+    s.window_left = -1 + f[F_WINDOW_LEFT] % 32;
+    s.window_right = -1 + f[F_WINDOW_RIGHT] % 32;
+    s.mask_kind = f[F_MASK_KIND] % 4;
+    s.mask_shape = f[F_MASK_SHAPE] % FAI_CASE_MASK_SHAPES;
+    s.mask_density = f[F_MASK_DENSITY] % 101;
+    s.q_lens = f[F_Q_LENS] % 3;
+    s.kv_lens = f[F_KV_LENS] % 4;
+    s.page_size = 1 + f[F_PAGE_SIZE] % 20;
+    s.layout = f[F_LAYOUT] < 128 ? FAI_CASE_ANY : f[F_LAYOUT] % 4;
+    s.packed_rows_extra = f[F_PACKED_EXTRA] % 4;
+    s.workers = f[F_WORKERS] < 250 ? f[F_WORKERS] % 18 : FAI_MAX_WORKERS;
+    s.threads = f[F_THREADS] % 4;
+    s.tile_q = f[F_TILE_Q] < 160 ? 0 : 1 + f[F_TILE_Q] % 9;
+    s.tile_kv = f[F_TILE_KV] < 160 ? 0 : 1 + f[F_TILE_KV] % 70;
+    s.split = f[F_SPLIT] % 3;
+    s.lse = f[F_LSE] % 2;
+    const int scale = f[F_SCALE];
+    s.scale = scale < 128 ? 0.0 : (double)(scale - 192) / 32.0 / sqrt((double)s.head_dim);
+    s.amplitude = 0.5 * (double)(1 + f[F_AMPLITUDE] % 4);
+    /* explicit per-sequence lengths, for the modes that take them */
+    int32_t lens_q[4], lens_kv[4];
+    const int64_t kv_len_max = s.kv_lens == FAI_CASE_LEN_SEQLENS ? s.seq_kv : 120;
+    for (int b = 0; b < 4; b++) {
+        lens_q[b] = (int32_t)(f[F_LENS_Q + b] % (s.seq_q + 1));
+        lens_kv[b] = (int32_t)(f[F_LENS_KV + b] % (kv_len_max + 1));
+    }
+    if (f[F_EXPLICIT_LENS] & 1 && s.q_lens != FAI_CASE_LEN_FULL) s.lens_q = lens_q;
+    if (f[F_EXPLICIT_LENS] & 2 && s.kv_lens != FAI_CASE_LEN_FULL) s.lens_kv = lens_kv;
+    const int64_t ws_offset = f[F_WS_OFFSET] % 64;
+    const int isa = f[F_ISA] % (ISA_COUNT + 1);
+    const int pool = f[F_POOL] % 3;
+
+    /* keep each run fast: shrink the largest knob until the work fits */
+    while (work_of(&s, s.lens_q, s.lens_kv) > WORK_CAP) {
+        int64_t kv_max = s.seq_kv;
+        for (int b = 0; s.lens_kv && b < 4; b++)
+            kv_max = lens_kv[b] > kv_max ? lens_kv[b] : kv_max;
+        if (kv_max > 8) {
+            for (int b = 0; b < 4; b++)
+                lens_kv[b] /= 2;
+            s.seq_kv /= 2;
+        } else if (s.heads_q > s.heads_kv) {
+            s.heads_q = s.heads_kv;
+        } else if (s.head_dim > 16 || s.head_dim_v > 16) {
+            s.head_dim = s.head_dim > 16 ? s.head_dim / 2 : s.head_dim;
+            s.head_dim_v = s.head_dim_v > 16 ? s.head_dim_v / 2 : s.head_dim_v;
+        } else if (s.seq_q > 2) {
+            s.seq_q /= 2;
+            for (int b = 0; b < 4; b++)
+                lens_q[b] = lens_q[b] > s.seq_q ? (int32_t)s.seq_q : lens_q[b];
+        } else {
+            return 0;
+        }
+    }
+
+    if (isa < ISA_COUNT) {
+        if (!isa_ok[isa]) return 0;
+        setenv("FAI_ISA", isas[isa], 1);
+    } else {
+        unsetenv("FAI_ISA");
+    }
+    fai_case c;
+    if (fai_case_build(&c, &s, seed) != 0) { /* an inconsistent spec: not the library's fault */
+        fai_case_free(&c);
+        return 0;
+    }
+    c.workspace_offset = (size_t)ws_offset;
+    if (getenv("FUZZ_RUN_VERBOSE")) fprintf(stderr, "fuzz_run: %s\n", c.desc);
+    fai_case_result r;
+    const int ok = fai_case_check(&c, pool < 2 ? pools[pool] : NULL, &r);
+    if (!ok) {
+        fprintf(stderr, "fuzz_run: FAI_ISA=%s case: %s\nfuzz_run: %s\n",
+                isa < ISA_COUNT ? isas[isa] : "(auto)", r.desc, r.why);
+        abort();
+    }
+    fai_case_free(&c);
+    return 0;
+}

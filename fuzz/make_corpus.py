@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of the fuzz harnesses into fuzz/corpus/{plan,run,npy}/.
+
+Each seed is the encoding of a meaningful input in the harness's own format (see the decoders in
+fuzz_plan.c and fuzz_run.c), so that fuzzing starts from real problems rather than from zeros.
+Run it again after changing a decoder: python3 fuzz/make_corpus.py
+"""
+import hashlib
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# -- fuzz_plan: take_int / take_enum / take_scale / take_lengths ------------------------------
+
+EDGES = [0, 1, -1, 2, 3, 7, 8, 16, 63, 64, 65, 128, 576, 577, 1023, 1024, 1025, 4096, 4097,
+         65535, 65536, 65537, 1 << 24, (1 << 24) + 1, 2**31 - 1, 2**31, -2**31, 2**32 - 1,
+         1 << 40, (2**63 - 1) // 2, 2**63 - 1, -2**63, -2]
+
+
+def p_int(value, small_max):
+    """take_int(in, small_max) decoding to value."""
+    span = small_max + 2
+    if -1 <= value <= small_max:
+        if span <= 256:
+            return bytes([0, value + 1])
+        return bytes([0]) + struct.pack("<I", value + 1)
+    if value in EDGES:
+        return bytes([4, EDGES.index(value)])
+    if 0 <= value <= 0xffff:
+        return bytes([6]) + struct.pack("<I", value)
+    return bytes([7]) + struct.pack("<q", value)
+
+
+def p_enum(value, count=3):
+    """take_enum(in, count) decoding to value."""
+    return bytes([value]) if 0 <= value < count else bytes([240]) + struct.pack("<i", value)
+
+
+def p_lengths(values, prefix=False):
+    """take_lengths: mode byte (raw when >= 224), then per entry a selector and a value."""
+    out = bytearray([224 if prefix else 0])  # raw for prefix sums: the values are given as is
+    for v in values:
+        if 0 <= v <= 64:
+            out += bytes([0, v])
+        else:
+            out += bytes([230]) + struct.pack("<i", v)
+    return bytes(out)
+
+
+def plan_seed(batch=1, heads_q=8, heads_kv=2, seq_q=16, seq_kv=64, head_dim=64, head_dim_v=0,
+              dtypes=(0, 1, 1, 0), scale=None, causal=0, window=(-1, -1), mask=0, split=0,
+              workers=4, threads=1, tiles=(0, 0), paged=None, seqlens_q=None, cu_q=None,
+              seqlens_kv=None, cu_kv=None, how=0):
+    out = bytearray()
+    out += p_int(batch, 6) + p_int(heads_kv, 8)
+    group = heads_q // heads_kv
+    out += p_int(group, 70) + bytes([0])  # heads_q = heads_kv * group
+    out += p_int(seq_q, 40) + p_int(seq_kv, 300)
+    out += p_int(head_dim, 130) + p_int(head_dim_v, 130)
+    for d in dtypes:
+        out += p_enum(d)
+    out += bytes([0]) if scale is None else bytes([160, (scale + 64) % 129])
+    out += p_enum(causal) + p_int(window[0], 40) + p_int(window[1], 40)
+    out += p_enum(mask, 4) + p_enum(split)
+    out += p_int(workers, 20) + p_int(threads, 4) + p_int(tiles[0], 9) + p_int(tiles[1], 70)
+    if paged:
+        out += bytes([0]) + p_int(paged[0], 20) + p_int(paged[1], 40) + p_int(paged[2], 12)
+    else:
+        out += bytes([200])
+    flags = ((1 if seqlens_q else 0) | (2 if cu_q else 0) | (4 if seqlens_kv else 0) |
+             (8 if cu_kv else 0))
+    if paged and not seqlens_kv:
+        flags |= 16
+    out += bytes([flags])
+    if seqlens_q:
+        out += p_lengths(seqlens_q)
+    if cu_q:
+        out += p_lengths(cu_q, prefix=True)
+    if seqlens_kv:
+        out += p_lengths(seqlens_kv)
+    if cu_kv:
+        out += p_lengths(cu_kv, prefix=True)
+    out += bytes([how])
+    return bytes(out)
+
+
+PLAN = [
+    plan_seed(),
+    plan_seed(batch=1, heads_q=32, heads_kv=8, seq_q=2048, seq_kv=2048, head_dim=128, causal=1,
+              workers=2, threads=0),
+    plan_seed(batch=4, heads_q=32, heads_kv=8, seq_q=1, seq_kv=0, head_dim=128, workers=8,
+              paged=(16, 40, 12), seqlens_kv=[100, 17, 0, 64]),
+    plan_seed(batch=3, heads_q=4, heads_kv=4, seq_q=30, seq_kv=90, head_dim=64,
+              cu_q=[0, 10, 10, 30], cu_kv=[0, 40, 41, 90], causal=2, window=(8, -1)),
+    plan_seed(batch=2, heads_q=6, heads_kv=2, seq_q=9, seq_kv=40, seqlens_q=[9, 3],
+              seqlens_kv=[40, 0], mask=3, split=2, workers=1024, tiles=(3, 17)),
+    plan_seed(batch=1, heads_q=130, heads_kv=2, seq_q=1, seq_kv=300, head_dim=576,
+              head_dim_v=512, split=1, workers=7),
+    plan_seed(batch=2, heads_q=2, heads_kv=1, seq_q=40, seq_kv=5, dtypes=(2, 2, 0, 1),
+              scale=-32, causal=1, window=(3, 2), workers=0, threads=3),
+    plan_seed(batch=2**63 - 1, heads_q=1, heads_kv=1, seq_q=1, seq_kv=1, head_dim=1),
+    plan_seed(batch=1, heads_q=1, heads_kv=1, seq_q=2**31 - 1, seq_kv=2**31 - 1, head_dim=1,
+              tiles=(4096, 4096), workers=1024),
+    plan_seed(batch=2, heads_q=8, heads_kv=2, dtypes=(0, 3, 1, 7), how=0),
+    plan_seed(batch=1, seq_q=8, seq_kv=8, how=255),
+    plan_seed(batch=1, seq_q=8, seq_kv=8, how=254),
+]
+
+# -- fuzz_run: one byte per field, then the seed -----------------------------------------------
+
+RUN_FIELDS = ["batch", "heads_kv", "group", "seq_q", "seq_kv", "dim_kind", "dim", "dim_v_same",
+              "dim_v_kind", "dim_v", "q_dtype", "k_dtype", "v_dtype", "o_dtype", "causal",
+              "window_left", "window_right", "mask_kind", "mask_shape", "mask_density", "q_lens",
+              "kv_lens", "page_size", "layout", "packed_extra", "workers", "threads", "tile_q",
+              "tile_kv", "split", "lse", "scale", "amplitude", "explicit_lens", "lens_q0",
+              "lens_q1", "lens_q2", "lens_q3", "lens_kv0", "lens_kv1", "lens_kv2", "lens_kv3",
+              "ws_offset", "isa", "pool"]
+
+
+def run_seed(seed, **fields):
+    """Byte values for the fields given in decoded terms where that is simple."""
+    values = dict.fromkeys(RUN_FIELDS, 0)
+    values.update(batch=1, heads_kv=0, group=1, seq_q=5, seq_kv=20, dim=15, lse=1, isa=4, pool=2,
+                  window_left=0, window_right=0)  # window -1: unbounded
+    for k, v in fields.items():
+        if k == "heads_kv":
+            v = v - 1
+        elif k == "group":
+            v = v - 1 if v <= 4 else (241 if v == 16 else 240)
+        elif k in ("window_left", "window_right"):
+            v = v + 1
+        elif k == "dim":
+            v = v - 1 if v <= 40 else [48, 63, 64, 65, 80, 96, 128, 256, 512, 576].index(v)
+            values["dim_kind"] = 0 if fields["dim"] <= 40 else 200
+        elif k == "dim_v":
+            values["dim_v_same"] = 128
+            values["dim_v_kind"] = 0 if v <= 40 else 200
+            v = v - 1 if v <= 40 else [48, 63, 64, 65, 80, 96, 128, 256, 512, 576].index(v)
+        elif k == "page_size":
+            v = v - 1
+        elif k == "tile_q":
+            v = 0 if v == 0 else 160 + (v - 1 - 160) % 9
+        elif k == "tile_kv":
+            v = 0 if v == 0 else 160 + (v - 1 - 160) % 70
+        elif k == "workers":
+            v = 250 if v == 1024 else v
+        values[k] = v
+    return bytes(values[k] % 256 for k in RUN_FIELDS) + struct.pack("<Q", seed)
+
+
+RUN = [
+    run_seed(1),
+    # prefill, causal bottom-right and top-left, GQA
+    run_seed(2, batch=2, heads_kv=2, group=4, seq_q=17, seq_kv=40, dim=32, causal=1, workers=3),
+    run_seed(3, batch=1, heads_kv=1, group=2, seq_q=20, seq_kv=20, dim=64, causal=2,
+             window_left=5, workers=2, threads=2),
+    # decode over a paged cache with explicit lengths, split-KV across many workers
+    run_seed(4, batch=3, heads_kv=2, group=4, seq_q=1, seq_kv=90, dim=64, kv_lens=3, page_size=7,
+             explicit_lens=2, lens_kv0=90, lens_kv1=13, lens_kv2=0, workers=16, threads=2),
+    run_seed(5, batch=1, heads_kv=1, group=16, seq_q=1, seq_kv=90, dim=128, kv_lens=3,
+             page_size=16, workers=1024),
+    # packed batches with empty sequences and padding rows
+    run_seed(6, batch=4, heads_kv=1, group=1, seq_q=9, seq_kv=30, dim=8, q_lens=2, kv_lens=2,
+             explicit_lens=3, lens_q0=0, lens_q1=9, lens_q2=4, lens_q3=1, lens_kv0=5,
+             lens_kv1=0, lens_kv2=30, lens_kv3=2, packed_extra=3),
+    # every mask kind and shape
+    run_seed(7, batch=2, heads_kv=2, group=2, seq_q=6, seq_kv=33, dim=16, mask_kind=1,
+             mask_shape=2, mask_density=30),
+    run_seed(8, batch=2, heads_kv=1, group=3, seq_q=6, seq_kv=33, dim=16, mask_kind=2,
+             mask_shape=4, mask_density=60, causal=1),
+    run_seed(9, batch=1, heads_kv=1, group=2, seq_q=11, seq_kv=70, dim=24, mask_kind=3,
+             mask_shape=0, mask_density=100),
+    # dtypes and output saturation, head dims past the vector width
+    run_seed(10, batch=1, heads_kv=1, group=1, seq_q=3, seq_kv=10, dim=576, dim_v=512,
+             q_dtype=1, k_dtype=2, v_dtype=1, o_dtype=1),
+    run_seed(11, batch=2, heads_kv=3, group=1, seq_q=7, seq_kv=19, dim=65, dim_v=33, q_dtype=2,
+             k_dtype=0, v_dtype=2, o_dtype=2, layout=131),
+    # large GQA group sliced into units, tiles overridden, strategies
+    run_seed(12, batch=1, heads_kv=1, group=65, seq_q=2, seq_kv=12, dim=8, tile_q=2, tile_kv=5,
+             split=1, workers=5),
+    run_seed(13, batch=2, heads_kv=1, group=2, seq_q=20, seq_kv=60, dim=12, tile_q=3, tile_kv=7,
+             split=2, workers=6, ws_offset=17, isa=0),
+    run_seed(14, batch=2, heads_kv=2, group=2, seq_q=8, seq_kv=50, dim=40, isa=1, pool=1,
+             scale=250, amplitude=3),
+    run_seed(15, batch=1, heads_kv=2, group=2, seq_q=8, seq_kv=50, dim=40, isa=2, pool=0,
+             causal=1, window_left=3, window_right=2),
+]
+
+# -- fuzz_npy: .npy files ----------------------------------------------------------------------
+
+
+def npy(descr, shape, payload, version=1, fortran=False, extra=b""):
+    shape_text = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (
+        descr, "True" if fortran else "False", shape_text)
+    pre = 10 if version == 1 else 12
+    total = (pre + len(header) + 1 + 63) // 64 * 64
+    header = (header + " " * (total - pre - len(header) - 1) + "\n").encode("latin-1")
+    size = struct.pack("<H", len(header)) if version == 1 else struct.pack("<I", len(header))
+    return b"\x93NUMPY" + bytes([version, 0]) + size + header + payload + extra
+
+
+NPY = [
+    npy("<f4", (2, 3), struct.pack("<6f", 1, 2, 3, 4, 5, 6)),
+    npy("<f2", (1, 2, 1, 2), bytes(8), version=2),
+    npy("<u2", (3,), bytes(6), version=3),
+    npy("|b1", (2, 2), bytes([1, 0, 0, 1])),
+    npy("|u1", (4,), bytes([0, 1, 2, 255])),
+    npy("<i4", (2,), struct.pack("<2i", 7, -1), extra=b"trailing"),
+    npy("<f4", (), struct.pack("<f", 0.5)),
+    npy("<f4", (0, 5), b""),
+    npy("<f4", (1, 1, 1, 1, 1, 1, 1, 1), struct.pack("<f", 1)),
+    npy("<f4", (2,), bytes(8), fortran=True),
+    npy(">f4", (2,), bytes(8)),
+]
+
+
+def write(kind, items):
+    d = os.path.join(HERE, "corpus", kind)
+    os.makedirs(d, exist_ok=True)
+    for name in os.listdir(d):
+        os.remove(os.path.join(d, name))
+    for data in items:
+        with open(os.path.join(d, hashlib.sha1(data).hexdigest()[:16]), "wb") as f:
+            f.write(data)
+
+
+if __name__ == "__main__":
+    write("plan", PLAN)
+    write("run", RUN)
+    write("npy", NPY)
