@@ -1,0 +1,108 @@
+/* Regressions: the smallest reproduction of each library bug found by fuzzing, robustness
+ * testing or review, kept so that it stays fixed. A test that can abort the process (undefined
+ * behaviour under UBSan) runs its body in a child process, so that the rest of the suite still
+ * runs in sanitizer builds. */
+#include "fai.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Runs body() in a child process; returns its exit status (128 + signal if it died). */
+static int in_child(int (*body)(void)) {
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) _exit(body());
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* fai_plan_create sums visible_pairs (query-key pairs times q heads) in int64_t: a valid problem
+ * with more than 2^63 pairs overflowed it (signed overflow, undefined behaviour; in practice a
+ * negative count in fai_plan_info). Here: 3 * 2^25 queries, 2^31 - 1 keys, 64 q heads, which
+ * plans in a fraction of a second with tile_q 4096. The count must not be negative (saturating,
+ * or refusing the problem with FAI_ERR_OVERFLOW, are both fine). */
+static int visible_pairs_body(void) {
+    fai_problem pb;
+    fai_problem_init(&pb);
+    pb.batch = 1;
+    pb.heads_q = 64;
+    pb.heads_kv = 1;
+    pb.seq_q = INT64_C(3) << 25;
+    pb.seq_kv = INT32_MAX;
+    pb.head_dim = 1;
+    pb.tile_q = 4096;
+    pb.workers = 1;
+    pb.threads = 1;
+    fai_plan *plan = NULL;
+    const fai_status status = fai_plan_create(&pb, &plan);
+    if (status == FAI_ERR_OVERFLOW && fai_last_error()[0]) return 0;
+    if (status != FAI_OK) {
+        fprintf(stderr, "  fai_plan_create: %s: %s\n", fai_status_string(status), fai_last_error());
+        return 1;
+    }
+    fai_plan_info info;
+    const int ok = fai_plan_get_info(plan, &info) == FAI_OK && info.visible_pairs >= 0;
+    if (!ok) fprintf(stderr, "  visible_pairs = %lld\n", (long long)info.visible_pairs);
+    fai_plan_free(plan);
+    return ok ? 0 : 1;
+}
+
+TEST(regress_visible_pairs_overflow) { CHECK(in_child(visible_pairs_body) == 0); }
+
+/* A NaN in K at a position the row sees makes the row's running sum NaN; the end of the unit
+ * took a sum that is not > 0 for "the row saw nothing" and wrote O = 0, LSE = -inf: the row
+ * looked fully masked (and fai_merge_states would then drop it silently) instead of carrying
+ * the NaN. One query, keys (1, NaN, 1, 1): O and LSE must be NaN, on every table, in the packed
+ * (prefill) and the direct (decode) paths alike. */
+TEST(regress_visible_nan_k_is_not_a_masked_row) {
+    for (int decode = 0; decode < 2; decode++) {
+        fai_problem pb;
+        fai_problem_init(&pb);
+        pb.batch = 1;
+        pb.heads_q = decode ? 1 : 16;
+        pb.heads_kv = 1;
+        pb.seq_q = decode ? 1 : 8;
+        pb.seq_kv = 4;
+        pb.head_dim = 1;
+        pb.k_dtype = pb.v_dtype = FAI_DTYPE_F32;
+        pb.workers = pb.threads = 1;
+        float q[16 * 8], k[4] = {1.0f, NAN, 1.0f, 1.0f}, v[4] = {1, 2, 3, 4};
+        float o[16 * 8], lse[16 * 8];
+        for (int i = 0; i < 16 * 8; i++)
+            q[i] = 0.5f, o[i] = lse[i] = -7.0f;
+        fai_plan *plan = NULL;
+        REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+        fai_tensors t;
+        memset(&t, 0, sizeof t);
+        t.q = fai_tensor_bshd(q, FAI_DTYPE_F32, pb.seq_q, pb.heads_q, 1);
+        t.k = fai_tensor_bshd(k, FAI_DTYPE_F32, 4, 1, 1);
+        t.v = fai_tensor_bshd(v, FAI_DTYPE_F32, 4, 1, 1);
+        t.o = fai_tensor_bshd(o, FAI_DTYPE_F32, pb.seq_q, pb.heads_q, 1);
+        t.lse.data = lse;
+        t.lse.dtype = FAI_DTYPE_F32;
+        t.lse.stride_seq = 1;
+        t.lse.stride_head = pb.seq_q;
+        t.lse.stride_batch = pb.heads_q * pb.seq_q;
+        const size_t size = fai_plan_workspace_size(plan);
+        void *ws = malloc(size);
+        REQUIRE(ws != NULL);
+        CHECK(fai_run(plan, &t, ws, size) == FAI_OK);
+        int not_nan = 0;
+        for (int64_t r = 0; r < pb.seq_q * pb.heads_q; r++)
+            not_nan += !isnan(o[r]) + !isnan(lse[r]);
+        if (not_nan)
+            fprintf(stderr, "  %s: O[0] = %g, LSE[0] = %g, expected NaN (%d values not NaN)\n",
+                    decode ? "decode" : "prefill", o[0], lse[0], not_nan);
+        CHECK(not_nan == 0);
+        free(ws);
+        fai_plan_free(plan);
+    }
+}
