@@ -658,10 +658,10 @@ static void announce_baseline(const bench_options *opt) {
                fai_baseline_blas());
     if (coretype || l2)
         fprintf(stderr,
-                "fai bench: note: OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s are set and may slow "
-                "OpenBLAS down; for its best run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
-                "fai bench --baseline\n",
-                coretype ? coretype : "(unset)", l2 ? l2 : "(unset)");
+                "fai bench: note: %s%s%s%s%s in the environment may slow OpenBLAS down; for its "
+                "best run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE fai bench --baseline\n",
+                coretype ? "OPENBLAS_CORETYPE=" : "", coretype ? coretype : "",
+                coretype && l2 ? " and " : "", l2 ? "OPENBLAS_L2_SIZE=" : "", l2 ? l2 : "");
 }
 
 int fai_cmd_bench(int argc, char **argv) {
