@@ -85,6 +85,9 @@ Q_TRUNC = f32((2, 4, 2, 8))
 Q_TRUNC = Q_TRUNC[:len(Q_TRUNC) - 5]
 Q_HEADER_PAST = bytearray(f32((2, 4, 2, 8)))
 Q_HEADER_PAST[8:10] = struct.pack("<H", 60000)
+Q_VERSION_4 = bytearray(f32((2, 4, 2, 8)))
+Q_VERSION_4[6] = 4
+Q_HEADER = "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }"
 
 # name, extra files, argv (after "run"), text the stderr line must contain
 CASES = [
@@ -111,6 +114,46 @@ CASES = [
      {"q.npy": npy("<f4", (2, 99999999999999999999999, 2, 8), payload=b"")}, BASE, "q.npy"),
     ("overflowing product",
      {"q.npy": npy("<f4", (4294967296, 4294967296, 2, 8), payload=b"")}, BASE, "overflow"),
+    ("truncated inside the header", {"q.npy": f32((2, 4, 2, 8))[:40]}, BASE, "truncated"),
+    ("magic only", {"k.npy": b"\x93NUMPY"}, BASE, "k.npy"),
+    ("empty v", {"v.npy": b""}, BASE, "v.npy"),
+    ("k payload truncated", {"k.npy": f32((2, 6, 1, 8))[:-3]}, BASE, "truncated"),
+    ("seqlens truncated", {"s.npy": i32((2,), [1, 2])[:-2]}, BASE + ["--seqlens-q", "s.npy"],
+     "--seqlens-q"),
+    ("block table wrong magic", dict(PAGED, **{"bt.npy": b"NUMPY" + bytes(100)}),
+     PAGED_ARGS + ["--block-table", "bt.npy"], "magic"),
+    ("unsupported version", {"q.npy": bytes(Q_VERSION_4)}, BASE, "version"),
+    ("header length zero", {"q.npy": b"\x93NUMPY\x01\x00\x00\x00" + bytes(64)}, BASE, "q.npy"),
+    ("header without fortran_order",
+     {"q.npy": npy("<f4", (1,), header="{'descr': '<f4', 'shape': (2, 4, 2, 8), }")}, BASE,
+     "fortran_order"),
+    ("header without descr",
+     {"q.npy": npy("<f4", (1,), header="{'fortran_order': False, 'shape': (2, 4, 2, 8), }")},
+     BASE, "descr"),
+    ("shape a list", {"q.npy": npy("<f4", (1,), header=Q_HEADER % "[2, 4, 2, 8]")}, BASE, "shape"),
+    ("shape with a float", {"q.npy": npy("<f4", (1,), header=Q_HEADER % "(2, 4.5, 2, 8)")}, BASE,
+     "shape"),
+    ("big-endian float16 k", {"k.npy": npy(">f2", (2, 6, 1, 8))}, BASE, "big-endian"),
+    ("big-endian seqlens", {"s.npy": npy(">i4", (2,), payload=bytes(8))},
+     BASE + ["--seqlens-q", "s.npy"], "big-endian"),
+    ("fortran-order mask", {"m.npy": npy("|b1", (4, 6), fortran=True)}, BASE + ["--mask", "m.npy"],
+     "Fortran"),
+    ("object additive mask", {"m.npy": npy("|O", (4, 6))}, BASE + ["--mask-add", "m.npy"],
+     "object"),
+    ("unicode dtype", {"q.npy": npy("<U4", (2, 4, 2, 8), payload=bytes(2 * 4 * 2 * 8 * 16))},
+     BASE, "<U4"),
+    ("complex dtype", {"v.npy": npy("<c8", (2, 6, 1, 8), payload=bytes(2 * 6 * 8 * 8))}, BASE,
+     "<c8"),
+    ("negative dimension in k", {"k.npy": npy("<f4", (2, 6, -1, 8), payload=b"")}, BASE,
+     "negative"),
+    ("overflowing dimension in k",
+     {"k.npy": npy("<f4", (2, 9223372036854775807, 1, 8), payload=b"")}, BASE, "overflow"),
+    ("q rank 0", {"q.npy": f32(())}, BASE, "--q"),
+    ("v rank 2", {"v.npy": f32((12, 8))}, BASE, "--v"),
+    ("seqlens rank 2", {"s.npy": i32((2, 1), [1, 2])}, BASE + ["--seqlens-q", "s.npy"],
+     "--seqlens-q"),
+    ("block table rank 1", dict(PAGED, **{"bt.npy": i32((4,), [0, 1, 2, 0])}),
+     PAGED_ARGS + ["--block-table", "bt.npy"], "--block-table"),
     ("rank 9", {"q.npy": npy("<f4", (1,) * 9)}, BASE, "rank"),
     ("q rank 3", {"q.npy": f32((2, 4, 16))}, BASE, "--q"),
     ("k rank 5", {"k.npy": f32((2, 6, 1, 8, 1))}, BASE, "--k"),
