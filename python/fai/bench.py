@@ -3,7 +3,8 @@
     python -m fai.bench [P1 P2 D1 D2 C1] [--threads 2] [--runs 10] [--bf16] [--plot out.png]
 
 Every library runs the same attention on the same values in one process, with the same thread
-count: median (and min) of --runs timed calls after --warmup untimed ones. Each peer's output is
+count: median (and min) of --runs timed calls after --warmup untimed ones, the libraries taking
+turns call by call so that a shared machine's load weighs on all of them alike. Each peer's output is
 compared with fai's (max |diff|), so a row is only reported for a peer that computed the same
 thing. Peers that are not installed are left out of the table.
 
@@ -111,21 +112,12 @@ class Case:
         return self.B * self.Hq * pairs * 4.0 * self.D
 
 
-def timed(fn, runs, warmup):
-    out = None
-    for _ in range(warmup):
-        out = fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), min(times), out
-
-
 # -- fai ------------------------------------------------------------------------------------------
 
-def run_fai(case, threads, runs, warmup):
+# Each setup_* builds a library's inputs outside the timed region and returns (call, finish,
+# note): call() runs the attention once, finish(result) gives O as float32 [B, Sq, Hq, D].
+
+def setup_fai(case, threads, bf16):
     def make_plan():
         return fai.Plan.like(case.q, case.k, case.v, threads=threads,
                              out_dtype=case.out_dtype, **case.kw)
@@ -140,17 +132,15 @@ def run_fai(case, threads, runs, warmup):
     plan_ms = statistics.median(plan_times)
     plan = make_plan()
     bt = case.kw.get("block_table")
-    median, best, out = timed(lambda: plan.run(case.q, case.k, case.v, block_table=bt), runs,
-                              warmup)
     info = plan.info
-    plan.close()
     note = f"plan {plan_ms:.2f} ms, {info['workers']} workers, isa {info['isa']}"
-    return median, best, np.asarray(out, np.float32), note
+    return (lambda: plan.run(case.q, case.k, case.v, block_table=bt),
+            lambda out: np.asarray(out, np.float32), note)
 
 
 # -- torch ----------------------------------------------------------------------------------------
 
-def run_torch(case, threads, runs, warmup, bf16):
+def setup_torch(case, threads, bf16):
     import torch
 
     F = torch.nn.functional
@@ -188,14 +178,13 @@ def run_torch(case, threads, runs, warmup, bf16):
         with torch.inference_mode():
             return F.scaled_dot_product_attention(q, k, v, **kw)
 
-    median, best, out = timed(call, runs, warmup)
-    out = out.reshape(B, Hq, Sq, D).transpose(1, 2).float().numpy()
-    return median, best, out, ", ".join(how) or "plain"
+    return (call, lambda out: out.reshape(B, Hq, Sq, D).transpose(1, 2).float().numpy(),
+            ", ".join(how) or "plain")
 
 
 # -- ONNX Runtime ---------------------------------------------------------------------------------
 
-def run_ort(case, threads, runs, warmup, bf16):
+def setup_ort(case, threads, bf16):
     if bf16:
         raise RuntimeError("no bf16 CPU kernel for these contrib ops")
     import onnx  # noqa: F401 - onnx.helper below needs the package
@@ -228,8 +217,8 @@ def run_ort(case, threads, runs, warmup, bf16):
                                                                     [B, Sq, Hq * D])])
         feeds = {"query": q, "key": np.ascontiguousarray(case.k32.reshape(B, Skv, Hkv * D)),
                  "value": np.ascontiguousarray(case.v32.reshape(B, Skv, Hkv * D))}
-        median, best, out = timed(lambda: sess.run(["output"], feeds)[0], runs, warmup)
-        return median, best, out.reshape(B, Sq, Hq, D), "MultiHeadAttention"
+        return (lambda: sess.run(["output"], feeds)[0], lambda out: out.reshape(B, Sq, Hq, D),
+                "MultiHeadAttention")
 
     if not case.causal and Sq != 1:
         raise RuntimeError("GroupQueryAttention is always causal")
@@ -289,15 +278,14 @@ def run_ort(case, threads, runs, warmup, bf16):
             outs.append(binding.get_outputs()[0].numpy())
         return np.concatenate(outs) if len(outs) > 1 else outs[0]
 
-    median, best, out = timed(call, runs, warmup)
-    return (median, best, out.reshape(B, Sq, Hq, D),
+    return (call, lambda out: out.reshape(B, Sq, Hq, D),
             "GroupQueryAttention, shared past/present buffer"
             + (f", one call per sequence ({B})" if per_seq else ""))
 
 
 # -- OpenVINO -------------------------------------------------------------------------------------
 
-def run_openvino(case, threads, runs, warmup, bf16):
+def setup_openvino(case, threads, bf16):
     import openvino as ov
 
     try:
@@ -342,13 +330,41 @@ def run_openvino(case, threads, runs, warmup, bf16):
         request.infer(feeds, share_inputs=True)  # read the arrays in place, as fai does
         return request.get_output_tensor(0).data
 
-    median, best, out = timed(call, runs, warmup)
-    out = np.array(out).reshape(B, Hq, Sq, D).transpose(0, 2, 1, 3)
-    return median, best, out, ", ".join(how) or "plain"
+    return (call, lambda out: np.array(out).reshape(B, Hq, Sq, D).transpose(0, 2, 1, 3),
+            ", ".join(how) or "plain")
 
 
-PEERS = {"torch": ("torch SDPA", run_torch), "ort": ("ONNX Runtime", run_ort),
-         "openvino": ("OpenVINO", run_openvino)}
+PEERS = {"torch": ("torch SDPA", setup_torch), "ort": ("ONNX Runtime", setup_ort),
+         "openvino": ("OpenVINO", setup_openvino)}
+
+
+def measure(setups, case, threads, bf16, runs, warmup):
+    """Sets every library up, warms each one, then times them in turns (run r calls every
+    library once, starting from a different one each time), so that the load of a shared machine
+    weighs on all of them alike. Returns {label: (median_ms, min_ms, O float32, note)} and
+    {label: error} for the libraries that could not run."""
+    ready, errors = {}, {}
+    for label, setup in setups:
+        try:
+            call, finish, note = setup(case, threads, bf16)
+            for _ in range(warmup):
+                call()
+            ready[label] = (call, finish, note)
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot run a shape says why
+            errors[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    labels = list(ready)
+    times = {label: [] for label in labels}
+    last = {}
+    for r in range(runs):
+        for n in range(len(labels)):
+            label = labels[(r + n) % len(labels)]
+            t0 = time.perf_counter()
+            last[label] = ready[label][0]()
+            times[label].append((time.perf_counter() - t0) * 1e3)
+    results = {label: (statistics.median(times[label]), min(times[label]),
+                       np.asarray(ready[label][1](last[label]), np.float32), ready[label][2])
+               for label in labels}
+    return results, errors
 
 
 def _available(peer):
@@ -437,7 +453,11 @@ def main(argv=None):
         case = Case(shape, args.bf16)
         row = {"shape": shape, "what": case.what, "threads": args.threads,
                "dtypes": "bf16" if args.bf16 else "q f32, kv f16, o f32", "results": {}}
-        median, best, ref, note = run_fai(case, args.threads, args.runs, args.warmup)
+        setups = [("fai", setup_fai)] + [PEERS[p] for p in peers]
+        results, errors = measure(setups, case, args.threads, args.bf16, args.runs, args.warmup)
+        if "fai" not in results:
+            raise SystemExit(f"fai could not run {shape}: {errors.get('fai')}")
+        median, best, ref, note = results["fai"]
         row["results"]["fai"] = {"median_ms": median, "min_ms": best,
                                  "gflops": case.flops() / median / 1e6,
                                  "kv_gbps": case.kv_bytes() / median / 1e6, "note": note}
@@ -447,15 +467,13 @@ def main(argv=None):
                                                  else ""))
         tol = 2e-2 if args.bf16 else 1e-3
         for p in peers:
-            label, fn = PEERS[p]
-            try:
-                pm, pb, out, how = fn(case, args.threads, args.runs, args.warmup, args.bf16)
-            except Exception as exc:  # noqa: BLE001 - a peer that cannot run a shape says why
-                row["results"][label] = {"error": f"{type(exc).__name__}: {exc}"}
-                notes.append(f"{shape} {label}: n/a ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:160]})")
+            label = PEERS[p][0]
+            if label in errors:
+                row["results"][label] = {"error": errors[label]}
+                notes.append(f"{shape} {label}: n/a ({errors[label]})")
                 continue
-            diff = float(np.max(np.abs(np.asarray(out, np.float32) - ref)))
+            pm, pb, out, how = results[label]
+            diff = float(np.max(np.abs(out - ref)))
             ok = bool(diff <= tol)
             row["results"][label] = {"median_ms": pm, "min_ms": pb, "ratio": pm / median,
                                      "max_abs_diff": diff, "same_result": ok, "note": how}
