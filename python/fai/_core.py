@@ -387,7 +387,8 @@ class Plan:
     required and seq_kv may be None.
     Options as in attention(), plus mask_kind (None, 'keep', 'drop', 'add': the mask itself is
     given to run()), q_dtype, k_dtype, v_dtype (None: k_dtype), out_dtype, split ('auto',
-    'units', 'greedy') and tile ((tile_q, tile_kv) overrides).
+    'units', 'greedy'), tile ((tile_q, tile_kv) overrides) and trust_block_table (True: runs do
+    not check the block-table entries they read, which must then lie inside the pool).
 
     Plan.like(q, k, v, **options) makes the plan that attention(q, k, v, **options) would use.
     """
@@ -397,7 +398,7 @@ class Plan:
                  causal=False, causal_top_left=False, window=None, mask_kind=None, scale=None,
                  seqlens_q=None, seqlens_kv=None, cu_seqlens_q=None, cu_seqlens_kv=None,
                  page_size=0, num_pages=0, pages_per_seq=0, threads=None, workers=None,
-                 split="auto", tile=None):
+                 split="auto", tile=None, trust_block_table=False):
         self._handle = None
         pb = _lib.Problem()
         _lib.problem_init(ctypes.byref(pb))
@@ -454,6 +455,7 @@ class Plan:
         pb.page_size = ints["page_size"]
         pb.num_pages = ints["num_pages"]
         pb.pages_per_seq = ints["pages_per_seq"]
+        pb.trust_block_table = 1 if trust_block_table else 0
         pb.threads = _count(threads, "threads")
         pb.workers = _count(workers, "workers")
         if split not in _SPLITS:

@@ -399,6 +399,9 @@ def test_plan_from_shapes_paged_decode():
             plan.run(q, kp, vp)
         with pytest.raises(fai.FaiError, match="dtype"):
             plan.run(q.astype(np.float16), kp, vp, block_table=bt)
+    with fai.Plan(B, Hq, Hkv, 1, None, D, seqlens_kv=lk, page_size=ps, num_pages=kp.shape[0],
+                  pages_per_seq=bt.shape[1], workers=4, trust_block_table=True) as trusted:
+        assert np.array_equal(trusted.run(q, kp, vp, block_table=bt), o)
 
 
 def test_plan_run_checks_shapes_and_masks():
