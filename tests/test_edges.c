@@ -1,0 +1,200 @@
+/* Corners of the API the other tests leave out: the remaining error paths of fai_merge_states,
+ * fai_plan_create and fai_pool_create, messages naming unknown dtypes and tables this CPU lacks,
+ * length limits that clip, and f16 subnormal inputs. */
+#include "fai.h"
+#include "fai_cases.h"
+#include "test_util.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static int message_has(const char *text) { return strstr(fai_last_error(), text) != NULL; }
+
+static void small_problem(fai_problem *pb) {
+    fai_problem_init(pb);
+    pb->batch = 1;
+    pb->heads_q = pb->heads_kv = 1;
+    pb->seq_q = 2;
+    pb->seq_kv = 3;
+    pb->head_dim = 8;
+    pb->workers = pb->threads = 1;
+}
+
+/* fai_plan_create fails with `want` and a message holding `text`, and returns no plan. */
+static int plan_fails_with(const fai_problem *pb, fai_status want, const char *text) {
+    fai_plan *plan = (fai_plan *)pb;
+    const fai_status status = fai_plan_create(pb, &plan);
+    const int ok = status == want && plan == NULL && message_has(text);
+    if (!ok)
+        fprintf(stderr, "  fai_plan_create: %s \"%s\", wanted %s \"%s\"\n",
+                fai_status_string(status), fai_last_error(), fai_status_string(want), text);
+    if (status == FAI_OK) fai_plan_free(plan);
+    return ok;
+}
+
+TEST(edges_merge_errors) {
+    float o_a[8] = {0}, lse_a[2] = {0}, out[4] = {7, 7, 7, 7};
+    fai_tensor o_parts[2], lse_parts[2];
+    for (int p = 0; p < 2; p++) {
+        o_parts[p] = fai_tensor_bshd(o_a + 4 * p, FAI_DTYPE_F32, 1, 1, 4);
+        lse_parts[p] = (fai_tensor){lse_a + p, FAI_DTYPE_F32, 1, 1, 1, 0};
+    }
+    fai_tensor o_out = fai_tensor_bshd(out, FAI_DTYPE_F32, 1, 1, 4);
+    o_parts[1].stride_dim = 2;
+    CHECK(fai_merge_states(2, o_parts, lse_parts, 1, 1, 1, 4, &o_out, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(message_has("o_parts[1].stride_dim = 2"));
+    o_parts[1].stride_dim = 1;
+    lse_parts[1].stride_head = -1;
+    CHECK(fai_merge_states(2, o_parts, lse_parts, 1, 1, 1, 4, &o_out, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(message_has("lse_parts[1] has a negative stride"));
+    lse_parts[1].stride_head = 1;
+    CHECK(fai_merge_states(2, o_parts, lse_parts, -1, 1, 1, 4, &o_out, NULL) ==
+          FAI_ERR_INVALID_ARG);
+    CHECK(message_has("batch = -1"));
+    CHECK(fai_merge_states(2, o_parts, NULL, 1, 1, 1, 4, &o_out, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(message_has("lse_parts = NULL"));
+    CHECK(fai_merge_states(2, o_parts, lse_parts, 1, 1, 1, 4, NULL, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(message_has("o_out = NULL"));
+    fai_tensor bad_out = o_out;
+    bad_out.dtype = (fai_dtype)7;
+    CHECK(fai_merge_states(2, o_parts, lse_parts, 1, 1, 1, 4, &bad_out, NULL) ==
+          FAI_ERR_INVALID_ARG);
+    CHECK(message_has("o_out[0].dtype = 7"));
+    for (int x = 0; x < 4; x++)
+        CHECK(out[x] == 7.0f); /* nothing written */
+    /* empty sizes succeed and write nothing */
+    CHECK(fai_merge_states(2, o_parts, lse_parts, 0, 1, 1, 4, &o_out, NULL) == FAI_OK);
+    CHECK(fai_last_error()[0] == '\0');
+}
+
+TEST(edges_plan_errors) {
+    fai_problem pb;
+    small_problem(&pb);
+    pb.split = (fai_split)7;
+    CHECK(plan_fails_with(&pb, FAI_ERR_INVALID_ARG, "split = 7"));
+
+    /* packed query rows with no sequence to belong to */
+    small_problem(&pb);
+    static const int32_t cu_empty[1] = {0};
+    pb.batch = 0;
+    pb.seq_q = 3;
+    pb.cu_seqlens_q = cu_empty;
+    CHECK(plan_fails_with(&pb, FAI_ERR_INVALID_ARG, "seq_q = 3 packed rows with batch = 0"));
+
+    /* K/V sizes that overflow, dense and paged (Q itself is empty) */
+    small_problem(&pb);
+    pb.batch = INT64_C(1) << 24;
+    pb.seq_q = 0;
+    pb.seq_kv = INT32_MAX;
+    pb.heads_q = pb.heads_kv = INT64_C(1) << 16;
+    pb.head_dim = FAI_MAX_HEAD_DIM;
+    CHECK(plan_fails_with(&pb, FAI_ERR_OVERFLOW, "seq_kv"));
+    small_problem(&pb);
+    static const int32_t lens[1] = {5};
+    pb.seq_q = 0;
+    pb.heads_q = pb.heads_kv = INT64_C(1) << 16;
+    pb.head_dim = FAI_MAX_HEAD_DIM;
+    pb.page_size = INT32_MAX;
+    pb.num_pages = INT32_MAX;
+    pb.pages_per_seq = 1;
+    pb.seqlens_kv = lens;
+    CHECK(plan_fails_with(&pb, FAI_ERR_OVERFLOW, "num_pages"));
+
+    /* a block table whose capacity (pages_per_seq x page_size) passes 2^31 - 1 is clipped to
+     * it, not overflowed: a length inside it plans */
+    small_problem(&pb);
+    pb.page_size = INT32_MAX;
+    pb.num_pages = 1;
+    pb.pages_per_seq = INT32_MAX;
+    pb.seqlens_kv = lens;
+    fai_plan *plan = NULL;
+    CHECK(fai_plan_create(&pb, &plan) == FAI_OK);
+    fai_plan_free(plan);
+}
+
+TEST(edges_pool_errors) {
+    fai_pool *pool = (fai_pool *)&pool;
+    CHECK(fai_pool_create(-1, &pool) == FAI_ERR_INVALID_ARG && pool == NULL);
+    CHECK(message_has("threads = -1"));
+    pool = (fai_pool *)&pool;
+    CHECK(fai_pool_create(FAI_MAX_WORKERS + 1, &pool) == FAI_ERR_INVALID_ARG && pool == NULL);
+    CHECK(message_has("threads = 1025"));
+    CHECK(fai_pool_create(1, NULL) == FAI_ERR_INVALID_ARG);
+    fai_pool_free(NULL);
+    /* threads 0: one per online CPU */
+    CHECK(fai_pool_create(0, &pool) == FAI_OK && pool != NULL);
+    fai_pool_free(pool);
+}
+
+/* A tensor dtype that is not a dtype is named "unknown" in the message. */
+TEST(edges_unknown_dtype_in_message) {
+    fai_problem pb;
+    small_problem(&pb);
+    fai_plan *plan = NULL;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    float q[16] = {0}, o[16] = {0};
+    uint16_t k[24] = {0}, v[24] = {0};
+    fai_tensors t;
+    memset(&t, 0, sizeof t);
+    t.q = fai_tensor_bshd(q, (fai_dtype)9, 2, 1, 8);
+    t.k = fai_tensor_bshd(k, FAI_DTYPE_F16, 3, 1, 8);
+    t.v = fai_tensor_bshd(v, FAI_DTYPE_F16, 3, 1, 8);
+    t.o = fai_tensor_bshd(o, FAI_DTYPE_F32, 2, 1, 8);
+    const size_t size = fai_plan_workspace_size(plan);
+    void *ws = malloc(size);
+    CHECK(fai_run(plan, &t, ws, size) == FAI_ERR_INVALID_ARG);
+    CHECK(message_has("q.dtype = unknown"));
+    free(ws);
+    fai_plan_free(plan);
+}
+
+/* FAI_ISA naming a table this build or CPU cannot run (NEON on x86, AVX-512 on AArch64). */
+TEST(edges_isa_known_but_unavailable) {
+    fai_problem pb;
+    small_problem(&pb);
+    const char *saved = getenv("FAI_ISA");
+    char saved_copy[64] = "";
+    if (saved) snprintf(saved_copy, sizeof saved_copy, "%s", saved);
+#if defined(__aarch64__)
+    const char *foreign = "avx512";
+#else
+    const char *foreign = "neon";
+#endif
+    REQUIRE(setenv("FAI_ISA", foreign, 1) == 0);
+    CHECK(plan_fails_with(&pb, FAI_ERR_ISA_UNAVAILABLE, "cannot run"));
+    if (saved)
+        setenv("FAI_ISA", saved_copy, 1);
+    else
+        unsetenv("FAI_ISA");
+}
+
+/* f16 inputs holding subnormals (below 2^-14) decode exactly. */
+TEST(edges_f16_subnormal_inputs) {
+    for (int variant = 0; variant < 2; variant++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 1;
+        s.heads_q = s.heads_kv = 2;
+        s.seq_q = variant ? 1 : 5;
+        s.seq_kv = 19;
+        s.head_dim = 13; /* a tail past the vector width: the scalar conversions */
+        s.head_dim_v = 11;
+        s.q_dtype = s.k_dtype = s.v_dtype = FAI_DTYPE_F16;
+        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
+        s.mask_kind = FAI_MASK_NONE;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 3400 + (uint64_t)variant) == 0);
+        for (int64_t j = 0; j < 19; j++)
+            for (int64_t h = 0; h < 2; h++)
+                for (int64_t d = 0; d < 13; d++) {
+                    const double tiny = (double)((j + d) % 7 - 3) * 0x1p-20; /* subnormal */
+                    fai_case_set(&c.tensors.k, 0, j, h, d, d % 2 ? tiny : 0.5);
+                    if (d < 11) fai_case_set(&c.tensors.v, 0, j, h, d, d % 3 ? tiny : -0.25);
+                }
+        fai_case_reset(&c);
+        fai_case_result r;
+        CHECK(fai_case_check(&c, NULL, &r));
+        if (!r.ok) fprintf(stderr, "  %s\n  %s\n", r.desc, r.why);
+        fai_case_free(&c);
+    }
+}
