@@ -247,6 +247,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         pb.page_size = take_int(&in, 20);
         pb.num_pages = take_int(&in, 40);
         pb.pages_per_seq = take_int(&in, 12);
+        pb.trust_block_table = (int)take_enum(&in, 2);
     }
     /* the length arrays, with the entries the batch needs */
     const uint8_t arrays = fuzz_u8(&in);

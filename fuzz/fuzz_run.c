@@ -5,11 +5,12 @@
  * takes milliseconds, every dtype, causal and window, every mask kind and shape, padded, packed
  * and paged lengths (with explicit per-sequence lengths from the input), layouts, workers,
  * threads, tiles, the split strategy, LSE, the workspace's misalignment and the micro-kernel
- * table (FAI_ISA: each one this machine runs). The case builder fills everything the library
- * must not read (rows past the lengths, page tails, unreferenced pages, stride gaps, O and LSE
- * before the run) with NaN and Inf; fai_case_check compares O and LSE with the oracle within the
- * documented tolerances and checks that nothing outside O and LSE was written. Any difference
- * aborts. */
+ * table (FAI_ISA: each one this machine runs), a trusted block table, or one entry out of the
+ * pool (which fai_run must refuse when a length reaches it, and never read otherwise). The case
+ * builder fills everything the library must not read (rows past the lengths, page tails,
+ * unreferenced pages, stride gaps, O and LSE before the run) with NaN and Inf; fai_case_check
+ * compares O and LSE with the oracle within the documented tolerances and checks that nothing
+ * outside O and LSE was written. Any difference aborts. */
 #include "fai.h"
 #include "fai_cases.h"
 #include "fuzz_input.h"
@@ -94,8 +95,47 @@ enum {
     F_WS_OFFSET = F_LENS_KV + 4,
     F_ISA,
     F_POOL,
-    F_COUNT /* then the seed */
+    F_TRUST_TABLE, /* odd: trust_block_table (the table is valid) */
+    F_BAD_ENTRY,   /* < 64 (paged, table not trusted): one block-table entry out of the pool */
+    F_BAD_BATCH,   /* its sequence */
+    F_BAD_PAGE,    /* its page */
+    F_BAD_VALUE,   /* its value */
+    F_COUNT        /* then the seed */
 };
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz_run: check failed at line %d: %s\n", __LINE__, #cond);           \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* A block-table entry that a sequence's length reaches lies outside the pool: fai_run and
+ * fai_check_tensors refuse the tensors with a message naming the entry, and nothing is
+ * written. */
+static void bad_entry_is_refused(fai_case *c, int64_t b, int64_t page) {
+    fai_plan *plan = NULL;
+    CHECK(fai_plan_create(&c->problem, &plan) == FAI_OK);
+    CHECK(fai_check_tensors(plan, &c->tensors) == FAI_ERR_INVALID_ARG);
+    CHECK(fai_last_error()[0] != '\0');
+    const size_t size = fai_plan_workspace_size(plan);
+    void *ws = malloc(size + 1);
+    CHECK(ws != NULL);
+    const fai_status status = fai_run(plan, &c->tensors, ws, size);
+    if (status != FAI_ERR_INVALID_ARG || !strstr(fai_last_error(), "block_table")) {
+        fprintf(stderr, "fuzz_run: block_table[%lld][%lld] out of the pool: %s \"%s\"\n%s\n",
+                (long long)b, (long long)page, fai_status_string(status), fai_last_error(),
+                c->desc);
+        abort();
+    }
+    CHECK(memcmp(c->buf[FAI_CASE_BUF_O], c->init[FAI_CASE_BUF_O], c->bytes[FAI_CASE_BUF_O]) == 0);
+    if (c->buf[FAI_CASE_BUF_LSE])
+        CHECK(memcmp(c->buf[FAI_CASE_BUF_LSE], c->init[FAI_CASE_BUF_LSE],
+                     c->bytes[FAI_CASE_BUF_LSE]) == 0);
+    free(ws);
+    fai_plan_free(plan);
+}
 
 static int64_t dim_of(uint8_t kind, uint8_t value) {
     static const int64_t wide[] = {48, 63, 64, 65, 80, 96, 128, 256, 512, 576};
@@ -203,6 +243,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     c.workspace_offset = (size_t)ws_offset;
     if (getenv("FUZZ_RUN_VERBOSE")) fprintf(stderr, "fuzz_run: %s\n", c.desc);
+    if (c.problem.page_size > 0 && c.problem.batch > 0) {
+        if (f[F_TRUST_TABLE] % 2) {
+            c.problem.trust_block_table = 1;
+        } else if (f[F_BAD_ENTRY] < 64) {
+            /* an entry out of the pool: refused if a length reaches it, never read if not */
+            const int64_t b = f[F_BAD_BATCH] % c.problem.batch;
+            const int64_t stride = c.tensors.block_table_stride ? c.tensors.block_table_stride
+                                                                : c.problem.pages_per_seq;
+            const int64_t page = f[F_BAD_PAGE] % c.problem.pages_per_seq;
+            const int32_t values[] = {-1, INT32_MIN, INT32_MAX, (int32_t)c.problem.num_pages,
+                                      (int32_t)c.problem.num_pages + 1000};
+            c.block_table[b * stride + page] = values[f[F_BAD_VALUE] % 5];
+            const int64_t reached = (c.len_kv[b] + c.problem.page_size - 1) / c.problem.page_size;
+            if (page < reached) {
+                bad_entry_is_refused(&c, b, page);
+                fai_case_free(&c);
+                return 0;
+            }
+        }
+    }
     fai_case_result r;
     const int ok = fai_case_check(&c, pool < 2 ? pools[pool] : NULL, &r);
     if (!ok) {

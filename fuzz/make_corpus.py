@@ -66,6 +66,7 @@ def plan_seed(batch=1, heads_q=8, heads_kv=2, seq_q=16, seq_kv=64, head_dim=64, 
     out += p_int(workers, 20) + p_int(threads, 4) + p_int(tiles[0], 9) + p_int(tiles[1], 70)
     if paged:
         out += bytes([0]) + p_int(paged[0], 20) + p_int(paged[1], 40) + p_int(paged[2], 12)
+        out += p_enum(paged[3] if len(paged) > 3 else 0, 2)
     else:
         out += bytes([200])
     flags = ((1 if seqlens_q else 0) | (2 if cu_q else 0) | (4 if seqlens_kv else 0) |
@@ -90,7 +91,7 @@ PLAN = [
     plan_seed(batch=1, heads_q=32, heads_kv=8, seq_q=2048, seq_kv=2048, head_dim=128, causal=1,
               workers=2, threads=0),
     plan_seed(batch=4, heads_q=32, heads_kv=8, seq_q=1, seq_kv=0, head_dim=128, workers=8,
-              paged=(16, 40, 12), seqlens_kv=[100, 17, 0, 64]),
+              paged=(16, 40, 12, 1), seqlens_kv=[100, 17, 0, 64]),
     plan_seed(batch=3, heads_q=4, heads_kv=4, seq_q=30, seq_kv=90, head_dim=64,
               cu_q=[0, 10, 10, 30], cu_kv=[0, 40, 41, 90], causal=2, window=(8, -1)),
     plan_seed(batch=2, heads_q=6, heads_kv=2, seq_q=9, seq_kv=40, seqlens_q=[9, 3],
@@ -115,14 +116,15 @@ RUN_FIELDS = ["batch", "heads_kv", "group", "seq_q", "seq_kv", "dim_kind", "dim"
               "kv_lens", "page_size", "layout", "packed_extra", "workers", "threads", "tile_q",
               "tile_kv", "split", "lse", "scale", "amplitude", "explicit_lens", "lens_q0",
               "lens_q1", "lens_q2", "lens_q3", "lens_kv0", "lens_kv1", "lens_kv2", "lens_kv3",
-              "ws_offset", "isa", "pool"]
+              "ws_offset", "isa", "pool", "trust_table", "bad_entry", "bad_batch", "bad_page",
+              "bad_value"]
 
 
 def run_seed(seed, **fields):
     """Byte values for the fields given in decoded terms where that is simple."""
     values = dict.fromkeys(RUN_FIELDS, 0)
     values.update(batch=1, heads_kv=0, group=1, seq_q=5, seq_kv=20, dim=15, lse=1, isa=4, pool=2,
-                  window_left=0, window_right=0)  # window -1: unbounded
+                  window_left=0, window_right=0, bad_entry=255)  # window -1: unbounded
     for k, v in fields.items():
         if k == "heads_kv":
             v = v - 1
@@ -185,6 +187,15 @@ RUN = [
              scale=250, amplitude=3),
     run_seed(15, batch=1, heads_kv=2, group=2, seq_q=8, seq_kv=50, dim=40, isa=2, pool=0,
              causal=1, window_left=3, window_right=2),
+    # a trusted block table; one entry out of the pool, reached by a length or not
+    run_seed(16, batch=2, heads_kv=1, group=2, seq_q=1, seq_kv=60, dim=16, kv_lens=3,
+             page_size=8, trust_table=1),
+    run_seed(17, batch=3, heads_kv=1, group=1, seq_q=2, seq_kv=60, dim=16, kv_lens=3,
+             page_size=5, explicit_lens=2, lens_kv0=60, lens_kv1=3, lens_kv2=0, bad_entry=0,
+             bad_batch=0, bad_page=4, bad_value=3),
+    run_seed(18, batch=2, heads_kv=1, group=1, seq_q=2, seq_kv=60, dim=16, kv_lens=3,
+             page_size=5, explicit_lens=2, lens_kv0=7, lens_kv1=60, bad_entry=0, bad_batch=0,
+             bad_page=5, bad_value=2),
 ]
 
 # -- fuzz_npy: .npy files ----------------------------------------------------------------------
