@@ -122,12 +122,14 @@ static int32_t *take_lengths(fuzz_input *in, int64_t n, int64_t max, int prefix)
             value = max;
         else
             value = (int32_t)fuzz_u32(in);
+        if (value > INT32_MAX) value = INT32_MAX; /* max may be any int64 */
+        if (value < INT32_MIN) value = INT32_MIN;
         if (prefix && !raw) {
             if (i == 0) value = 0;
-            sum += value;
+            sum += value; /* at most 2^20 entries of 32 bits: no overflow */
             value = sum;
         }
-        lengths[i] = (int32_t)value;
+        lengths[i] = (int32_t)value; /* a sum past 2^31 wraps: invalid, as intended */
     }
     return lengths;
 }
