@@ -178,7 +178,8 @@ static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_un
         const int64_t i = unit->q_begin + r / heads;
         const int64_t head_q = unit->head_q_begin + r % heads;
         const float sum = sc->row_sum[r];
-        if (!(sum > 0.0f)) {
+        /* a row saw nothing only if its max is still -inf; a NaN it saw stays NaN */
+        if (sc->row_max[r] == -INFINITY) {
             write_zero_row(plan, t, b, i, head_q);
             continue;
         }
@@ -217,15 +218,16 @@ static void merge_parts(const fai_plan *plan, const fai_unit *unit, const unit_s
                         unsigned char *ws_base) {
     const int64_t rows = unit->q_len * unit->heads, ld_o = plan->ld_o, ld_s = plan->ld_s;
     for (int64_t r = 0; r < rows; r++) {
+        /* NaN (a part that saw a NaN) wins the max, so that it reaches the row */
         float max = -INFINITY;
         for (int64_t p = 0; p < unit->parts; p++) {
             const float part_max = part_slot(plan, ws_base, unit->first_slot + p)[rows * ld_o + r];
-            if (part_max > max) max = part_max;
+            if (part_max > max || isnan(part_max)) max = part_max;
         }
         float *o_row = sc->o_acc + r * ld_o;
         float sum = 0.0f;
         memset(o_row, 0, (size_t)ld_o * sizeof(float));
-        for (int64_t p = 0; p < unit->parts && max > -INFINITY; p++) {
+        for (int64_t p = 0; p < unit->parts && max != -INFINITY; p++) {
             const float *slot = part_slot(plan, ws_base, unit->first_slot + p);
             const float part_max = slot[rows * ld_o + r];
             if (part_max == -INFINITY) continue; /* this part saw nothing of the row */

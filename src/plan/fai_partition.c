@@ -108,7 +108,14 @@ fai_status fai__build_units(fai_plan *plan) {
                         unit->kv_tiles = key_hi / tile_kv + 1 - unit->kv_tile_begin;
                     }
                     plan->total_weight += unit->kv_tiles;
-                    plan->visible_pairs += pairs * unit->heads;
+                    int64_t unit_pairs;
+                    if (!fai__mul_ok(pairs, unit->heads, &unit_pairs) ||
+                        !fai__add_ok(plan->visible_pairs, unit_pairs, &plan->visible_pairs))
+                        return fai__fail(FAI_ERR_OVERFLOW,
+                                         "the problem has more than 2^63 visible (query, key) "
+                                         "pairs: seq_q = %lld, seq_kv = %lld, heads_q = %lld",
+                                         (long long)pb->seq_q, (long long)pb->seq_kv,
+                                         (long long)pb->heads_q);
                 }
             }
         }
