@@ -5,12 +5,12 @@
  * takes milliseconds, every dtype, causal and window, every mask kind and shape, padded, packed
  * and paged lengths (with explicit per-sequence lengths from the input), layouts, workers,
  * threads, tiles, the split strategy, LSE, the workspace's misalignment and the micro-kernel
- * table (FAI_ISA: each one this machine runs), a trusted block table, or one entry out of the
- * pool (which fai_run must refuse when a length reaches it, and never read otherwise). The case
- * builder fills everything the library must not read (rows past the lengths, page tails,
- * unreferenced pages, stride gaps, O and LSE before the run) with NaN and Inf; fai_case_check
- * compares O and LSE with the oracle within the documented tolerances and checks that nothing
- * outside O and LSE was written. Any difference aborts. */
+ * table (FAI_ISA: each one this machine runs), NaN and Inf in K and V at the keys no row sees, a
+ * trusted block table, or one entry out of the pool (which fai_run must refuse when a length
+ * reaches it, and never read otherwise). The case builder fills everything the library must not
+ * read (rows past the lengths, page tails, unreferenced pages, stride gaps, O and LSE before the
+ * run) with NaN and Inf; fai_case_check compares O and LSE with the oracle within the documented
+ * tolerances and checks that nothing outside O and LSE was written. Any difference aborts. */
 #include "fai.h"
 #include "fai_cases.h"
 #include "fuzz_input.h"
@@ -100,6 +100,7 @@ enum {
     F_BAD_BATCH,   /* its sequence */
     F_BAD_PAGE,    /* its page */
     F_BAD_VALUE,   /* its value */
+    F_POISON,      /* < 128: NaN and Inf in K and V at every key no row of its sequence sees */
     F_COUNT        /* then the seed */
 };
 
@@ -135,6 +136,66 @@ static void bad_entry_is_refused(fai_case *c, int64_t b, int64_t page) {
                      c->bytes[FAI_CASE_BUF_LSE]) == 0);
     free(ws);
     fai_plan_free(plan);
+}
+
+/* Whether query i of sequence b (head h) sees key j: causal, window and the explicit mask. */
+static int row_sees(const fai_case *c, int64_t b, int64_t h, int64_t i, int64_t j) {
+    const fai_problem *pb = &c->problem;
+    const int64_t lq = c->len_q[b], lk = c->len_kv[b];
+    const int64_t diag = pb->causal == FAI_CAUSAL_TOP_LEFT ? i : i + lk - lq;
+    const int64_t wr = pb->causal != FAI_CAUSAL_NONE ? 0 : pb->window_right;
+    if (pb->window_left >= 0 && j < diag - pb->window_left) return 0;
+    if (wr >= 0 && j > diag + wr) return 0;
+    if (pb->mask_kind == FAI_MASK_NONE) return 1;
+    const fai_mask *m = &c->tensors.mask;
+    const int64_t at = b * m->stride_batch + h * m->stride_head + i * m->stride_q + j;
+    if (pb->mask_kind == FAI_MASK_ADD) {
+        float add;
+        memcpy(&add, (const unsigned char *)m->data + at * 4, 4);
+        return add != -INFINITY;
+    }
+    const unsigned char byte = ((const unsigned char *)m->data)[at];
+    return pb->mask_kind == FAI_MASK_KEEP ? byte != 0 : byte == 0;
+}
+
+/* Positions inside the lengths that no query of the sequence's kv-head group can see (outside
+ * every row's causal band or window, or masked out for all of them) get NaN, +Inf or -Inf in K
+ * and V: they must contribute nothing, so the case still matches the oracle. */
+static void poison_unseen_keys(fai_case *c) {
+    const fai_problem *pb = &c->problem;
+    const int64_t group = pb->heads_q / pb->heads_kv;
+    const int64_t dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+    static const double values[] = {NAN, INFINITY, -INFINITY};
+    int64_t poisoned = 0;
+    for (int64_t b = 0; b < pb->batch; b++)
+        for (int64_t hk = 0; hk < pb->heads_kv; hk++)
+            for (int64_t j = 0; j < c->len_kv[b]; j++) {
+                int seen = 0;
+                for (int64_t h = hk * group; h < (hk + 1) * group && !seen; h++)
+                    for (int64_t i = 0; i < c->len_q[b] && !seen; i++)
+                        seen = row_sees(c, b, h, i, j);
+                if (seen) continue;
+                /* the key's row in the tensor: packed, paged or padded */
+                int64_t tb = b, ts = j;
+                if (pb->cu_seqlens_kv) {
+                    tb = 0;
+                    ts = pb->cu_seqlens_kv[b] + j;
+                } else if (pb->page_size > 0) {
+                    const int64_t stride = c->tensors.block_table_stride
+                                               ? c->tensors.block_table_stride
+                                               : pb->pages_per_seq;
+                    tb = c->tensors.block_table[b * stride + j / pb->page_size];
+                    ts = j % pb->page_size;
+                }
+                const double value = values[poisoned++ % 3];
+                for (int64_t d = 0; d < pb->head_dim; d++)
+                    fai_case_set(&c->tensors.k, tb, ts, hk, d, value);
+                for (int64_t d = 0; d < dv; d++)
+                    fai_case_set(&c->tensors.v, tb, ts, hk, d, d % 2 ? -value : value);
+            }
+    fai_case_reset(c); /* the poisoned inputs are the ones the run must leave unchanged */
+    if (getenv("FUZZ_RUN_VERBOSE"))
+        fprintf(stderr, "fuzz_run: %lld keys poisoned\n", (long long)poisoned);
 }
 
 static int64_t dim_of(uint8_t kind, uint8_t value) {
@@ -243,6 +304,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     c.workspace_offset = (size_t)ws_offset;
     if (getenv("FUZZ_RUN_VERBOSE")) fprintf(stderr, "fuzz_run: %s\n", c.desc);
+    if (f[F_POISON] < 128) poison_unseen_keys(&c);
     if (c.problem.page_size > 0 && c.problem.batch > 0) {
         if (f[F_TRUST_TABLE] % 2) {
             c.problem.trust_block_table = 1;

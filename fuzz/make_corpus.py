@@ -117,14 +117,14 @@ RUN_FIELDS = ["batch", "heads_kv", "group", "seq_q", "seq_kv", "dim_kind", "dim"
               "tile_kv", "split", "lse", "scale", "amplitude", "explicit_lens", "lens_q0",
               "lens_q1", "lens_q2", "lens_q3", "lens_kv0", "lens_kv1", "lens_kv2", "lens_kv3",
               "ws_offset", "isa", "pool", "trust_table", "bad_entry", "bad_batch", "bad_page",
-              "bad_value"]
+              "bad_value", "poison"]
 
 
 def run_seed(seed, **fields):
     """Byte values for the fields given in decoded terms where that is simple."""
     values = dict.fromkeys(RUN_FIELDS, 0)
     values.update(batch=1, heads_kv=0, group=1, seq_q=5, seq_kv=20, dim=15, lse=1, isa=4, pool=2,
-                  window_left=0, window_right=0, bad_entry=255)  # window -1: unbounded
+                  window_left=0, window_right=0, bad_entry=255, poison=255)  # window -1: any
     for k, v in fields.items():
         if k == "heads_kv":
             v = v - 1
@@ -196,6 +196,13 @@ RUN = [
     run_seed(18, batch=2, heads_kv=1, group=1, seq_q=2, seq_kv=60, dim=16, kv_lens=3,
              page_size=5, explicit_lens=2, lens_kv0=7, lens_kv1=60, bad_entry=0, bad_batch=0,
              bad_page=5, bad_value=2),
+    # NaN and Inf in K and V wherever no row looks: causal, windows, masks, decode
+    run_seed(19, batch=2, heads_kv=2, group=2, seq_q=9, seq_kv=50, dim=16, causal=2,
+             window_left=6, poison=0, tile_kv=16),
+    run_seed(20, batch=2, heads_kv=1, group=4, seq_q=1, seq_kv=80, dim=32, mask_kind=1,
+             mask_shape=2, mask_density=60, kv_lens=3, page_size=16, poison=0, workers=9),
+    run_seed(21, batch=3, heads_kv=1, group=2, seq_q=12, seq_kv=70, dim=24, mask_kind=3,
+             mask_shape=4, mask_density=40, causal=1, q_lens=2, kv_lens=2, poison=0),
 ]
 
 # -- fuzz_npy: .npy files ----------------------------------------------------------------------
