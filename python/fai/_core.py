@@ -533,8 +533,14 @@ class Plan:
         """fai_plan_info as a dict: tile_q, tile_kv, tile_rows, units, workers, threads,
         total_weight, imbalance, split_kv, split_units, partials, visible_pairs,
         workspace_bytes, l1d_bytes, l1d_capacity, l2_bytes, l2_capacity, tile_fits, isa."""
-        info = _lib.PlanInfo()
-        _check(_lib.plan_get_info(self._require(), ctypes.byref(info)))
+        size = ctypes.sizeof(_lib.PlanInfo)
+        buf = (ctypes.c_ubyte * (size + 64))(*([0xA5] * (size + 64)))  # a tail to check
+        _check(_lib.plan_get_info(self._require(),
+                                  ctypes.cast(buf, ctypes.POINTER(_lib.PlanInfo))))
+        if bytes(buf[size:]) != bytes([0xA5] * 64):
+            _fail("libfai's fai_plan_info is larger than this package's: the library and the "
+                  "package come from different versions of fai.h")
+        info = _lib.PlanInfo.from_buffer_copy(bytes(buf[:size]))
         out = {name: getattr(info, name) for name, _ in _lib.PlanInfo._fields_}
         out["split_kv"] = bool(out["split_kv"])
         out["tile_fits"] = bool(out["tile_fits"])

@@ -236,3 +236,26 @@ pool_create = _declare("fai_pool_create", c_int, [c_int64, ctypes.POINTER(c_void
 pool_free = _declare("fai_pool_free", None, [c_void_p])
 plan_set_pool = _declare("fai_plan_set_pool", None, [c_void_p, c_void_p])
 cpu_count = _declare("fai_cpu_count", c_int64, [])
+
+
+def _check_layout():
+    """fai_problem_init clears the whole struct and sets the defaults: run it on a buffer with a
+    sentinel tail and compare with the bytes this module's Problem should hold, so a library
+    built from another version of fai.h (fields added or moved) is refused at import instead of
+    misreading every problem."""
+    size = ctypes.sizeof(Problem)
+    buf = (ctypes.c_ubyte * (size + 64))(*([0xA5] * (size + 64)))
+    problem_init(ctypes.cast(buf, ctypes.POINTER(Problem)))
+    want = Problem()
+    want.q_dtype, want.k_dtype, want.v_dtype, want.o_dtype = (DTYPE_F32, DTYPE_F16, DTYPE_F16,
+                                                              DTYPE_F32)
+    want.window_left = want.window_right = -1
+    got = bytes(buf)
+    if got[:size] != bytes(want) or got[size:] != bytes([0xA5] * 64):
+        raise ImportError(
+            f"fai: {path} was built from a fai.h whose fai_problem differs from this package's "
+            "(another version of the library): rebuild it from the same source tree "
+            "(pip install ./python), or point FAI_LIBRARY at a matching libfai.so")
+
+
+_check_layout()
