@@ -446,7 +446,8 @@ static void softmax_rows_simd(float *s, int64_t ld_n, int64_t m, float *row_max,
         for (int64_t j = 0; j < ld_n; j += W)
             tile_max = v_max(tile_max, v_load(row + j));
         const float old_max = row_max[i], top = v_hmax(tile_max);
-        const float new_max = top > old_max ? top : old_max;
+        /* a NaN score (NEON's max keeps it) must not read as "nothing visible" */
+        const float new_max = top > old_max || isnan(top) ? top : old_max;
         if (new_max == -INFINITY) { /* nothing visible yet */
             for (int64_t j = 0; j < ld_n; j += W)
                 v_store(row + j, v_zero());
