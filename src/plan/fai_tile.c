@@ -15,6 +15,9 @@
  * the most q heads of one group a unit takes (larger groups are sliced). */
 #define TARGET_TILE_ROWS 64
 #define MAX_GROUP_SLICE 64
+/* Decode tiles are also the grain of the split: with at least this many tiles per worker, cutting
+ * the line into equal shares leaves each within 5 % of the mean. */
+#define MIN_TILES_PER_WORKER 20
 
 static size_t round_up(int64_t value, int64_t multiple) {
     return (size_t)(fai__ceil_div(value, multiple) * multiple);
@@ -60,6 +63,11 @@ void fai__choose_tile(fai_plan *plan) {
     }
     const int64_t rows = tile_q * plan->group_slice;
     const int decode = rows <= FAI_DIRECT_KV_MAX_ROWS;
+    /* decode: the keys all units stream, to size the tiles for the split */
+    double keys = 0.0;
+    for (int64_t b = 0; b < pb->batch; b++)
+        keys += (double)plan->seqs[b].kv_len;
+    keys *= (double)pb->heads_kv * (double)fai__ceil_div(plan->group, plan->group_slice);
 
     static const int64_t candidates[] = {256, 128, 64, 32, 16};
     const int count = (int)(sizeof candidates / sizeof candidates[0]);
@@ -69,7 +77,10 @@ void fai__choose_tile(fai_plan *plan) {
         tile_kv = candidates[count - 1];
         fits = 0;
         for (int c = decode ? 0 : 1; c < count; c++) { /* prefill tiles start at 128 */
-            const int ok = decode ? stream_bytes(plan, candidates[c]) <= caches->l2 / 4
+            const int ok = decode ? stream_bytes(plan, candidates[c]) <= caches->l2 / 4 &&
+                                        (keys / (double)candidates[c] >=
+                                             (double)(MIN_TILES_PER_WORKER * plan->workers) ||
+                                         c == count - 1)
                                   : slice_bytes(plan, rows, candidates[c]) <= caches->l2 / 2 &&
                                         hot_bytes(plan, candidates[c]) <= caches->l1d;
             if (ok) {
