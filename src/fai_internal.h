@@ -70,7 +70,8 @@ int64_t fai__band_hi(const fai_band *band, int64_t i); /* clipped to <= kv_len -
 /* Per-thread scratch, carved from the caller's workspace (64-byte aligned segments). */
 typedef struct fai_ws_layout {
     size_t q_tile, k_tile, v_tile, s_tile, o_acc, row_max, row_sum, row_alpha, kv_rows;
-    size_t per_thread; /* bytes of one thread's slice, a multiple of 64 */
+    size_t slot;       /* bytes of one unit's scratch, a multiple of 64 */
+    size_t per_thread; /* bytes of one thread's slice: FAI_LOCKSTEP_UNITS slots when decoding */
     /* after the threads' slices: the split units' partial results and completion counters */
     size_t partials, partial_bytes; /* offset, and bytes of one slot: O [rows, ld_o], m, l */
     size_t counters;
@@ -119,6 +120,9 @@ struct fai_plan {
 /* Q tiles of at most this many rows (decode: one position times the GQA group) stream K and V
  * rows straight from memory: packing them would cost more than the few rows that reuse them. */
 #define FAI_DIRECT_KV_MAX_ROWS 8
+/* Decode units of one sequence run in lockstep up to this many at a time (each its own scratch
+ * slot), so that a token's K/V of all kv heads is streamed together. */
+#define FAI_LOCKSTEP_UNITS 8
 
 /* Plan steps (plan/). */
 void fai__choose_tile(fai_plan *plan);

@@ -87,18 +87,14 @@ static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b
     if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = -INFINITY;
 }
 
-/* Runs the unit's kv tiles [tile_begin, tile_end) (offsets into its valid range) and leaves
- * the unnormalised O, the running max m and the running sum l of its rows in the scratch. */
-static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
-                          int64_t tile_begin, int64_t tile_end, const unit_scratch *sc) {
+/* Step 1 of a unit: its Q tile (the whole GQA group), converted once, and an empty state. */
+static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                       const unit_scratch *sc) {
     const fai_cntx *cntx = plan->cntx;
     const int64_t heads = unit->heads, rows = unit->q_len * heads;
-    const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, tile_kv = plan->tile_kv;
-    const int64_t ld_s = plan->ld_s, ld_o = plan->ld_o;
+    const int64_t d = plan->pb.head_dim, ld_s = plan->ld_s, ld_o = plan->ld_o;
     const int64_t b = unit->batch;
-    const fai_seq *seq = &plan->seqs[b];
 
-    /* -- Step 1: the Q tile of the whole GQA group, converted once -- */
     for (int64_t r = 0; r < rows; r++)
         sc->row_ptrs[r] =
             fai__q_row(plan, &t->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
@@ -113,11 +109,21 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
         sc->row_sum[r] = 0.0f;
     }
     memset(sc->o_acc, 0, (size_t)(rows * ld_o) * sizeof(float));
+}
 
-    /* -- Step 2: the valid kv tiles, in order -- */
+/* Step 2 of a unit, for one of its valid kv tiles (an offset into its range): the four stages,
+ * leaving the unnormalised O, the running max m and the running sum l in the scratch. */
+static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit, int64_t tile,
+                     const unit_scratch *sc) {
+    const fai_cntx *cntx = plan->cntx;
+    const int64_t rows = unit->q_len * unit->heads;
+    const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, tile_kv = plan->tile_kv;
+    const int64_t ld_s = plan->ld_s, ld_o = plan->ld_o;
+    const int64_t b = unit->batch;
+    const fai_seq *seq = &plan->seqs[b];
     const fai_band band = fai__band_of(&plan->pb, seq->q_len, seq->kv_len);
     const int64_t first_row = unit->q_begin, last_row = unit->q_begin + unit->q_len - 1;
-    for (int64_t tile = tile_begin; tile < tile_end; tile++) {
+    {
         const int64_t key_begin = (unit->kv_tile_begin + tile) * tile_kv;
         const int64_t n = seq->kv_len - key_begin < tile_kv ? seq->kv_len - key_begin : tile_kv;
         /* every row sees every key of the tile: no band masking needed */
@@ -166,6 +172,14 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
             cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked && !v_finite);
         }
     }
+}
+
+/* Runs the unit's kv tiles [tile_begin, tile_end) (offsets into its valid range). */
+static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                          int64_t tile_begin, int64_t tile_end, const unit_scratch *sc) {
+    start_unit(plan, t, unit, sc);
+    for (int64_t tile = tile_begin; tile < tile_end; tile++)
+        run_tile(plan, t, unit, tile, sc);
 }
 
 /* O = O / l and LSE = m + log l from the scratch; rows that saw nothing get 0 and -inf, and so
@@ -241,27 +255,59 @@ static void merge_parts(const fai_plan *plan, const fai_unit *unit, const unit_s
     }
 }
 
+/* Decode units of one sequence (its kv heads, one after another in unit order) with the same
+ * tiles run in lockstep, a tile of every head before the next tile: with token-major K/V the
+ * heads of a token sit side by side, so a tile's memory is streamed once for all of them instead
+ * of once per head. Each unit computes exactly what it would alone. */
+static int64_t lockstep_count(const fai_plan *plan, const fai_worker *worker, int64_t u) {
+    const fai_unit *first = &plan->units[u];
+    int64_t count = 1;
+    if (!plan->direct_kv || first->parts > 1) return 1;
+    while (count < FAI_LOCKSTEP_UNITS && u + count < worker->unit_end) {
+        const fai_unit *next = &plan->units[u + count];
+        if (next->parts > 1 || next->batch != first->batch || next->q_begin != first->q_begin ||
+            next->q_len != first->q_len || next->kv_tile_begin != first->kv_tile_begin ||
+            next->kv_tiles != first->kv_tiles)
+            break;
+        count++;
+    }
+    return count;
+}
+
 void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker_index,
                             unsigned char *ws, unsigned char *ws_base) {
-    const unit_scratch sc = carve_scratch(plan, ws);
+    unit_scratch slots[FAI_LOCKSTEP_UNITS];
+    for (int64_t k = 0; k < FAI_LOCKSTEP_UNITS; k++)
+        slots[k] = carve_scratch(plan, ws + (plan->direct_kv ? (size_t)k * plan->ws.slot : 0));
     const fai_worker *worker = &plan->worker[worker_index];
-    for (int64_t u = worker->unit_begin; u < worker->unit_end; u++) {
+    for (int64_t u = worker->unit_begin; u < worker->unit_end;) {
         const fai_unit *unit = &plan->units[u];
-        if (unit->parts <= 1) {
-            if (unit->q_len > 0) compute_tiles(plan, t, unit, 0, unit->kv_tiles, &sc);
-            finish_unit(plan, t, unit, &sc);
+        if (unit->parts > 1) {
+            /* a part: the worker's share of the unit's tiles on the line */
+            const int64_t begin =
+                worker->line_begin > unit->line_begin ? worker->line_begin : unit->line_begin;
+            const int64_t unit_end = unit->line_begin + unit->kv_tiles;
+            const int64_t end = worker->line_end < unit_end ? worker->line_end : unit_end;
+            const int64_t part = u == worker->unit_begin ? worker->first_part : worker->last_part;
+            compute_tiles(plan, t, unit, begin - unit->line_begin, end - unit->line_begin,
+                          &slots[0]);
+            if (store_part(plan, unit, part, &slots[0], ws_base)) {
+                merge_parts(plan, unit, &slots[0], ws_base);
+                finish_unit(plan, t, unit, &slots[0]);
+            }
+            u++;
             continue;
         }
-        /* a part: the worker's share of the unit's tiles on the line */
-        const int64_t begin =
-            worker->line_begin > unit->line_begin ? worker->line_begin : unit->line_begin;
-        const int64_t unit_end = unit->line_begin + unit->kv_tiles;
-        const int64_t end = worker->line_end < unit_end ? worker->line_end : unit_end;
-        const int64_t part = u == worker->unit_begin ? worker->first_part : worker->last_part;
-        compute_tiles(plan, t, unit, begin - unit->line_begin, end - unit->line_begin, &sc);
-        if (store_part(plan, unit, part, &sc, ws_base)) {
-            merge_parts(plan, unit, &sc, ws_base);
-            finish_unit(plan, t, unit, &sc);
+        const int64_t count = lockstep_count(plan, worker, u);
+        if (unit->q_len > 0) {
+            for (int64_t k = 0; k < count; k++)
+                start_unit(plan, t, &plan->units[u + k], &slots[k]);
+            for (int64_t tile = 0; tile < unit->kv_tiles; tile++)
+                for (int64_t k = 0; k < count; k++)
+                    run_tile(plan, t, &plan->units[u + k], tile, &slots[k]);
         }
+        for (int64_t k = 0; k < count; k++)
+            finish_unit(plan, t, &plan->units[u + k], &slots[k]);
+        u += count;
     }
 }

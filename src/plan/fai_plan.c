@@ -56,8 +56,10 @@ static fai_status layout_workspace(fai_plan *plan) {
     /* Q^T [d, ld_s], or Q [rows, ld_q] when K and V are read directly */
     const size_t q_floats = plan->direct_kv ? rows * (size_t)plan->ld_q : d * ld_s;
     ws->q_tile = offset, offset += align64(q_floats * sizeof(float));
-    ws->k_tile = offset, offset += align64(keys * d * sizeof(float));    /* K [keys, d] */
-    ws->v_tile = offset, offset += align64(keys * ld_o * sizeof(float)); /* V [keys, ld_o] */
+    /* K [keys, d] and V [keys, ld_o] packed tiles (none when K and V are read in place) */
+    const size_t packed_keys = plan->direct_kv ? 0 : keys;
+    ws->k_tile = offset, offset += align64(packed_keys * d * sizeof(float));
+    ws->v_tile = offset, offset += align64(packed_keys * ld_o * sizeof(float));
     /* S^T [keys, ld_s], or S [rows, ld_n] row-major on the direct path */
     const size_t s_floats = plan->direct_kv ? rows * (size_t)plan->ld_n : keys * ld_s;
     ws->s_tile = offset, offset += align64(s_floats * sizeof(float));
@@ -69,9 +71,10 @@ static fai_status layout_workspace(fai_plan *plan) {
     /* row pointers of a Q tile, or of a kv tile and the rows prefetched past it */
     const size_t pointers = keys + FAI_PREFETCH_ROWS > rows ? keys + FAI_PREFETCH_ROWS : rows;
     ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));
-    ws->per_thread = offset;
+    ws->slot = offset;
+    ws->per_thread = plan->direct_kv ? offset * FAI_LOCKSTEP_UNITS : offset;
     int64_t total;
-    if (!fai__mul_ok((int64_t)offset, plan->threads, &total))
+    if (!fai__mul_ok((int64_t)ws->per_thread, plan->threads, &total))
         return fai__fail(FAI_ERR_OVERFLOW, "workspace of %" PRId64 " threads overflows",
                          plan->threads);
     /* split-KV: one slot per part (O [rows, ld_o], m and l [ld_s]), one counter per split unit */
