@@ -9,7 +9,9 @@
  *     PV:              O += P V                              (cntx->pv)
  *
  * and finally O / l and LSE = m + log l. Q tile rows are ordered (query position, group head),
- * so the group's heads share each K and V tile: K/V are read once per group. */
+ * so the group's heads share each K and V tile: K/V are read once per group. A unit whose kv
+ * range is split across workers computes its part and leaves it for the merge; decode units of
+ * one sequence run in lockstep (see lockstep_count). */
 #include "fai_internal.h"
 #include "kv/fai_kv.h"
 
@@ -17,8 +19,10 @@
 #include <stdatomic.h>
 #include <string.h>
 
+/* One unit's scratch. Decode plans (direct_kv) keep Q row-major [rows, ld_q] and S row-major
+ * [rows, ld_n], and pack no K or V; the others use the layouts below. */
 typedef struct unit_scratch {
-    float *q_tile;    /* Q^T [d, ld_s] */
+    float *q_tile;    /* Q^T [d, ld_s] (bf16 pairs [d/2, ld_s, 2] on the bf16 QK path) */
     float *k_tile;    /* K [tile_kv, d] */
     float *v_tile;    /* V [tile_kv, ld_o] */
     float *s_tile;    /* S^T [tile_kv, ld_s]: S, then P in place */
