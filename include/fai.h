@@ -104,10 +104,12 @@ typedef enum fai_mask_kind {
 } fai_mask_kind;
 
 /* How fai_plan_create splits the work across workers.
- *   AUTO:   the valid kv tiles of all units are laid in one line and cut into equal pieces; a
- *           unit cut by a worker boundary is computed in parts (split-KV) whose partial results
- *           are merged by their LSE in a fixed order, so the result is deterministic for a plan.
+ *   AUTO:   the valid kv tiles of all units are laid in one line and cut into pieces of equal
+ *           cost (a tile, plus a little for every page of a paged K/V the unit walks); a unit
+ *           cut by a worker boundary is computed in parts (split-KV) whose partial results are
+ *           merged by their LSE in a fixed order, so the result is deterministic for a plan.
  *           Boundaries that fall close to a unit's edge snap to it, to save the merge.
+ *           Worker weights are still reported in valid tiles.
  *   UNITS:  whole units in contiguous ranges by weight (no split-KV).
  *   GREEDY: the seed's ComputeSplitNBSeq: whole units; a new worker opens at a unit whose weight
  *           exceeds twice the current worker's remaining deficit to its cumulative target. Kept

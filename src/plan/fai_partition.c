@@ -151,21 +151,53 @@ static int64_t owner_of(const int64_t *cuts, int64_t workers, int64_t p) {
     return lo;
 }
 
-/* AUTO: equal shares of the line, snapped to a unit edge where one is near. */
+/* The cost model of the AUTO split, in tiles: every valid tile costs 1, every page of a paged
+ * K/V a unit walks costs PAGE_COST more (a block-table jump: a new TLB entry and a prefetch
+ * stream restarted; the seed warns that equal block counts are not equal times under paging),
+ * and cutting a unit costs a merge of its parts, which the snapping below weighs. */
+#define PAGE_COST 0.05
+
+/* Pages of the block table that unit u's valid keys span (0 for dense K/V). */
+static double unit_pages(const fai_plan *plan, const fai_unit *unit) {
+    if (!plan->paged || unit->kv_tiles == 0) return 0.0;
+    const int64_t page_size = plan->pb.page_size, kv_len = plan->seqs[unit->batch].kv_len;
+    const int64_t first_key = unit->kv_tile_begin * plan->tile_kv;
+    int64_t last_key = (unit->kv_tile_begin + unit->kv_tiles) * plan->tile_kv - 1;
+    if (last_key > kv_len - 1) last_key = kv_len - 1;
+    return (double)(last_key / page_size - first_key / page_size + 1);
+}
+
+/* AUTO: equal shares of the cost, as cuts on the line of tiles (a unit's cost spread evenly over
+ * its tiles), each snapped to a unit edge where one is near. */
 static void cut_line(const fai_plan *plan, int64_t *cuts) {
     const int64_t workers = plan->workers, total = plan->total_weight;
-    const double share = (double)total / (double)workers;
-    int64_t u = 0;
     for (int64_t w = 0; w <= workers; w++)
         cuts[w] = 0;
     if (plan->unit_count == 0 || total == 0) return;
+    double total_cost = 0.0;
+    for (int64_t u = 0; u < plan->unit_count; u++)
+        total_cost +=
+            (double)plan->units[u].kv_tiles + PAGE_COST * unit_pages(plan, &plan->units[u]);
+    const double share = (double)total / (double)workers; /* in tiles, for the snapping */
+    int64_t u = 0;
+    double cost_before = 0.0; /* of the units before u */
     for (int64_t w = 1; w < workers; w++) {
-        const double ideal = share * (double)w;
-        while (u + 1 < plan->unit_count && (double)plan->units[u + 1].line_begin <= ideal)
+        const double target = total_cost * (double)w / (double)workers;
+        double unit_cost =
+            (double)plan->units[u].kv_tiles + PAGE_COST * unit_pages(plan, &plan->units[u]);
+        while (u + 1 < plan->unit_count && cost_before + unit_cost <= target) {
+            cost_before += unit_cost;
             u++;
-        /* the unit edges on either side of the ideal cut */
-        const int64_t below = plan->units[u].line_begin;
-        const int64_t above = u + 1 < plan->unit_count ? plan->units[u + 1].line_begin : total;
+            unit_cost =
+                (double)plan->units[u].kv_tiles + PAGE_COST * unit_pages(plan, &plan->units[u]);
+        }
+        const fai_unit *unit = &plan->units[u];
+        const double into = unit_cost > 0.0 ? (target - cost_before) / unit_cost : 0.0;
+        const double ideal = (double)unit->line_begin + into * (double)unit->kv_tiles;
+        /* the unit edges on either side of the ideal cut: snap when the imbalance of moving there
+         * costs less than merging the parts of a cut unit */
+        const int64_t below = unit->line_begin;
+        const int64_t above = unit->line_begin + unit->kv_tiles;
         const int64_t edge = ideal - (double)below <= (double)above - ideal ? below : above;
         int64_t cut = (int64_t)(ideal + 0.5);
         if (fabs((double)edge - ideal) <= SNAP_FRACTION * share) cut = edge;
