@@ -143,7 +143,7 @@ int fai_case_run(const fai_case_spec *spec, uint64_t seed, fai_case_result *r);
 /* The seed of case `index` of a sweep started from `base`. */
 uint64_t fai_case_seed(uint64_t base, uint64_t index);
 
-/* Tolerances of DESIGN.md section 3 (relative to max(1, |ref|)). */
+/* The project's tolerances (README, "Semantics worth knowing"), relative to max(1, |ref|). */
 double fai_case_tolerance(fai_dtype q, fai_dtype k, fai_dtype v, fai_dtype o);
 
 /* dtype combinations: q + 3 k + 9 v + 27 o, and its name "q=f16 k=bf16 v=f32 o=f16". */

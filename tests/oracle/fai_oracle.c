@@ -1,7 +1,7 @@
 /*
  * fai_oracle.c - the fp64 reference. See fai_oracle.h for the output layout.
  *
- * Semantics (DESIGN.md section 1, fai.h), for query i of sequence b with lq queries and lk keys:
+ * Semantics (fai.h and the README), for query i of sequence b with lq queries and lk keys:
  *   diag(i) = i (causal TOP_LEFT) or i + lk - lq (otherwise: bottom-right);
  *   key j is visible iff 0 <= j < lk, (wl < 0 or j >= diag - wl), (wr < 0 or j <= diag + wr)
  *   where wr is clamped to 0 when causal, and the explicit mask keeps it;
