@@ -140,6 +140,16 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         const int64_t ahead = !plan->direct_kv           ? 0
                               : rest < FAI_PREFETCH_ROWS ? rest
                                                          : FAI_PREFETCH_ROWS;
+        if (!plan->direct_kv && tile + 1 < unit->kv_tiles) {
+            /* prefill packs K and V per tile: have the next tile's rows on their way to L2,
+             * hidden behind this tile's compute */
+            const int64_t next = key_begin + tile_kv;
+            const int64_t next_n = seq->kv_len - next < tile_kv ? seq->kv_len - next : tile_kv;
+            fai__kv_prefetch(plan, t, &t->k, b, unit->head_kv, next, next_n,
+                             d * (int64_t)fai__dtype_size(t->k.dtype));
+            fai__kv_prefetch(plan, t, &t->v, b, unit->head_kv, next, next_n,
+                             dv * (int64_t)fai__dtype_size(t->v.dtype));
+        }
         fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
         if (plan->direct_kv) {
             cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,

@@ -39,6 +39,19 @@ void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *
         rows[r] = row;
 }
 
+void fai__kv_prefetch(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor,
+                      int64_t b, int64_t h, int64_t key_begin, int64_t count, int64_t row_bytes) {
+    enum { CHUNK = 16 };
+    const void *rows[CHUNK];
+    for (int64_t done = 0; done < count; done += CHUNK) {
+        const int64_t chunk = count - done < CHUNK ? count - done : CHUNK;
+        fai__kv_rows(plan, t, tensor, b, h, key_begin + done, chunk, rows);
+        for (int64_t r = 0; r < chunk; r++)
+            for (int64_t offset = 0; offset < row_bytes; offset += 64)
+                __builtin_prefetch((const char *)rows[r] + offset, 0, 2);
+    }
+}
+
 void *fai__q_row(const fai_plan *plan, const fai_tensor *tensor, int64_t b, int64_t i, int64_t h) {
     const int64_t row = plan->packed_q ? plan->seqs[b].q_row0 + i : i;
     const int64_t batch_offset = plan->packed_q ? 0 : b * tensor->stride_batch;

@@ -11,6 +11,12 @@
 void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor, int64_t b,
                   int64_t h, int64_t key_begin, int64_t count, const void **rows);
 
+/* Asks for keys [key_begin, key_begin + count) of sequence b, kv head h (row_bytes each) to be
+ * brought into L2: the next kv tile of a prefill unit, fetched while the current one is
+ * computed, following the block table across pages where the hardware prefetchers cannot. */
+void fai__kv_prefetch(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor,
+                      int64_t b, int64_t h, int64_t key_begin, int64_t count, int64_t row_bytes);
+
 /* Address of query row i (a position inside sequence b) of head h in Q or O. */
 void *fai__q_row(const fai_plan *plan, const fai_tensor *tensor, int64_t b, int64_t i, int64_t h);
 
