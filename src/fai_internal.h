@@ -123,6 +123,8 @@ struct fai_plan {
 /* Decode units of one sequence run in lockstep up to this many at a time (each its own scratch
  * slot), so that a token's K/V of all kv heads is streamed together. */
 #define FAI_LOCKSTEP_UNITS 8
+/* Prefill units (larger scratch) of one sequence and q tile run in lockstep up to this many. */
+#define FAI_LOCKSTEP_PACKED_UNITS 4
 
 /* Plan steps (plan/). */
 void fai__choose_tile(fai_plan *plan);

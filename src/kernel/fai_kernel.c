@@ -269,15 +269,16 @@ static void merge_parts(const fai_plan *plan, const fai_unit *unit, const unit_s
     }
 }
 
-/* Decode units of one sequence (its kv heads, one after another in unit order) with the same
+/* Units of one sequence and q tile (its kv heads, one after another in unit order) with the same
  * tiles run in lockstep, a tile of every head before the next tile: with token-major K/V the
  * heads of a token sit side by side, so a tile's memory is streamed once for all of them instead
- * of once per head. Each unit computes exactly what it would alone. */
+ * of once per head (decode, chunked prefill). Each unit computes exactly what it would alone. */
 static int64_t lockstep_count(const fai_plan *plan, const fai_worker *worker, int64_t u) {
     const fai_unit *first = &plan->units[u];
     int64_t count = 1;
-    if (!plan->direct_kv || first->parts > 1) return 1;
-    while (count < FAI_LOCKSTEP_UNITS && u + count < worker->unit_end) {
+    const int64_t most = plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS;
+    if (first->parts > 1) return 1;
+    while (count < most && u + count < worker->unit_end) {
         const fai_unit *next = &plan->units[u + count];
         if (next->parts > 1 || next->batch != first->batch || next->q_begin != first->q_begin ||
             next->q_len != first->q_len || next->kv_tile_begin != first->kv_tile_begin ||
@@ -291,8 +292,9 @@ static int64_t lockstep_count(const fai_plan *plan, const fai_worker *worker, in
 void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker_index,
                             unsigned char *ws, unsigned char *ws_base) {
     unit_scratch slots[FAI_LOCKSTEP_UNITS];
-    for (int64_t k = 0; k < FAI_LOCKSTEP_UNITS; k++)
-        slots[k] = carve_scratch(plan, ws + (plan->direct_kv ? (size_t)k * plan->ws.slot : 0));
+    const int64_t slot_count = plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS;
+    for (int64_t k = 0; k < slot_count; k++)
+        slots[k] = carve_scratch(plan, ws + (size_t)k * plan->ws.slot);
     const fai_worker *worker = &plan->worker[worker_index];
     for (int64_t u = worker->unit_begin; u < worker->unit_end;) {
         const fai_unit *unit = &plan->units[u];

@@ -72,7 +72,7 @@ static fai_status layout_workspace(fai_plan *plan) {
     const size_t pointers = keys + FAI_PREFETCH_ROWS > rows ? keys + FAI_PREFETCH_ROWS : rows;
     ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));
     ws->slot = offset;
-    ws->per_thread = plan->direct_kv ? offset * FAI_LOCKSTEP_UNITS : offset;
+    ws->per_thread = offset * (plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS);
     int64_t total;
     if (!fai__mul_ok((int64_t)ws->per_thread, plan->threads, &total))
         return fai__fail(FAI_ERR_OVERFLOW, "workspace of %" PRId64 " threads overflows",
