@@ -7,32 +7,6 @@
 
 #define MAX_MERGE_PARTS (INT64_C(1) << 20)
 
-static double load_value(const fai_tensor *t, int64_t offset) {
-    switch (t->dtype) {
-    case FAI_DTYPE_F16:
-        return fai__f16_to_f32(((const uint16_t *)t->data)[offset]);
-    case FAI_DTYPE_BF16:
-        return fai__bf16_to_f32(((const uint16_t *)t->data)[offset]);
-    case FAI_DTYPE_F32:
-        break;
-    }
-    return ((const float *)t->data)[offset];
-}
-
-static void store_value(const fai_tensor *t, int64_t offset, double value) {
-    switch (t->dtype) {
-    case FAI_DTYPE_F16:
-        ((uint16_t *)t->data)[offset] = fai__f32_to_f16_sat((float)value);
-        return;
-    case FAI_DTYPE_BF16:
-        ((uint16_t *)t->data)[offset] = fai__f32_to_bf16((float)value);
-        return;
-    case FAI_DTYPE_F32:
-        break;
-    }
-    ((float *)t->data)[offset] = (float)value;
-}
-
 static fai_status check_part(const char *name, int64_t index, const fai_tensor *t, int lse) {
     if (!t->data) return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "].data = NULL", name, index);
     if (lse ? t->dtype != FAI_DTYPE_F32
@@ -99,7 +73,7 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
                     b * o_out->stride_batch + i * o_out->stride_seq + h * o_out->stride_head;
                 double sum = 0.0;
                 for (int64_t x = 0; x < head_dim; x++)
-                    store_value(o_out, out_row + x, 0.0);
+                    fai__store_element(o_out->data, out_row + x, o_out->dtype, 0.0f);
                 if (max > -INFINITY || isnan(max)) {
                     double acc[FAI_MAX_HEAD_DIM] = {0};
                     for (int64_t p = 0; p < count; p++) {
@@ -113,10 +87,11 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
                             b * o->stride_batch + i * o->stride_seq + h * o->stride_head;
                         sum += weight;
                         for (int64_t x = 0; x < head_dim; x++)
-                            acc[x] += weight * load_value(o, row + x);
+                            acc[x] += weight * fai__load_element(o->data, row + x, o->dtype);
                     }
                     for (int64_t x = 0; x < head_dim; x++)
-                        store_value(o_out, out_row + x, acc[x] / sum);
+                        fai__store_element(o_out->data, out_row + x, o_out->dtype,
+                                           (float)(acc[x] / sum));
                 }
                 if (lse_out && lse_out->data)
                     ((float *)lse_out->data)[b * lse_out->stride_batch + i * lse_out->stride_seq +

@@ -127,64 +127,61 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     const fai_seq *seq = &plan->seqs[b];
     const fai_band band = fai__band_of(&plan->pb, seq->q_len, seq->kv_len);
     const int64_t first_row = unit->q_begin, last_row = unit->q_begin + unit->q_len - 1;
-    {
-        const int64_t key_begin = (unit->kv_tile_begin + tile) * tile_kv;
-        const int64_t n = seq->kv_len - key_begin < tile_kv ? seq->kv_len - key_begin : tile_kv;
-        /* every row sees every key of the tile: no band masking needed */
-        const int band_partial = !(fai__band_lo(&band, last_row) <= key_begin &&
-                                   fai__band_hi(&band, first_row) >= key_begin + n - 1);
+    const int64_t key_begin = (unit->kv_tile_begin + tile) * tile_kv;
+    const int64_t n = seq->kv_len - key_begin < tile_kv ? seq->kv_len - key_begin : tile_kv;
+    /* every row sees every key of the tile: no band masking needed */
+    const int band_partial = !(fai__band_lo(&band, last_row) <= key_begin &&
+                               fai__band_hi(&band, first_row) >= key_begin + n - 1);
 
-        /* decode reads K and V rows in place, prefetching FAI_PREFETCH_ROWS ahead: the row
-         * lists run that far into the next tile */
-        const int64_t rest = seq->kv_len - key_begin - n;
-        const int64_t ahead = !plan->direct_kv           ? 0
-                              : rest < FAI_PREFETCH_ROWS ? rest
-                                                         : FAI_PREFETCH_ROWS;
-        if (!plan->direct_kv && tile + 1 < unit->kv_tiles) {
-            /* prefill packs K and V per tile: have the next tile's rows on their way to L2,
-             * hidden behind this tile's compute */
-            const int64_t next = key_begin + tile_kv;
-            const int64_t next_n = seq->kv_len - next < tile_kv ? seq->kv_len - next : tile_kv;
-            fai__kv_prefetch(plan, t, &t->k, b, unit->head_kv, next, next_n,
-                             d * (int64_t)fai__dtype_size(t->k.dtype));
-            fai__kv_prefetch(plan, t, &t->v, b, unit->head_kv, next, next_n,
-                             dv * (int64_t)fai__dtype_size(t->v.dtype));
-        }
-        fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
-        if (plan->direct_kv) {
-            cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
-                          t->k.dtype, n, d, plan->scale);
-        } else if (plan->bf16_qk) { /* bf16 dot products straight from the K rows */
-            cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
-                          plan->scale);
-        } else {
-            cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
-            cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
-        }
+    /* decode reads K and V rows in place, prefetching FAI_PREFETCH_ROWS ahead: the row
+     * lists run that far into the next tile */
+    const int64_t rest = seq->kv_len - key_begin - n;
+    const int64_t ahead = !plan->direct_kv           ? 0
+                          : rest < FAI_PREFETCH_ROWS ? rest
+                                                     : FAI_PREFETCH_ROWS;
+    if (!plan->direct_kv && tile + 1 < unit->kv_tiles) {
+        /* prefill packs K and V per tile: have the next tile's rows on their way to L2,
+         * hidden behind this tile's compute */
+        const int64_t next = key_begin + tile_kv;
+        const int64_t next_n = seq->kv_len - next < tile_kv ? seq->kv_len - next : tile_kv;
+        fai__kv_prefetch(plan, t, &t->k, b, unit->head_kv, next, next_n,
+                         d * (int64_t)fai__dtype_size(t->k.dtype));
+        fai__kv_prefetch(plan, t, &t->v, b, unit->head_kv, next, next_n,
+                         dv * (int64_t)fai__dtype_size(t->v.dtype));
+    }
+    fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
+    if (plan->direct_kv) {
+        cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
+                      t->k.dtype, n, d, plan->scale);
+    } else if (plan->bf16_qk) { /* bf16 dot products straight from the K rows */
+        cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
+                      plan->scale);
+    } else {
+        cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
+        cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
+    }
 
-        const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
-        if (plan->direct_kv) {
-            if (masked)
-                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile,
-                            plan->ld_n, 1);
-            cntx->softmax_rows(sc->s_tile, plan->ld_n, rows, sc->row_max, sc->row_sum,
-                               sc->row_alpha);
-        } else {
-            if (masked)
-                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, 1, ld_s);
-            cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
-        }
-        cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
+    const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
+    if (plan->direct_kv) {
+        if (masked)
+            apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, plan->ld_n,
+                        1);
+        cntx->softmax_rows(sc->s_tile, plan->ld_n, rows, sc->row_max, sc->row_sum, sc->row_alpha);
+    } else {
+        if (masked)
+            apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, 1, ld_s);
+        cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
+    }
+    cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
 
-        fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
-        if (plan->direct_kv) {
-            cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, ahead,
-                          t->v.dtype, n, dv, masked);
-        } else {
-            const int v_finite = cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
-            /* a masked tile needs the exact (sparse) PV only where V holds Inf or NaN */
-            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked && !v_finite);
-        }
+    fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
+    if (plan->direct_kv) {
+        cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, ahead,
+                      t->v.dtype, n, dv, masked);
+    } else {
+        const int v_finite = cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
+        /* a masked tile needs the exact (sparse) PV only where V holds Inf or NaN */
+        cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked && !v_finite);
     }
 }
 

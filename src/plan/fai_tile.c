@@ -45,9 +45,16 @@ static int64_t stream_bytes(const fai_plan *plan, int64_t tile_kv) {
             plan->head_dim_v * (pb->v_dtype == FAI_DTYPE_F32 ? 4 : 2));
 }
 
+/* Whether a tile shape fits this core's cache budgets (see the top of this file). */
+static int fits_caches(const fai_plan *plan, int decode, int64_t rows, int64_t tile_kv) {
+    const fai_cache_sizes *caches = fai__cache_sizes();
+    if (decode) return stream_bytes(plan, tile_kv) <= caches->l2 / 4;
+    return slice_bytes(plan, rows, tile_kv) <= caches->l2 / 2 &&
+           hot_bytes(plan, tile_kv) <= caches->l1d;
+}
+
 void fai__choose_tile(fai_plan *plan) {
     const fai_problem *pb = &plan->pb;
-    const fai_cache_sizes *caches = fai__cache_sizes();
     int64_t max_q = 0, max_kv = 0;
     for (int64_t b = 0; b < pb->batch; b++) {
         if (plan->seqs[b].q_len > max_q) max_q = plan->seqs[b].q_len;
@@ -72,20 +79,15 @@ void fai__choose_tile(fai_plan *plan) {
     static const int64_t candidates[] = {256, 128, 64, 32, 16};
     const int count = (int)(sizeof candidates / sizeof candidates[0]);
     int64_t tile_kv = pb->tile_kv;
-    int fits = 1;
     if (tile_kv == 0) {
         tile_kv = candidates[count - 1];
-        fits = 0;
         for (int c = decode ? 0 : 1; c < count; c++) { /* prefill tiles start at 128 */
-            const int ok = decode ? stream_bytes(plan, candidates[c]) <= caches->l2 / 4 &&
-                                        (keys / (double)candidates[c] >=
-                                             (double)(MIN_TILES_PER_WORKER * plan->workers) ||
-                                         c == count - 1)
-                                  : slice_bytes(plan, rows, candidates[c]) <= caches->l2 / 2 &&
-                                        hot_bytes(plan, candidates[c]) <= caches->l1d;
-            if (ok) {
+            /* decode tiles are also the grain of the split (the smallest always qualifies) */
+            const int fine_enough =
+                !decode || c == count - 1 ||
+                keys / (double)candidates[c] >= (double)(MIN_TILES_PER_WORKER * plan->workers);
+            if (fine_enough && fits_caches(plan, decode, rows, candidates[c])) {
                 tile_kv = candidates[c];
-                fits = 1;
                 break;
             }
         }
@@ -96,7 +98,5 @@ void fai__choose_tile(fai_plan *plan) {
     plan->tile_rows = rows;
     plan->l1d_bytes = decode ? 0 : hot_bytes(plan, tile_kv);
     plan->l2_bytes = decode ? stream_bytes(plan, tile_kv) : slice_bytes(plan, rows, tile_kv);
-    plan->tile_fits = decode ? plan->l2_bytes <= caches->l2 / 4
-                             : plan->l2_bytes <= caches->l2 / 2 && plan->l1d_bytes <= caches->l1d;
-    (void)fits;
+    plan->tile_fits = fits_caches(plan, decode, rows, tile_kv);
 }

@@ -256,14 +256,8 @@ static inline fvec load_row_tail(const void *row, int64_t x, int64_t count, fai_
     float part[W];
     for (int64_t k = 0; k < W; k++)
         part[k] = 0.0f;
-    for (int64_t k = 0; k < count; k++) {
-        if (dtype == FAI_DTYPE_F16)
-            part[k] = fai__f16_to_f32(((const uint16_t *)row)[x + k]);
-        else if (dtype == FAI_DTYPE_BF16)
-            part[k] = fai__bf16_to_f32(((const uint16_t *)row)[x + k]);
-        else
-            part[k] = ((const float *)row)[x + k];
-    }
+    for (int64_t k = 0; k < count; k++)
+        part[k] = fai__load_element(row, x + k, dtype);
     return v_load(part);
 }
 
@@ -470,10 +464,8 @@ static void softmax_rows_simd(float *s, int64_t ld_n, int64_t m, float *row_max,
 
 static void store_row_simd(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul) {
     if (dtype != FAI_DTYPE_F32) { /* 16-bit outputs: once per row, the portable rounding */
-        uint16_t *out = dst;
         for (int64_t x = 0; x < dim; x++)
-            out[x] = dtype == FAI_DTYPE_F16 ? fai__f32_to_f16_sat(src[x] * mul)
-                                            : fai__f32_to_bf16(src[x] * mul);
+            fai__store_element(dst, x, dtype, src[x] * mul);
         return;
     }
     float *out = dst;

@@ -62,3 +62,18 @@ uint16_t fai__f32_to_bf16(float value) {
     const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
     return (uint16_t)((bits + rounding) >> 16);
 }
+
+float fai__load_element(const void *data, int64_t index, fai_dtype dtype) {
+    if (dtype == FAI_DTYPE_F16) return fai__f16_to_f32(((const uint16_t *)data)[index]);
+    if (dtype == FAI_DTYPE_BF16) return fai__bf16_to_f32(((const uint16_t *)data)[index]);
+    return ((const float *)data)[index];
+}
+
+void fai__store_element(void *data, int64_t index, fai_dtype dtype, float value) {
+    if (dtype == FAI_DTYPE_F16)
+        ((uint16_t *)data)[index] = fai__f32_to_f16_sat(value);
+    else if (dtype == FAI_DTYPE_BF16)
+        ((uint16_t *)data)[index] = fai__f32_to_bf16(value);
+    else
+        ((float *)data)[index] = value;
+}

@@ -2,6 +2,8 @@
 #ifndef FAI_HALF_H
 #define FAI_HALF_H
 
+#include "fai.h"
+
 #include <stdint.h>
 
 float fai__f16_to_f32(uint16_t bits);
@@ -10,5 +12,9 @@ float fai__bf16_to_f32(uint16_t bits);
 uint16_t fai__f32_to_f16_sat(float value);
 /* Round to nearest even; NaN stays a (quiet) NaN. */
 uint16_t fai__f32_to_bf16(float value);
+
+/* Element `index` of an array of `dtype`, as f32; and storing an f32 there, rounded as above. */
+float fai__load_element(const void *data, int64_t index, fai_dtype dtype);
+void fai__store_element(void *data, int64_t index, fai_dtype dtype, float value);
 
 #endif

@@ -6,18 +6,12 @@
 #include <math.h>
 #include <string.h>
 
-static float load_element(const void *row, int64_t k, fai_dtype dtype) {
-    if (dtype == FAI_DTYPE_F32) return ((const float *)row)[k];
-    if (dtype == FAI_DTYPE_F16) return fai__f16_to_f32(((const uint16_t *)row)[k]);
-    return fai__bf16_to_f32(((const uint16_t *)row)[k]);
-}
-
 static void pack_q_ref(float *q_t, int64_t ld_s, const void *const *rows, int64_t m, int64_t d,
                        fai_dtype dtype) {
     for (int64_t x = 0; x < d; x++) {
         float *out = q_t + x * ld_s;
         for (int64_t i = 0; i < m; i++)
-            out[i] = load_element(rows[i], x, dtype);
+            out[i] = fai__load_element(rows[i], x, dtype);
         for (int64_t i = m; i < ld_s; i++)
             out[i] = 0.0f;
     }
@@ -29,7 +23,7 @@ static int pack_rows_ref(float *dst, int64_t ld_dst, const void *const *rows, in
     for (int64_t r = 0; r < n; r++) {
         float *out = dst + r * ld_dst;
         for (int64_t k = 0; k < dim; k++)
-            out[k] = load_element(rows[r], k, dtype);
+            out[k] = fai__load_element(rows[r], k, dtype);
         for (int64_t k = dim; k < ld_dst; k++)
             out[k] = 0.0f;
         for (int64_t k = 0; k < dim; k++)
@@ -113,7 +107,7 @@ static void qk_rows_ref(float *s, int64_t ld_n, const float *q, int64_t ld_q, in
         for (int64_t j = 0; j < n; j++) {
             float dot = 0.0f;
             for (int64_t x = 0; x < d; x++)
-                dot += q[i * ld_q + x] * load_element(k_rows[j], x, k_dtype);
+                dot += q[i * ld_q + x] * fai__load_element(k_rows[j], x, k_dtype);
             s[i * ld_n + j] = dot * scale;
         }
         for (int64_t j = n; j < ld_n; j++)
@@ -136,24 +130,13 @@ static void pv_rows_ref(float *o, int64_t ld_o, const float *p_row, int64_t ld_n
             const float p = p_row[i * ld_n + j];
             if (p == 0.0f) continue;
             for (int64_t x = 0; x < dv; x++)
-                o[i * ld_o + x] += p * load_element(v_rows[j], x, v_dtype);
+                o[i * ld_o + x] += p * fai__load_element(v_rows[j], x, v_dtype);
         }
 }
 
 static void store_row_ref(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul) {
-    if (dtype == FAI_DTYPE_F32) {
-        float *out = dst;
-        for (int64_t x = 0; x < dim; x++)
-            out[x] = src[x] * mul;
-    } else if (dtype == FAI_DTYPE_F16) {
-        uint16_t *out = dst;
-        for (int64_t x = 0; x < dim; x++)
-            out[x] = fai__f32_to_f16_sat(src[x] * mul);
-    } else {
-        uint16_t *out = dst;
-        for (int64_t x = 0; x < dim; x++)
-            out[x] = fai__f32_to_bf16(src[x] * mul);
-    }
+    for (int64_t x = 0; x < dim; x++)
+        fai__store_element(dst, x, dtype, src[x] * mul);
 }
 
 static void exp_array_ref(float *dst, const float *src, int64_t n) {
