@@ -150,7 +150,8 @@ typedef struct fai_problem {
     fai_causal causal;
     /* Sliding window measured from the causal diagonal (bottom-right unless causal is TOP_LEFT):
      * query i sees keys j with  diag(i) - window_left <= j <= diag(i) + window_right.
-     * -1 leaves that side unbounded. With causal, window_right is 0 whatever is given. */
+     * -1 leaves that side unbounded. With causal, window_right is 0 whatever is given. With
+     * q_positions / kv_positions (below) the diagonal is where the global positions meet. */
     int64_t window_left, window_right;
 
     fai_mask_kind mask_kind; /* the mask data and strides come with the tensors at run time */
@@ -178,6 +179,16 @@ typedef struct fai_problem {
     fai_split split; /* how the work is split (default AUTO) */
     /* Tile shape override (0: the planner chooses): query positions and keys per tile. */
     int64_t tile_q, tile_kv;
+
+    /* Global positions, for a shard of a longer sequence (sequence-parallel attention across
+     * processes, ring attention): int32 [batch], both set or both NULL; the plan copies them.
+     * Query i of sequence b stands at position q_positions[b] + i and key j at
+     * kv_positions[b] + j, and causal and window masks compare these positions: the query at
+     * position p sees keys at positions  p - window_left .. p + window_right,  and with causal
+     * (either corner: positions fix the diagonal) at most p. Lengths, padding and explicit mask
+     * tensors stay local to the shard. NULL: the diagonal of causal above. */
+    const int32_t *q_positions;
+    const int32_t *kv_positions;
 } fai_problem;
 
 /* Fills a problem with the defaults: every count 0, dtypes Q f32, K/V f16, O f32, scale 0

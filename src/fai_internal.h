@@ -29,6 +29,9 @@ typedef struct fai_seq {
     int64_t q_len, kv_len;
     int64_t q_row0, kv_row0; /* packed offsets (cu_seqlens), else 0 */
     int64_t q_rows;          /* rows owned in O: q_len plus trailing padding */
+    /* key index on query 0's causal diagonal: kv_len - q_len (bottom-right), 0 (top-left), or
+     * q_position - kv_position with global positions */
+    int64_t diagonal;
 } fai_seq;
 
 /* A unit of work: the q heads of one kv-head group, for q positions [q_begin, q_begin + q_len)
@@ -63,7 +66,7 @@ typedef struct fai_band {
     int64_t kv_len;
 } fai_band;
 
-fai_band fai__band_of(const fai_problem *pb, int64_t q_len, int64_t kv_len);
+fai_band fai__band_of(const fai_problem *pb, const fai_seq *seq);
 int64_t fai__band_lo(const fai_band *band, int64_t i); /* clipped to >= 0 */
 int64_t fai__band_hi(const fai_band *band, int64_t i); /* clipped to <= kv_len - 1 */
 

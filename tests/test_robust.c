@@ -136,6 +136,7 @@ static compare_stats compare_to_oracle(fai_case *c, int nan_rows, const char *la
  * and a group of 2. */
 static void small_spec(fai_case_spec *s, int decode) {
     fai_case_spec_any(s);
+    s->positions = 0; /* the tests below build their expectations from the local diagonal */
     s->batch = 2;
     s->heads_kv = 2;
     s->heads_q = decode ? 8 : 4;

@@ -387,8 +387,11 @@ class Plan:
     required and seq_kv may be None.
     Options as in attention(), plus mask_kind (None, 'keep', 'drop', 'add': the mask itself is
     given to run()), q_dtype, k_dtype, v_dtype (None: k_dtype), out_dtype, split ('auto',
-    'units', 'greedy'), tile ((tile_q, tile_kv) overrides) and trust_block_table (True: runs do
-    not check the block-table entries they read, which must then lie inside the pool).
+    'units', 'greedy'), tile ((tile_q, tile_kv) overrides), trust_block_table (True: runs do
+    not check the block-table entries they read, which must then lie inside the pool), and
+    q_positions / kv_positions (int32 [B], both or neither: the global positions of each
+    sequence's first query and first key when K/V are a shard of a longer sequence; causal and
+    window masks then compare global positions).
 
     Plan.like(q, k, v, **options) makes the plan that attention(q, k, v, **options) would use.
     """
@@ -398,7 +401,8 @@ class Plan:
                  causal=False, causal_top_left=False, window=None, mask_kind=None, scale=None,
                  seqlens_q=None, seqlens_kv=None, cu_seqlens_q=None, cu_seqlens_kv=None,
                  page_size=0, num_pages=0, pages_per_seq=0, threads=None, workers=None,
-                 split="auto", tile=None, trust_block_table=False):
+                 split="auto", tile=None, trust_block_table=False, q_positions=None,
+                 kv_positions=None):
         self._handle = None
         pb = _lib.Problem()
         _lib.problem_init(ctypes.byref(pb))
@@ -450,7 +454,11 @@ class Plan:
                 "seqlens_kv": _lengths(seqlens_kv, "seqlens_kv", b),
                 "cu_seqlens_q": _lengths(cu_seqlens_q, "cu_seqlens_q", b + 1),
                 "cu_seqlens_kv": _lengths(cu_seqlens_kv, "cu_seqlens_kv", b + 1)}
-        for name, arr in lens.items():
+        if (q_positions is None) != (kv_positions is None):
+            _fail("q_positions and kv_positions: give both or neither")
+        positions = {"q_positions": _lengths(q_positions, "q_positions", b),
+                     "kv_positions": _lengths(kv_positions, "kv_positions", b)}
+        for name, arr in list(lens.items()) + list(positions.items()):
             setattr(pb, name, _int32_ptr(arr))
         pb.page_size = ints["page_size"]
         pb.num_pages = ints["num_pages"]
@@ -499,7 +507,8 @@ class Plan:
     def like(cls, q, k, v, *, causal=False, causal_top_left=False, window=None, mask=None,
              mask_drop=None, mask_add=None, scale=None, seqlens_q=None, seqlens_kv=None,
              cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, threads=None,
-             workers=None, out_dtype=None, split="auto", tile=None, mask_kind=None):
+             workers=None, out_dtype=None, split="auto", tile=None, mask_kind=None,
+             q_positions=None, kv_positions=None):
         """The plan for attention(q, k, v, **options) (mask and block_table are looked at for
         their kind and shape only; give them again to run())."""
         qv = _view(q, "q", _want_float("q"))
@@ -519,7 +528,8 @@ class Plan:
                    mask_kind=name,
                    scale=scale, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, threads=threads,
-                   workers=workers, split=split, tile=tile)
+                   workers=workers, split=split, tile=tile, q_positions=q_positions,
+                   kv_positions=kv_positions)
 
     # -- inspection --
 
@@ -804,7 +814,8 @@ def _infer(qv, kv, vv, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block
 def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask=None,
               mask_drop=None, mask_add=None, scale=None, seqlens_q=None, seqlens_kv=None,
               cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, return_lse=False,
-              threads=None, workers=None, out_dtype=None, out=None, split="auto", tile=None):
+              threads=None, workers=None, out_dtype=None, out=None, split="auto", tile=None,
+              q_positions=None, kv_positions=None):
     """O = softmax(scale * Q K^T + mask) V, and LSE = log sum exp of the logits.
 
     q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (numpy arrays, torch CPU tensors or
@@ -823,7 +834,9 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     k and v are then page pools [num_pages, page_size, Hkv, D] and seqlens_kv is required.
     threads: threads to run on (None: all of fai's pool); workers: pieces of the split (the
     result does not depend on threads). Rows past a length and fully masked rows give O = 0,
-    LSE = -inf.
+    LSE = -inf. q_positions / kv_positions: int [B], both or neither: the global positions of
+    each sequence's first query and first key when k and v are a shard of a longer sequence
+    (causal and window then compare global positions; merge the shards with merge_states).
     """
     qv = _view(q, "q", _want_float("q"))
     kv = _view(k, "k", _want_float("k"))
@@ -841,7 +854,8 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
                 window=window, mask_kind=_KIND_NAMES[kind],
                 scale=scale, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, threads=threads,
-                workers=workers, split=split, tile=tile)
+                workers=workers, split=split, tile=tile, q_positions=q_positions,
+                kv_positions=kv_positions)
     try:
         # one-shot plans share a per-thread workspace instead of owning one
         plan._ws = _scratch(plan._ws_size)

@@ -74,6 +74,8 @@ class Problem(ctypes.Structure):
         ("split", c_int),
         ("tile_q", c_int64),
         ("tile_kv", c_int64),
+        ("q_positions", c_int32_p),
+        ("kv_positions", c_int32_p),
     ]
 
 

@@ -125,7 +125,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     const int64_t ld_s = plan->ld_s, ld_o = plan->ld_o;
     const int64_t b = unit->batch;
     const fai_seq *seq = &plan->seqs[b];
-    const fai_band band = fai__band_of(&plan->pb, seq->q_len, seq->kv_len);
+    const fai_band band = fai__band_of(&plan->pb, seq);
     const int64_t first_row = unit->q_begin, last_row = unit->q_begin + unit->q_len - 1;
     const int64_t key_begin = (unit->kv_tile_begin + tile) * tile_kv;
     const int64_t n = seq->kv_len - key_begin < tile_kv ? seq->kv_len - key_begin : tile_kv;

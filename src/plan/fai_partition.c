@@ -9,13 +9,12 @@
 #include <math.h>
 #include <stdlib.h>
 
-fai_band fai__band_of(const fai_problem *pb, int64_t q_len, int64_t kv_len) {
-    /* The diagonal: bottom-right aligns the last query with the last key. */
-    const int64_t diagonal = pb->causal == FAI_CAUSAL_TOP_LEFT ? 0 : kv_len - q_len;
+fai_band fai__band_of(const fai_problem *pb, const fai_seq *seq) {
+    const int64_t diagonal = seq->diagonal;
     /* causal is a window whose right side is the diagonal itself */
     const int64_t right = pb->causal != FAI_CAUSAL_NONE ? 0 : pb->window_right;
     fai_band band;
-    band.kv_len = kv_len;
+    band.kv_len = seq->kv_len;
     band.lo_offset = pb->window_left >= 0 ? diagonal - pb->window_left : INT64_MIN;
     band.hi_offset = right >= 0 ? diagonal + right : INT64_MAX;
     return band;
@@ -81,7 +80,7 @@ fai_status fai__build_units(fai_plan *plan) {
     plan->visible_pairs = 0;
     for (int64_t b = 0; b < pb->batch; b++) {
         const fai_seq *seq = &plan->seqs[b];
-        const fai_band band = fai__band_of(pb, seq->q_len, seq->kv_len);
+        const fai_band band = fai__band_of(pb, seq);
         const int64_t q_tiles = seq->q_len > 0 ? fai__ceil_div(seq->q_len, tile_q) : 1;
         for (int64_t h = 0; h < pb->heads_kv; h++) {
             for (int64_t slice = 0; slice < slices; slice++) {

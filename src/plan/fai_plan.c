@@ -101,6 +101,7 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
     plan->pb = *problem;
     plan->pb.seqlens_q = plan->pb.seqlens_kv = NULL;
     plan->pb.cu_seqlens_q = plan->pb.cu_seqlens_kv = NULL;
+    plan->pb.q_positions = plan->pb.kv_positions = NULL; /* kept as each seq's diagonal */
     plan->cntx = cntx;
     plan->group = problem->heads_q / problem->heads_kv;
     plan->head_dim_v = problem->head_dim_v ? problem->head_dim_v : problem->head_dim;

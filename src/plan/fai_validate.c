@@ -108,6 +108,16 @@ fai_status fai__validate_problem(const fai_problem *pb) {
     if (pb->cu_seqlens_q)
         FAI_TRY(check_prefix_sums("cu_seqlens_q", pb->cu_seqlens_q, pb->batch, pb->seq_q, "seq_q"));
 
+    /* -- global positions -- */
+    if ((pb->q_positions == NULL) != (pb->kv_positions == NULL))
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s is set but %s = NULL: give both or neither",
+                         pb->q_positions ? "q_positions" : "kv_positions",
+                         pb->q_positions ? "kv_positions" : "q_positions");
+    if (pb->q_positions) {
+        FAI_TRY(check_lengths("q_positions", pb->q_positions, pb->batch, MAX_SEQ, "INT32_MAX"));
+        FAI_TRY(check_lengths("kv_positions", pb->kv_positions, pb->batch, MAX_SEQ, "INT32_MAX"));
+    }
+
     /* -- paged KV -- */
     FAI_TRY(check_range("page_size", pb->page_size, 0, MAX_SEQ));
     if (pb->page_size > 0) {
@@ -193,6 +203,11 @@ fai_status fai__resolve_seqs(const fai_problem *pb, fai_seq *seqs) {
             seq->kv_row0 = 0;
             seq->kv_len = pb->seqlens_kv ? pb->seqlens_kv[b] : pb->seq_kv;
         }
+        /* bottom-right aligns the last query with the last key */
+        if (pb->q_positions)
+            seq->diagonal = (int64_t)pb->q_positions[b] - pb->kv_positions[b];
+        else
+            seq->diagonal = pb->causal == FAI_CAUSAL_TOP_LEFT ? 0 : seq->kv_len - seq->q_len;
     }
     return FAI_OK;
 }

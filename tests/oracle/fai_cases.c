@@ -64,7 +64,7 @@ void fai_case_spec_any(fai_case_spec *s) {
     s->batch = s->heads_q = s->heads_kv = s->seq_q = s->seq_kv = FAI_CASE_ANY;
     s->head_dim = s->head_dim_v = FAI_CASE_ANY;
     s->q_dtype = s->k_dtype = s->v_dtype = s->o_dtype = FAI_CASE_ANY;
-    s->causal = s->window_left = s->window_right = FAI_CASE_ANY;
+    s->causal = s->window_left = s->window_right = s->positions = FAI_CASE_ANY;
     s->mask_kind = s->mask_shape = s->mask_density = FAI_CASE_ANY;
     s->q_lens = s->kv_lens = FAI_CASE_ANY;
     s->lens_q = s->lens_kv = NULL;
@@ -467,6 +467,19 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     if (ANY(sp.mask_shape)) sp.mask_shape = fai_rng_range(g, 0, FAI_CASE_MASK_SHAPES - 1);
     if (ANY(sp.mask_density))
         sp.mask_density = fai_rng_range(g, 0, 99) < 4 ? 100 : PICK(g, 0, 10, 10, 30, 30, 60, 90);
+    /* global positions: each sequence's diagonal moves anywhere around its own */
+    if (ANY(sp.positions)) sp.positions = fai_rng_range(g, 0, 99) < 15;
+    if (sp.positions) {
+        c->q_pos = calloc((size_t)B + 1, sizeof(int32_t));
+        c->kv_pos = calloc((size_t)B + 1, sizeof(int32_t));
+        if (!c->q_pos || !c->kv_pos) return build_fail(c, "out of memory");
+        for (int64_t b = 0; b < B; b++) {
+            c->kv_pos[b] = (int32_t)fai_rng_range(g, 0, 3 * wspan);
+            c->q_pos[b] = (int32_t)fai_rng_range(g, 0, 3 * wspan);
+        }
+        pb->q_positions = c->q_pos;
+        pb->kv_positions = c->kv_pos;
+    }
     pb->causal = (fai_causal)sp.causal;
     pb->window_left = sp.window_left;
     pb->window_right = sp.window_right;
@@ -735,17 +748,18 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
                  mask_shape_name(c->mask_shape), (long long)sp.mask_density);
     snprintf(c->desc, sizeof c->desc,
              "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s v=%s "
-             "o=%s causal=%s window=%lld,%lld mask=%s lens_q=%s lens_kv=%s%s scale=%g amp=%g "
+             "o=%s causal=%s%s window=%lld,%lld mask=%s lens_q=%s lens_kv=%s%s scale=%g amp=%g "
              "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld ws+%zu",
              (unsigned long long)seed, (long long)B, (long long)Hq, (long long)Hkv,
              (long long)sp.seq_q, (long long)sp.seq_kv, (long long)D, (long long)pb->head_dim_v,
              fai_oracle_dtype_name(pb->q_dtype), fai_oracle_dtype_name(pb->k_dtype),
              fai_oracle_dtype_name(pb->v_dtype), fai_oracle_dtype_name(pb->o_dtype),
-             causal_name(pb->causal), (long long)pb->window_left, (long long)pb->window_right,
-             mask_desc, lq_desc, lk_desc, lens_desc, (double)pb->scale, amp, c->layout_q,
-             c->layout_k, c->layout_v, c->layout_o, sp.lse ? 1 + c->lse_layout : 0,
-             (long long)pb->workers, (long long)pb->threads, split_name(pb->split),
-             (long long)pb->tile_q, (long long)pb->tile_kv, c->workspace_offset);
+             causal_name(pb->causal), pb->q_positions ? " positions" : "",
+             (long long)pb->window_left, (long long)pb->window_right, mask_desc, lq_desc, lk_desc,
+             lens_desc, (double)pb->scale, amp, c->layout_q, c->layout_k, c->layout_v, c->layout_o,
+             sp.lse ? 1 + c->lse_layout : 0, (long long)pb->workers, (long long)pb->threads,
+             split_name(pb->split), (long long)pb->tile_q, (long long)pb->tile_kv,
+             c->workspace_offset);
     return 0;
 }
 
@@ -771,6 +785,8 @@ void fai_case_free(fai_case *c) {
     free(c->cu_q);
     free(c->cu_kv);
     free(c->block_table);
+    free(c->q_pos);
+    free(c->kv_pos);
     memset(c, 0, sizeof *c);
 }
 
@@ -875,6 +891,13 @@ int fai_case_check(fai_case *c, fai_pool *pool, fai_case_result *r) {
         for (int64_t b = 0; b <= nb; b++)
             c->cu_q[b] = c->cu_kv[b] = INT32_MAX - (int32_t)b;
     }
+    int32_t *saved_pos = c->q_pos ? malloc((size_t)(2 * nb + 1) * sizeof(int32_t)) : NULL;
+    if (saved_pos) {
+        memcpy(saved_pos, c->q_pos, (size_t)nb * sizeof(int32_t));
+        memcpy(saved_pos + nb, c->kv_pos, (size_t)nb * sizeof(int32_t));
+        for (int64_t b = 0; b < nb; b++)
+            c->q_pos[b] = c->kv_pos[b] = INT32_MIN + (int32_t)b;
+    }
     fai_plan_info info;
     if (fai_plan_get_info(plan, &info) == FAI_OK) r->plan_visible_pairs = info.visible_pairs;
     const size_t ws_size = fai_plan_workspace_size(plan);
@@ -895,6 +918,11 @@ int fai_case_check(fai_case *c, fai_pool *pool, fai_case_result *r) {
         memcpy(c->cu_q, saved + 2 * nb, (size_t)(nb + 1) * sizeof(int32_t));
         memcpy(c->cu_kv, saved + 3 * nb + 1, (size_t)(nb + 1) * sizeof(int32_t));
         free(saved);
+    }
+    if (saved_pos) {
+        memcpy(c->q_pos, saved_pos, (size_t)nb * sizeof(int32_t));
+        memcpy(c->kv_pos, saved_pos + nb, (size_t)nb * sizeof(int32_t));
+        free(saved_pos);
     }
     if (r->status != FAI_OK) {
         why(r, "fai_run: %s: %s", fai_status_string(r->status), fai_last_error());

@@ -57,6 +57,7 @@ typedef struct fai_case_spec {
     int64_t q_dtype, k_dtype, v_dtype, o_dtype; /* fai_dtype */
     int64_t causal;                             /* fai_causal */
     int64_t window_left, window_right;          /* -1 unbounded */
+    int64_t positions; /* 1: global q_positions / kv_positions (drawn per sequence) */
     int64_t mask_kind;                          /* fai_mask_kind */
     int64_t mask_shape;                         /* FAI_CASE_MASK_* */
     int64_t mask_density;    /* percent of mask entries that mask (KEEP/DROP/ADD -inf), 0..100 */
@@ -97,6 +98,7 @@ typedef struct fai_case {
     int64_t *len_q, *len_kv;      /* [batch] resolved lengths */
     /* owned storage */
     int32_t *seqlens_q, *seqlens_kv, *cu_q, *cu_kv, *block_table;
+    int32_t *q_pos, *kv_pos;
     void *buf[FAI_CASE_BUFS];  /* q, k, v, o, lse, mask (NULL when absent) */
     void *init[FAI_CASE_BUFS]; /* the contents before the run */
     size_t bytes[FAI_CASE_BUFS];

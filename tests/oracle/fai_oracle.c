@@ -2,7 +2,8 @@
  * fai_oracle.c - the fp64 reference. See fai_oracle.h for the output layout.
  *
  * Semantics (fai.h and the README), for query i of sequence b with lq queries and lk keys:
- *   diag(i) = i (causal TOP_LEFT) or i + lk - lq (otherwise: bottom-right);
+ *   diag(i) = i (causal TOP_LEFT) or i + lk - lq (otherwise: bottom-right), or, with global
+ *   positions, the key index at the query's position: q_positions[b] + i - kv_positions[b];
  *   key j is visible iff 0 <= j < lk, (wl < 0 or j >= diag - wl), (wr < 0 or j <= diag + wr)
  *   where wr is clamped to 0 when causal, and the explicit mask keeps it;
  *   s_j = scale * q.k_j (+ add mask), P = softmax over the visible keys, O = P V,
@@ -353,12 +354,17 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
             lk = (int64_t)pb->cu_seqlens_kv[b + 1] - pb->cu_seqlens_kv[b];
         else
             lk = pb->seqlens_kv ? pb->seqlens_kv[b] : Skv;
+        /* with global positions: key j stands at kv_positions[b] + j, query i at
+         * q_positions[b] + i, and diag is the key index at the query's position */
+        const int64_t shift = pb->q_positions ? (int64_t)pb->q_positions[b] - pb->kv_positions[b]
+                              : top_left      ? 0
+                                              : lk - lq;
         const int64_t g = pb->cu_seqlens_q ? 0 : b;
         const int64_t row0 = pb->cu_seqlens_q ? pb->cu_seqlens_q[b] : 0;
 
         /* visible pairs (causal, window, lengths) */
         for (int64_t i = 0; i < lq; i++) {
-            const int64_t diag = top_left ? i : i + lk - lq;
+            const int64_t diag = i + shift;
             int64_t lo = 0, hi = lk - 1;
             if (wl >= 0 && diag - wl > lo) lo = diag - wl;
             if (wr >= 0 && diag + wr < hi) hi = diag + wr;
@@ -386,7 +392,7 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
                     for (int64_t d = 0; d < D; d++)
                         qd[d] = fai_oracle_load(t->q.data, pb->q_dtype, qo + d);
 
-                    const int64_t diag = top_left ? i : i + lk - lq;
+                    const int64_t diag = i + shift;
                     double m = -INFINITY;
                     for (int64_t j = 0; j < lk; j++) {
                         vis[j] = 0;
