@@ -59,7 +59,8 @@ typedef enum fai_status {
     FAI_ERR_WORKSPACE_TOO_SMALL, /* workspace NULL or smaller than fai_plan_workspace_size() */
     FAI_ERR_NO_MEMORY,           /* an allocation in fai_plan_create or fai_pool_create failed */
     FAI_ERR_ISA_UNAVAILABLE,     /* FAI_ISA forces an instruction set this CPU lacks */
-    FAI_ERR_OVERFLOW             /* a size computed from the problem overflows */
+    FAI_ERR_OVERFLOW,            /* a size computed from the problem overflows */
+    FAI_ERR_IO                   /* the tuning cache could not be written */
 } fai_status;
 
 /* Short fixed name of a status ("FAI_OK", "FAI_ERR_INVALID_ARG", ...). Never NULL; unknown
@@ -189,6 +190,10 @@ typedef struct fai_problem {
      * tensors stay local to the shard. NULL: the diagonal of causal above. */
     const int32_t *q_positions;
     const int32_t *kv_positions;
+
+    /* Nonzero: the planner ignores the tuning cache (see fai_tuning_store) and chooses the tile
+     * by its own rule. */
+    int ignore_tuning;
 } fai_problem;
 
 /* Fills a problem with the defaults: every count 0, dtypes Q f32, K/V f16, O f32, scale 0
@@ -274,6 +279,41 @@ FAI_API size_t fai_plan_workspace_size(const fai_plan *plan);
 FAI_API fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
                            size_t workspace_size);
 
+/* Stages of the kernel, for fai_run_profiled: the seed's four (QK, online softmax, PV, rescale
+ * O) and the data movement around them. */
+typedef enum fai_stage {
+    FAI_STAGE_PACK_Q = 0, /* a unit's Q rows gathered (and converted) into its tile */
+    FAI_STAGE_PACK_KV,    /* K/V rows addressed through pages, converted into tiles */
+    FAI_STAGE_QK,         /* S = scale Q K^T */
+    FAI_STAGE_SOFTMAX,    /* masks, running max and sum, P */
+    FAI_STAGE_RESCALE,    /* O *= exp(m_old - m_new) */
+    FAI_STAGE_PV,         /* O += P V */
+    FAI_STAGE_STORE,      /* O / l and LSE written */
+    FAI_STAGE_MERGE,      /* split-KV parts stored and merged */
+    FAI_STAGE_OTHER,      /* the walk over units and tiles */
+    FAI_STAGE_COUNT
+} fai_stage;
+
+/* Short name of a stage ("pack_q", "pack_kv", "qk", "softmax", "rescale", "pv", "store",
+ * "merge", "other"); "?" for an unknown value. */
+FAI_API const char *fai_stage_name(fai_stage stage);
+
+/* Where a run's time went: the seed's question "who waits for whom", on a CPU. */
+typedef struct fai_profile {
+    double wall_seconds;                   /* the whole call, as the caller sees it */
+    double stage_seconds[FAI_STAGE_COUNT]; /* summed over the threads */
+    int64_t threads;                       /* threads that ran the workers */
+    /* per thread: time spent in its workers; the rest of wall_seconds it waited (for a wake-up,
+     * or for the slowest thread) */
+    double busy_seconds[FAI_MAX_WORKERS];
+} fai_profile;
+
+/* fai_run, timing each stage of every tile with the CPU's cycle counter (a copy of the kernel
+ * built with the timers in: fai_run itself carries none) and each thread's busy time. The output
+ * is the same as fai_run's. *profile is overwritten. */
+FAI_API fai_status fai_run_profiled(const fai_plan *plan, const fai_tensors *tensors,
+                                    void *workspace, size_t workspace_size, fai_profile *profile);
+
 /* The checks fai_run makes of the tensors, alone: FAI_OK if fai_run would accept them. The
  * block-table entries are checked even when the plan trusts them, so a caller can check a table
  * once and then run trusted. Reads the block table, writes nothing. Thread-safe. */
@@ -304,6 +344,13 @@ typedef struct fai_plan_info {
     int64_t l1d_bytes, l1d_capacity, l2_bytes, l2_capacity;
     int tile_fits;
     const char *isa; /* micro-kernel table in use: "ref", "avx2", "avx512", "neon" */
+    /* Where the tile came from: "user" (tile_q / tile_kv given), "tuned" (the tuning cache
+     * holds a tile for this CPU and shape class) or "heuristic" (the planner's rule). */
+    const char *tile_source;
+    /* The shape class the tuning cache files this plan under (head dims, GQA group, dtypes,
+     * query and key length ranges, causal, paged), e.g.
+     * "d128.dv128.g4.f32.f16.f16.q2048.kv2048.causal.dense". */
+    const char *tile_class;
 } fai_plan_info;
 
 /* Fills *info. Thread-safe. */
@@ -331,6 +378,32 @@ typedef struct fai_unit_info {
 } fai_unit_info;
 
 FAI_API fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_unit_info *info);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tuning cache
+ *
+ * A plain text file of measured tile choices, one line per (CPU model, micro-kernel table,
+ * shape class): `fai tune` measures the tiles that fit a shape and stores the fastest here, and
+ * fai_plan_create uses it for every later plan of that class unless the problem sets
+ * ignore_tuning or gives its own tile. The file is $FAI_TUNE_CACHE if set ("off" disables the
+ * cache), else $XDG_CACHE_HOME/fai/tiles.tsv, else $HOME/.cache/fai/tiles.tsv. It is read once,
+ * by the first plan of the process (and again by fai_tuning_reload); lines that do not parse
+ * are ignored.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Stores tile_q x tile_kv as the tuned tile of the plan's CPU and shape class (replacing an
+ * earlier one), creating the directory if needed, and makes later plans of this process use it.
+ * FAI_ERR_INVALID_ARG names a bad argument, a tile out of range (1..4096) or a disabled cache;
+ * FAI_ERR_IO an unwritable file. Thread-safe. */
+FAI_API fai_status fai_tuning_store(const fai_plan *plan, int64_t tile_q, int64_t tile_kv);
+
+/* Forgets what was read and reads the cache file again (at the path the environment now gives)
+ * on the next plan. Thread-safe. */
+FAI_API void fai_tuning_reload(void);
+
+/* The cache file's path as the environment gives it now, or "" when the cache is disabled or
+ * no directory is known. The string is valid until the next call from this thread. */
+FAI_API const char *fai_tuning_path(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Merging partial results

@@ -1,9 +1,18 @@
 /* fai_run: checks the tensors against the plan, then runs the plan's workers on its pool. */
 #include "fai_internal.h"
+#include "kernel/fai_profile.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t heads, int64_t dim) {
     fai_tensor tensor;
@@ -96,20 +105,33 @@ typedef struct run_job {
     const fai_tensors *tensors;
     unsigned char *workspace;
     int64_t threads;
+    /* fai_run_profiled only: the threads' stage ticks are summed here, busy times per thread */
+    fai_profile *profile;
+    _Atomic uint64_t stage_ticks[FAI_STAGE_COUNT];
 } run_job;
 
 /* Thread k runs workers k, k + threads, ...: which thread runs a worker never changes what the
  * worker computes, so the output is the same for any thread count. */
 static void run_thread(void *arg, int64_t thread_index) {
-    const run_job *job = arg;
+    run_job *job = arg;
     unsigned char *ws = job->workspace + (size_t)thread_index * job->plan->ws.per_thread;
+    if (!job->profile) {
+        for (int64_t w = thread_index; w < job->plan->workers; w += job->threads)
+            fai__kernel_run_worker(job->plan, job->tensors, w, ws, job->workspace);
+        return;
+    }
+    memset(&fai__stage_clock, 0, sizeof fai__stage_clock);
+    const double start = now_seconds();
     for (int64_t w = thread_index; w < job->plan->workers; w += job->threads)
-        fai__kernel_run_worker(job->plan, job->tensors, w, ws, job->workspace);
+        fai__kernel_run_worker_profiled(job->plan, job->tensors, w, ws, job->workspace);
+    job->profile->busy_seconds[thread_index] = now_seconds() - start;
+    for (int s = 0; s < FAI_STAGE_COUNT; s++)
+        atomic_fetch_add_explicit(&job->stage_ticks[s], fai__stage_clock.ticks[s],
+                                  memory_order_relaxed);
 }
 
-fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
-                   size_t workspace_size) {
-    fai__clear_error();
+static fai_status run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
+                      size_t workspace_size, fai_profile *profile) {
     if (!plan) return fai__fail(FAI_ERR_INVALID_ARG, "plan = NULL");
     if (!tensors) return fai__fail(FAI_ERR_INVALID_ARG, "tensors = NULL");
     if (plan->workspace_size > 0 && (!workspace || workspace_size < plan->workspace_size))
@@ -131,10 +153,47 @@ fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *works
     atomic_llong *done = (atomic_llong *)(aligned + plan->ws.counters);
     for (int64_t u = 0; u < plan->split_units; u++)
         atomic_init(&done[u], 0);
-    run_job job = {plan, tensors, aligned, threads < 1 ? 1 : threads};
+    run_job job = {plan, tensors, aligned, threads < 1 ? 1 : threads, profile, {0}};
+    for (int s = 0; s < FAI_STAGE_COUNT; s++)
+        atomic_init(&job.stage_ticks[s], 0);
+    double start = 0.0;
+    uint64_t start_ticks = 0;
+    if (profile) {
+        memset(profile, 0, sizeof *profile);
+        profile->threads = job.threads;
+        start = now_seconds();
+        start_ticks = fai__ticks();
+    }
     if (job.threads == 1)
         run_thread(&job, 0);
     else
         fai__pool_run(pool, job.threads, run_thread, &job);
+    if (profile) {
+        /* the cycle counter's rate, from this very run */
+        profile->wall_seconds = now_seconds() - start;
+        const uint64_t ticks = fai__ticks() - start_ticks;
+        const double seconds_per_tick = ticks ? profile->wall_seconds / (double)ticks : 0.0;
+        for (int s = 0; s < FAI_STAGE_COUNT; s++)
+            profile->stage_seconds[s] = (double)atomic_load(&job.stage_ticks[s]) * seconds_per_tick;
+    }
     return FAI_OK;
+}
+
+fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
+                   size_t workspace_size) {
+    fai__clear_error();
+    return run(plan, tensors, workspace, workspace_size, NULL);
+}
+
+fai_status fai_run_profiled(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
+                            size_t workspace_size, fai_profile *profile) {
+    fai__clear_error();
+    if (!profile) return fai__fail(FAI_ERR_INVALID_ARG, "profile = NULL");
+    return run(plan, tensors, workspace, workspace_size, profile);
+}
+
+const char *fai_stage_name(fai_stage stage) {
+    static const char *const names[FAI_STAGE_COUNT] = {
+        "pack_q", "pack_kv", "qk", "softmax", "rescale", "pv", "store", "merge", "other"};
+    return (unsigned)stage < FAI_STAGE_COUNT ? names[stage] : "?";
 }

@@ -93,6 +93,9 @@ struct fai_plan {
     int64_t group_slice; /* q heads of a group per unit: the group, unless it is very large */
     int64_t l1d_bytes, l2_bytes; /* the tile's hot set and per-thread slice, against the caches */
     int tile_fits;
+    const char *tile_source; /* "user", "tuned" or "heuristic" */
+    char tile_class[128];    /* the tuning cache's shape class */
+    int has_positions;       /* global positions were given */
     int64_t ld_s; /* tile_rows padded to the micro-kernels' vector width: S^T and Q^T rows */
     int64_t ld_o; /* dv padded likewise: V tile and O accumulator rows */
     /* Small Q tiles (decode) read K and V rows directly instead of packing them; Q is then
@@ -131,6 +134,9 @@ struct fai_plan {
 
 /* Plan steps (plan/). */
 void fai__choose_tile(fai_plan *plan);
+/* The tuning cache (fai_tuning.c): the plan's shape class, and the tuned tile for it. */
+void fai__tuning_class(fai_plan *plan, int64_t max_q, int64_t max_kv);
+int fai__tuning_lookup(const fai_plan *plan, int64_t *tile_q, int64_t *tile_kv);
 fai_status fai__validate_problem(const fai_problem *pb);
 fai_status fai__resolve_seqs(const fai_problem *pb, fai_seq *seqs);
 fai_status fai__build_units(fai_plan *plan);
@@ -143,6 +149,9 @@ fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t);
  * the whole workspace, where split units keep their parts (kernel/). */
 void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker,
                             unsigned char *ws, unsigned char *ws_base);
+/* The same with stage timers (fai_kernel_profiled.c): adds to this thread's fai__stage_clock. */
+void fai__kernel_run_worker_profiled(const fai_plan *plan, const fai_tensors *t, int64_t worker,
+                                     unsigned char *ws, unsigned char *ws_base);
 
 /* Thread pool (thread/): runs fn(arg, thread_index) on threads 0..threads-1, the caller being
  * thread 0, and returns when all are done. */

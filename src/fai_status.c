@@ -11,7 +11,8 @@
     XX(FAI_ERR_WORKSPACE_TOO_SMALL)                                                                \
     XX(FAI_ERR_NO_MEMORY)                                                                          \
     XX(FAI_ERR_ISA_UNAVAILABLE)                                                                    \
-    XX(FAI_ERR_OVERFLOW)
+    XX(FAI_ERR_OVERFLOW)                                                                           \
+    XX(FAI_ERR_IO)
 
 static _Thread_local char last_error[512];
 

@@ -28,6 +28,21 @@ for line in lines:
 assert threads == [1, 2], threads
 PY
 
+# --profile: stage shares that add up to one, a busy share per thread, the timers' cost
+"$fai" bench --b 1 --hq 2 --hkv 1 --sq 8 --skv 40 --d 16 --runs 2 --threads 2 --json \
+    --no-peaks --profile >"$tmp/profile"
+python3 - "$tmp/profile" <<'PY'
+import json, sys
+row = json.loads(open(sys.argv[1]).read())
+prof = row["profile"]
+shares = prof["stage_share"]
+assert set(shares) == {"pack_q", "pack_kv", "qk", "softmax", "rescale", "pv", "store", "merge",
+                       "other"}, shares
+assert abs(sum(shares.values()) - 1.0) < 1e-3 and shares["qk"] > 0 and shares["pv"] > 0, shares
+assert 1 <= len(prof["thread_busy"]) <= 2 and all(0 < b <= 1.01 for b in prof["thread_busy"]), prof
+assert prof["runs"] == 2 and prof["median_ms"] > 0 and prof["overhead"] > 0, prof
+PY
+
 # bad options: exit 2, one line on stderr, nothing on stdout
 for bad in "--bogus" "--threads 0" "--runs x" "--hq 3 --hkv 2"; do
     status=0

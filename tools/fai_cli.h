@@ -8,5 +8,6 @@ int fai_cmd_check(int argc, char **argv); /* fai check: randomized sweep against
 int fai_cmd_plan(int argc, char **argv);  /* fai plan: tiles, units, worker split */
 int fai_cmd_demo(int argc, char **argv);  /* fai demo: the benchmark shapes once, verified */
 int fai_cmd_bench(int argc, char **argv); /* fai bench: medians, rates and the machine's peaks */
+int fai_cmd_tune(int argc, char **argv);  /* fai tune: measure the tiles that fit, keep the best */
 
 #endif

@@ -4,6 +4,7 @@
  * --baseline, an unfused CBLAS attention (fai_baseline.h) runs on the same shapes and thread
  * counts in the same run. */
 #include "fai_baseline.h"
+#include "fai_bench_profile.h"
 #include "fai_cli.h"
 #include "fai_oracle.h"
 #include "fai_peak.h"
@@ -26,7 +27,7 @@ typedef struct bench_options {
     int64_t threads[MAX_THREAD_COUNTS];
     int thread_count;
     int64_t runs, warmup;
-    int json, peaks, bf16_too, baseline;
+    int json, peaks, bf16_too, baseline, profile;
 } bench_options;
 
 /* One (shape, thread count) measurement. */
@@ -36,6 +37,7 @@ typedef struct bench_result {
     double flops, kv_bytes;
     double check_us; /* median cost of fai_run's tensor checks (block table included) */
     fai_plan_info info;
+    fai_bench_profile profile; /* with --profile */
 } bench_result;
 
 /* The unfused baseline on one (shape, thread count): its times and its score matrix. */
@@ -56,7 +58,7 @@ static void print_usage(FILE *out) {
     fprintf(
         out,
         "usage: fai bench [SHAPE ...] [shape flags] [--threads LIST] [--runs N] [--warmup N]\n"
-        "                 [--bf16-too] [--baseline] [--json] [--no-peaks] [--help]\n"
+        "                 [--bf16-too] [--baseline] [--profile] [--json] [--no-peaks] [--help]\n"
         "Times fai_run on each shape and thread count: median, min and max of --runs runs\n"
         "(default 7) after --warmup runs (default 1), GFLOP/s of useful work (2*D + 2*Dv\n"
         "per visible (query, key) pair) and GB/s of K/V that must be read. Each shape's\n"
@@ -71,6 +73,10 @@ static void print_usage(FILE *out) {
         "  --bf16-too     also run each shape with Q, K, V and O all bf16\n"
         "  --json         one JSON object per line: the peaks, then one per (shape, threads)\n"
         "  --no-peaks     skip the machine-limit probes (about 1 s per thread count)\n"
+        "  --profile      also run each plan --runs times with stage timers (fai_run_profiled):\n"
+        "                 each stage's share of the kernel time (pack_q, pack_kv, qk, softmax,\n"
+        "                 rescale, pv, store, merge, other) and each thread's busy and idle\n"
+        "                 share of the wall time; the timed runs above carry no timers\n"
         "  --baseline     also time, on the same shapes and thread counts, an unfused fp32\n"
         "                 attention with CBLAS SGEMMs (S = scale Q K^T for each batch and kv\n"
         "                 head with the GQA group's heads stacked, row softmax, O = P V; pairs\n"
@@ -238,6 +244,8 @@ static int parse_options(bench_options *opt, int argc, char **argv, const char *
             opt->bf16_too = 1;
         else if (!strcmp(arg, "--baseline"))
             opt->baseline = 1;
+        else if (!strcmp(arg, "--profile"))
+            opt->profile = 1;
         else if (!strcmp(arg, "--threads") || !strcmp(arg, "--runs") || !strcmp(arg, "--warmup")) {
             if (parse_value(opt, arg, i + 1 < argc ? argv[i + 1] : NULL)) return -1;
             i++;
@@ -340,7 +348,11 @@ static int bench_one(const fai_shape *shape, const fai_shape_data *data, fai_poo
         result->kv_bytes = fai_shape_kv_bytes(shape);
         summarize(seconds, opt->runs, &result->median_ms, &result->min_ms, &result->max_ms);
         result->check_us = time_checks(plan, data);
-    } else {
+        if (opt->profile)
+            status = fai_bench_profile_run(plan, &data->tensors, workspace, workspace_bytes,
+                                           opt->runs, &result->profile);
+    }
+    if (status != FAI_OK) {
         fprintf(stderr, "fai bench: %s: %s %s\n", shape->name, fai_status_string(status),
                 fai_last_error());
     }
@@ -471,6 +483,7 @@ static void print_json(const fai_shape *shape, const bench_result *r, const benc
            check->max_err <= check->tolerance ? "ok" : "failed");
     if (peak) json_peak_ratios(shape, r, peak);
     if (base) json_baseline(r, base, check, peak);
+    if (opt->profile) fai_bench_profile_json(&r->profile, r->median_ms);
     printf("}\n");
 }
 
@@ -599,6 +612,7 @@ static int bench_shape(const fai_shape *shape, uint64_t seed, fai_pool **pools,
             print_json(shape, &result, &check, opt, peak, have_base ? &base : NULL);
         else
             print_row(shape, &result, &check, peak, have_base ? &base : NULL);
+        if (!opt->json && opt->profile) fai_bench_profile_print(&result.profile, result.median_ms);
         fflush(stdout);
     }
     fai_baseline_free(baseline);

@@ -12,7 +12,8 @@ static void print_usage(FILE *out) {
                  "  check  randomized sweep against the fp64 reference\n"
                  "  plan   show the tile shape, units and the split across workers\n"
                  "  demo   run the benchmark shapes once, verified against the reference\n"
-                 "  bench  time shapes per thread count, against the machine's measured peaks\n");
+                 "  bench  time shapes per thread count, against the machine's measured peaks\n"
+                 "  tune   measure the tiles that fit a shape and store the fastest for it\n");
 }
 
 int main(int argc, char **argv) {
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return fai_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return fai_cmd_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return fai_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tune")) return fai_cmd_tune(argc - 1, argv + 1);
     fprintf(stderr, "fai: unknown command '%s'\n", cmd);
     print_usage(stderr);
     return 2;

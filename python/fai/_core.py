@@ -542,7 +542,8 @@ class Plan:
     def info(self):
         """fai_plan_info as a dict: tile_q, tile_kv, tile_rows, units, workers, threads,
         total_weight, imbalance, split_kv, split_units, partials, visible_pairs,
-        workspace_bytes, l1d_bytes, l1d_capacity, l2_bytes, l2_capacity, tile_fits, isa."""
+        workspace_bytes, l1d_bytes, l1d_capacity, l2_bytes, l2_capacity, tile_fits, isa,
+        tile_source ('user', 'tuned' or 'heuristic'), tile_class."""
         size = ctypes.sizeof(_lib.PlanInfo)
         buf = (ctypes.c_ubyte * (size + 64))(*([0xA5] * (size + 64)))  # a tail to check
         _check(_lib.plan_get_info(self._require(),
@@ -554,7 +555,9 @@ class Plan:
         out = {name: getattr(info, name) for name, _ in _lib.PlanInfo._fields_}
         out["split_kv"] = bool(out["split_kv"])
         out["tile_fits"] = bool(out["tile_fits"])
-        out["isa"] = info.isa.decode() if info.isa else None
+        for name in ("isa", "tile_source", "tile_class"):
+            value = getattr(info, name)
+            out[name] = value.decode() if value else None
         return out
 
     def worker_ranges(self):

@@ -26,6 +26,7 @@ STATUS_NAMES = {
     4: "FAI_ERR_NO_MEMORY",
     5: "FAI_ERR_ISA_UNAVAILABLE",
     6: "FAI_ERR_OVERFLOW",
+    7: "FAI_ERR_IO",
 }
 
 # fai_dtype
@@ -76,6 +77,7 @@ class Problem(ctypes.Structure):
         ("tile_kv", c_int64),
         ("q_positions", c_int32_p),
         ("kv_positions", c_int32_p),
+        ("ignore_tuning", c_int),
     ]
 
 
@@ -142,6 +144,8 @@ class PlanInfo(ctypes.Structure):
         ("l2_capacity", c_int64),
         ("tile_fits", c_int),
         ("isa", ctypes.c_char_p),
+        ("tile_source", ctypes.c_char_p),
+        ("tile_class", ctypes.c_char_p),
     ]
 
 

@@ -19,6 +19,20 @@
 #include <stdatomic.h>
 #include <string.h>
 
+/* Built twice: as is for fai_run, and with FAI_KERNEL_PROFILED (fai_kernel_profiled.c) for
+ * fai_run_profiled, where FAI_LAP(stage) charges the time since the last mark to the stage. */
+#ifdef FAI_KERNEL_PROFILED
+#include "kernel/fai_profile.h"
+#define FAI_LAP(stage) fai__lap(stage)
+#define FAI_LAP_START() (fai__stage_clock.last = fai__ticks())
+#define KERNEL_RUN_WORKER fai__kernel_run_worker_profiled
+_Thread_local fai_stage_clock fai__stage_clock;
+#else
+#define FAI_LAP(stage) ((void)0)
+#define FAI_LAP_START() ((void)0)
+#define KERNEL_RUN_WORKER fai__kernel_run_worker
+#endif
+
 /* One unit's scratch. Decode plans (direct_kv) keep Q row-major [rows, ld_q] and S row-major
  * [rows, ld_n], and pack no K or V; the others use the layouts below. */
 typedef struct unit_scratch {
@@ -113,6 +127,7 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
         sc->row_sum[r] = 0.0f;
     }
     memset(sc->o_acc, 0, (size_t)(rows * ld_o) * sizeof(float));
+    FAI_LAP(FAI_STAGE_PACK_Q);
 }
 
 /* Step 2 of a unit, for one of its valid kv tiles (an offset into its range): the four stages,
@@ -133,6 +148,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     const int band_partial = !(fai__band_lo(&band, last_row) <= key_begin &&
                                fai__band_hi(&band, first_row) >= key_begin + n - 1);
 
+    FAI_LAP(FAI_STAGE_OTHER);
     /* decode reads K and V rows in place, prefetching FAI_PREFETCH_ROWS ahead: the row
      * lists run that far into the next tile */
     const int64_t rest = seq->kv_len - key_begin - n;
@@ -150,6 +166,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                          dv * (int64_t)fai__dtype_size(t->v.dtype));
     }
     fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
+    FAI_LAP(FAI_STAGE_PACK_KV);
     if (plan->direct_kv) {
         cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
                       t->k.dtype, n, d, plan->scale);
@@ -158,8 +175,10 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                       plan->scale);
     } else {
         cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
+        FAI_LAP(FAI_STAGE_PACK_KV);
         cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
     }
+    FAI_LAP(FAI_STAGE_QK);
 
     const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
     if (plan->direct_kv) {
@@ -172,17 +191,22 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
             apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, 1, ld_s);
         cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
     }
+    FAI_LAP(FAI_STAGE_SOFTMAX);
     cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
+    FAI_LAP(FAI_STAGE_RESCALE);
 
     fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
     if (plan->direct_kv) {
+        FAI_LAP(FAI_STAGE_PACK_KV);
         cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, ahead,
                       t->v.dtype, n, dv, masked);
     } else {
         const int v_finite = cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
+        FAI_LAP(FAI_STAGE_PACK_KV);
         /* a masked tile needs the exact (sparse) PV only where V holds Inf or NaN */
         cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked && !v_finite);
     }
+    FAI_LAP(FAI_STAGE_PV);
 }
 
 /* Runs the unit's kv tiles [tile_begin, tile_end) (offsets into its valid range). */
@@ -215,6 +239,7 @@ static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_un
     for (int64_t i = unit->pad_begin; i < unit->pad_end; i++)
         for (int64_t g = 0; g < heads; g++)
             write_zero_row(plan, t, b, i, unit->head_q_begin + g);
+    FAI_LAP(FAI_STAGE_STORE);
 }
 
 /* -- split-KV -------------------------------------------------------------------------------- */
@@ -286,8 +311,9 @@ static int64_t lockstep_count(const fai_plan *plan, const fai_worker *worker, in
     return count;
 }
 
-void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker_index,
-                            unsigned char *ws, unsigned char *ws_base) {
+void KERNEL_RUN_WORKER(const fai_plan *plan, const fai_tensors *t, int64_t worker_index,
+                       unsigned char *ws, unsigned char *ws_base) {
+    FAI_LAP_START();
     unit_scratch slots[FAI_LOCKSTEP_UNITS];
     const int64_t slot_count = plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS;
     for (int64_t k = 0; k < slot_count; k++)
@@ -304,10 +330,11 @@ void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t 
             const int64_t part = u == worker->unit_begin ? worker->first_part : worker->last_part;
             compute_tiles(plan, t, unit, begin - unit->line_begin, end - unit->line_begin,
                           &slots[0]);
-            if (store_part(plan, unit, part, &slots[0], ws_base)) {
-                merge_parts(plan, unit, &slots[0], ws_base);
-                finish_unit(plan, t, unit, &slots[0]);
-            }
+            FAI_LAP(FAI_STAGE_OTHER);
+            const int last_part = store_part(plan, unit, part, &slots[0], ws_base);
+            if (last_part) merge_parts(plan, unit, &slots[0], ws_base);
+            FAI_LAP(FAI_STAGE_MERGE);
+            if (last_part) finish_unit(plan, t, unit, &slots[0]);
             u++;
             continue;
         }

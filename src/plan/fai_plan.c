@@ -110,6 +110,7 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
     plan->paged = problem->page_size > 0;
     plan->packed_q = problem->cu_seqlens_q != NULL;
     plan->packed_kv = problem->cu_seqlens_kv != NULL;
+    plan->has_positions = problem->q_positions != NULL;
     plan->workers = problem->workers ? problem->workers : fai_cpu_count();
     if (plan->workers > FAI_MAX_WORKERS) plan->workers = FAI_MAX_WORKERS;
     plan->threads = problem->threads ? problem->threads : fai_cpu_count();
@@ -172,6 +173,8 @@ fai_status fai_plan_get_info(const fai_plan *plan, fai_plan_info *info) {
     info->visible_pairs = plan->visible_pairs;
     info->workspace_bytes = plan->workspace_size;
     info->isa = plan->cntx->name;
+    info->tile_source = plan->tile_source;
+    info->tile_class = plan->tile_class;
     info->l1d_bytes = plan->l1d_bytes;
     info->l2_bytes = plan->l2_bytes;
     info->l1d_capacity = fai__cache_sizes()->l1d;

@@ -62,7 +62,14 @@ void fai__choose_tile(fai_plan *plan) {
     }
     plan->group_slice = plan->group <= MAX_GROUP_SLICE ? plan->group : MAX_GROUP_SLICE;
 
-    int64_t tile_q = pb->tile_q;
+    /* a measured choice for this CPU and shape class, unless the problem gives its own */
+    fai__tuning_class(plan, max_q, max_kv);
+    int64_t tuned_q = 0, tuned_kv = 0;
+    const int user = pb->tile_q != 0 || pb->tile_kv != 0;
+    const int tuned = !user && !pb->ignore_tuning && fai__tuning_lookup(plan, &tuned_q, &tuned_kv);
+    plan->tile_source = user ? "user" : tuned ? "tuned" : "heuristic";
+
+    int64_t tile_q = tuned ? (tuned_q < max_q ? tuned_q : max_q > 0 ? max_q : 1) : pb->tile_q;
     if (tile_q == 0) {
         tile_q = TARGET_TILE_ROWS / plan->group_slice;
         if (tile_q < 1) tile_q = 1;
@@ -78,7 +85,10 @@ void fai__choose_tile(fai_plan *plan) {
 
     static const int64_t candidates[] = {256, 128, 64, 32, 16};
     const int count = (int)(sizeof candidates / sizeof candidates[0]);
-    int64_t tile_kv = pb->tile_kv;
+    int64_t tile_kv = tuned ? (tuned_kv < max_kv ? tuned_kv
+                               : max_kv > 0      ? max_kv
+                                                 : 1)
+                            : pb->tile_kv;
     if (tile_kv == 0) {
         tile_kv = candidates[count - 1];
         for (int c = decode ? 0 : 1; c < count; c++) { /* prefill tiles start at 128 */

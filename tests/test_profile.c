@@ -1,0 +1,99 @@
+/* fai_run_profiled: the same output as fai_run, bit for bit; the stage times add up to the
+ * threads' busy time, which is within the wall time; the stages that must run do; a split-KV plan
+ * shows merge time; errors name the field. */
+#include "test_util.h"
+
+#include "fai.h"
+#include "fai_cases.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void profile_case(int *test_failed_, int64_t seq_q, int64_t workers, int expect_merge) {
+    fai_case_spec spec;
+    fai_case_spec_any(&spec);
+    spec.batch = 2, spec.heads_q = 4, spec.heads_kv = 2, spec.seq_q = seq_q, spec.seq_kv = 700;
+    spec.head_dim = spec.head_dim_v = 32, spec.q_lens = spec.kv_lens = 0;
+    spec.mask_kind = 0, spec.workers = workers, spec.threads = 2, spec.split = FAI_SPLIT_AUTO;
+    spec.positions = 0;
+    fai_case c;
+    REQUIRE(fai_case_build(&c, &spec, 41) == 0);
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+    const size_t bytes = fai_plan_workspace_size(plan);
+    void *ws = malloc(bytes + 1);
+    const size_t o_bytes = c.bytes[FAI_CASE_BUF_O];
+    void *plain = malloc(o_bytes);
+    REQUIRE(ws && plain);
+    REQUIRE(fai_run(plan, &c.tensors, ws, bytes) == FAI_OK);
+    memcpy(plain, c.buf[FAI_CASE_BUF_O], o_bytes);
+    memset(c.buf[FAI_CASE_BUF_O], 0xFF, o_bytes);
+    static fai_profile profile;
+    REQUIRE(fai_run_profiled(plan, &c.tensors, ws, bytes, &profile) == FAI_OK);
+    /* every element of O, by its strides (the buffer has guard bytes nobody writes) */
+    const fai_tensor *o = &c.tensors.o;
+    const size_t element = o->dtype == FAI_DTYPE_F32 ? 4 : 2;
+    int64_t differ = 0;
+    for (int64_t b = 0; b < c.problem.batch; b++)
+        for (int64_t i = 0; i < c.problem.seq_q; i++)
+            for (int64_t h = 0; h < c.problem.heads_q; h++)
+                for (int64_t x = 0; x < spec.head_dim_v; x++) {
+                    const size_t at = element * (size_t)(b * o->stride_batch + i * o->stride_seq +
+                                                         h * o->stride_head + x);
+                    differ += memcmp((char *)plain + at, (char *)c.buf[FAI_CASE_BUF_O] + at,
+                                     element) != 0;
+                }
+    CHECK(differ == 0);
+
+    fai_plan_info info;
+    fai_plan_get_info(plan, &info);
+    CHECK(profile.threads >= 1 && profile.threads <= info.threads);
+    CHECK(profile.wall_seconds > 0.0);
+    double stages = 0.0, busy = 0.0;
+    for (int s = 0; s < FAI_STAGE_COUNT; s++) {
+        CHECK(profile.stage_seconds[s] >= 0.0);
+        stages += profile.stage_seconds[s];
+    }
+    for (int64_t t = 0; t < profile.threads; t++) {
+        CHECK(profile.busy_seconds[t] > 0.0);
+        CHECK(profile.busy_seconds[t] <= profile.wall_seconds * 1.01 + 1e-6);
+        busy += profile.busy_seconds[t];
+    }
+    /* the stages cover the workers' time, bar the clock reads around them */
+    CHECK(stages <= busy * 1.05 + 1e-5);
+    CHECK(stages >= busy * 0.5);
+    CHECK(profile.stage_seconds[FAI_STAGE_QK] > 0.0 && profile.stage_seconds[FAI_STAGE_PV] > 0.0);
+    CHECK(profile.stage_seconds[FAI_STAGE_SOFTMAX] > 0.0);
+    CHECK(profile.stage_seconds[FAI_STAGE_PACK_Q] > 0.0);
+    CHECK((profile.stage_seconds[FAI_STAGE_MERGE] > 0.0) == expect_merge);
+    CHECK(info.split_kv == expect_merge);
+    free(plain);
+    free(ws);
+    fai_plan_free(plan);
+    fai_case_free(&c);
+}
+
+TEST(profile_prefill_matches_plain_run) { profile_case(test_failed_, 64, 2, 0); }
+
+TEST(profile_decode_split_kv_shows_merge) { profile_case(test_failed_, 1, 7, 1); }
+
+TEST(profile_errors_and_stage_names) {
+    fai_profile profile;
+    CHECK(fai_run_profiled(NULL, NULL, NULL, 0, &profile) == FAI_ERR_INVALID_ARG);
+    fai_problem pb;
+    fai_problem_init(&pb);
+    pb.batch = 1, pb.heads_q = pb.heads_kv = 1, pb.seq_q = pb.seq_kv = 4, pb.head_dim = 8;
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    fai_tensors t;
+    memset(&t, 0, sizeof t);
+    CHECK(fai_run_profiled(plan, &t, NULL, 0, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "profile = NULL") != NULL);
+    fai_plan_free(plan);
+    const char *names[] = {"pack_q", "pack_kv", "qk",    "softmax", "rescale",
+                           "pv",     "store",   "merge", "other"};
+    for (int s = 0; s < FAI_STAGE_COUNT; s++)
+        CHECK(strcmp(fai_stage_name((fai_stage)s), names[s]) == 0);
+    CHECK(strcmp(fai_stage_name(FAI_STAGE_COUNT), "?") == 0);
+}

@@ -1,0 +1,171 @@
+/* The tuning cache: a stored tile is used by later plans of the same shape class (and reported as
+ * "tuned"), not by other classes, not when the problem ignores it or gives its own tile; the
+ * file survives garbage lines; a disabled or unwritable cache is an error naming it. Each test
+ * points FAI_TUNE_CACHE at its own file and turns the cache off again at the end. */
+#include "test_util.h"
+
+#include "fai.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void prefill_problem(fai_problem *pb) {
+    fai_problem_init(pb);
+    pb->batch = 1, pb->heads_q = 8, pb->heads_kv = 2, pb->seq_q = 300, pb->seq_kv = 300;
+    pb->head_dim = 64, pb->causal = FAI_CAUSAL_BOTTOM_RIGHT, pb->workers = 2;
+}
+
+static int plan_tile(const fai_problem *pb, fai_plan_info *info) {
+    fai_plan *plan;
+    if (fai_plan_create(pb, &plan) != FAI_OK) return 0;
+    const int ok = fai_plan_get_info(plan, info) == FAI_OK;
+    fai_plan_free(plan);
+    return ok;
+}
+
+static void use_cache_file(char *path, size_t size) {
+    snprintf(path, size, "/tmp/fai_tuning_test_%ld/sub/tiles.tsv", (long)getpid());
+    setenv("FAI_TUNE_CACHE", path, 1);
+    fai_tuning_reload();
+}
+
+static void drop_cache_file(const char *path) {
+    remove(path);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (int level = 0; level < 2; level++) {
+        *strrchr(dir, '/') = '\0';
+        rmdir(dir);
+    }
+    setenv("FAI_TUNE_CACHE", "off", 1);
+    fai_tuning_reload();
+}
+
+TEST(tuning_stored_tile_is_used_by_its_class) {
+    char path[512];
+    use_cache_file(path, sizeof path);
+    CHECK(strcmp(fai_tuning_path(), path) == 0);
+    fai_problem pb;
+    prefill_problem(&pb);
+    fai_plan_info before, after, other, ignored;
+    REQUIRE(plan_tile(&pb, &before));
+    CHECK(strcmp(before.tile_source, "heuristic") == 0);
+    CHECK(strstr(before.tile_class, "d64.dv64.g4.f32.f16.f16.q512.kv512.causal.dense") != NULL);
+    /* a tile the heuristic would not choose */
+    const int64_t want_q = before.tile_q == 8 ? 4 : 8, want_kv = before.tile_kv == 32 ? 16 : 32;
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    CHECK(fai_tuning_store(plan, want_q, want_kv) == FAI_OK);
+    /* storing again replaces the entry rather than adding one */
+    CHECK(fai_tuning_store(plan, want_q, want_kv) == FAI_OK);
+    fai_plan_free(plan);
+
+    REQUIRE(plan_tile(&pb, &after));
+    CHECK(strcmp(after.tile_source, "tuned") == 0);
+    CHECK(after.tile_q == want_q && after.tile_kv == want_kv);
+    /* a new process reads the same file */
+    fai_tuning_reload();
+    REQUIRE(plan_tile(&pb, &after));
+    CHECK(strcmp(after.tile_source, "tuned") == 0 && after.tile_q == want_q);
+
+    pb.ignore_tuning = 1;
+    REQUIRE(plan_tile(&pb, &ignored));
+    CHECK(strcmp(ignored.tile_source, "heuristic") == 0);
+    CHECK(ignored.tile_q == before.tile_q && ignored.tile_kv == before.tile_kv);
+    pb.ignore_tuning = 0;
+    pb.tile_q = 2;
+    REQUIRE(plan_tile(&pb, &ignored));
+    CHECK(strcmp(ignored.tile_source, "user") == 0 && ignored.tile_q == 2);
+    pb.tile_q = 0;
+
+    /* another class (another head dim) keeps the heuristic */
+    pb.head_dim = 128;
+    REQUIRE(plan_tile(&pb, &other));
+    CHECK(strcmp(other.tile_source, "heuristic") == 0);
+
+    /* the file holds that one entry */
+    int lines = 0;
+    FILE *f = fopen(path, "r");
+    REQUIRE(f != NULL);
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        lines += line[0] != '#';
+    fclose(f);
+    CHECK(lines == 1);
+    drop_cache_file(path);
+}
+
+TEST(tuning_tuned_tile_clamps_to_short_sequences) {
+    char path[512];
+    use_cache_file(path, sizeof path);
+    fai_problem pb;
+    prefill_problem(&pb);
+    pb.seq_q = pb.seq_kv = 20; /* class q32.kv32 */
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    CHECK(fai_tuning_store(plan, 64, 512) == FAI_OK); /* larger than the sequences */
+    fai_plan_free(plan);
+    fai_plan_info info;
+    REQUIRE(plan_tile(&pb, &info));
+    CHECK(strcmp(info.tile_source, "tuned") == 0);
+    CHECK(info.tile_q == 20 && info.tile_kv == 20);
+    drop_cache_file(path);
+}
+
+TEST(tuning_garbage_lines_are_skipped) {
+    char path[512];
+    use_cache_file(path, sizeof path);
+    fai_problem pb;
+    prefill_problem(&pb);
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    CHECK(fai_tuning_store(plan, 4, 16) == FAI_OK); /* creates the directories and file */
+    fai_plan_free(plan);
+    FILE *f = fopen(path, "a");
+    REQUIRE(f != NULL);
+    fputs("garbage without tabs\n\t\t\t\t\nx\ty\tz\t-5\t16\nx\ty\tz\t99999\t16\n", f);
+    fputs("x\ty\tz\t4\t16 trailing\nx\ty\tz\tabc\t16\n", f);
+    for (int i = 0; i < 2000; i++) /* one very long line */
+        fputc('a', f);
+    fputs("\n", f);
+    fclose(f);
+    fai_tuning_reload();
+    fai_plan_info info;
+    REQUIRE(plan_tile(&pb, &info));
+    CHECK(strcmp(info.tile_source, "tuned") == 0 && info.tile_q == 4 && info.tile_kv == 16);
+    drop_cache_file(path);
+}
+
+TEST(tuning_errors_name_the_problem) {
+    fai_problem pb;
+    prefill_problem(&pb);
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    CHECK(fai_tuning_store(NULL, 8, 8) == FAI_ERR_INVALID_ARG);
+    CHECK(fai_tuning_store(plan, 0, 8) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "tile_q = 0") != NULL);
+    CHECK(fai_tuning_store(plan, 8, 5000) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "tile_kv = 5000") != NULL);
+    setenv("FAI_TUNE_CACHE", "off", 1);
+    CHECK(fai_tuning_path()[0] == '\0');
+    CHECK(fai_tuning_store(plan, 8, 8) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "disabled") != NULL);
+    /* a path whose directory cannot be made: a regular file stands in its way */
+    char blocker[256];
+    snprintf(blocker, sizeof blocker, "/tmp/fai_tuning_blocker_%ld", (long)getpid());
+    FILE *f = fopen(blocker, "w");
+    REQUIRE(f != NULL);
+    fclose(f);
+    char path[300];
+    snprintf(path, sizeof path, "%s/tiles.tsv", blocker);
+    setenv("FAI_TUNE_CACHE", path, 1);
+    CHECK(fai_tuning_store(plan, 8, 8) == FAI_ERR_IO);
+    CHECK(strstr(fai_last_error(), blocker) != NULL);
+    CHECK(strcmp(fai_status_string(FAI_ERR_IO), "FAI_ERR_IO") == 0);
+    remove(blocker);
+    setenv("FAI_TUNE_CACHE", "off", 1);
+    fai_tuning_reload();
+    fai_plan_free(plan);
+}
