@@ -108,21 +108,27 @@ typedef struct run_job {
     /* fai_run_profiled only: the threads' stage ticks are summed here, busy times per thread */
     fai_profile *profile;
     _Atomic uint64_t stage_ticks[FAI_STAGE_COUNT];
+    atomic_llong next_worker; /* the next worker no thread has taken yet */
 } run_job;
 
-/* Thread k runs workers k, k + threads, ...: which thread runs a worker never changes what the
- * worker computes, so the output is the same for any thread count. */
+/* Threads take workers in order, each the next one nobody has taken, so a thread on a slower or
+ * busier core simply takes fewer. Which thread runs a worker never changes what the worker
+ * computes, so the output is the same for any thread count and any timing. */
+static int64_t take_worker(run_job *job) {
+    return atomic_fetch_add_explicit(&job->next_worker, 1, memory_order_relaxed);
+}
+
 static void run_thread(void *arg, int64_t thread_index) {
     run_job *job = arg;
     unsigned char *ws = job->workspace + (size_t)thread_index * job->plan->ws.per_thread;
     if (!job->profile) {
-        for (int64_t w = thread_index; w < job->plan->workers; w += job->threads)
+        for (int64_t w = take_worker(job); w < job->plan->workers; w = take_worker(job))
             fai__kernel_run_worker(job->plan, job->tensors, w, ws, job->workspace);
         return;
     }
     memset(&fai__stage_clock, 0, sizeof fai__stage_clock);
     const double start = now_seconds();
-    for (int64_t w = thread_index; w < job->plan->workers; w += job->threads)
+    for (int64_t w = take_worker(job); w < job->plan->workers; w = take_worker(job))
         fai__kernel_run_worker_profiled(job->plan, job->tensors, w, ws, job->workspace);
     job->profile->busy_seconds[thread_index] = now_seconds() - start;
     for (int s = 0; s < FAI_STAGE_COUNT; s++)
@@ -153,9 +159,10 @@ static fai_status run(const fai_plan *plan, const fai_tensors *tensors, void *wo
     atomic_llong *done = (atomic_llong *)(aligned + plan->ws.counters);
     for (int64_t u = 0; u < plan->split_units; u++)
         atomic_init(&done[u], 0);
-    run_job job = {plan, tensors, aligned, threads < 1 ? 1 : threads, profile, {0}};
+    run_job job = {plan, tensors, aligned, threads < 1 ? 1 : threads, profile, {0}, 0};
     for (int s = 0; s < FAI_STAGE_COUNT; s++)
         atomic_init(&job.stage_ticks[s], 0);
+    atomic_init(&job.next_worker, 0);
     double start = 0.0;
     uint64_t start_ticks = 0;
     if (profile) {

@@ -44,7 +44,7 @@ assert prof["runs"] == 2 and prof["median_ms"] > 0 and prof["overhead"] > 0, pro
 PY
 
 # bad options: exit 2, one line on stderr, nothing on stdout
-for bad in "--bogus" "--threads 0" "--runs x" "--hq 3 --hkv 2"; do
+for bad in "--bogus" "--threads 0" "--runs x" "--pieces 0" "--hq 3 --hkv 2"; do
     status=0
     # shellcheck disable=SC2086
     "$fai" bench $bad >"$tmp/stdout" 2>"$tmp/stderr" || status=$?

@@ -27,6 +27,7 @@ typedef struct bench_options {
     int64_t threads[MAX_THREAD_COUNTS];
     int thread_count;
     int64_t runs, warmup;
+    int64_t pieces; /* workers per thread */
     int json, peaks, bf16_too, baseline, profile;
 } bench_options;
 
@@ -58,6 +59,7 @@ static void print_usage(FILE *out) {
     fprintf(
         out,
         "usage: fai bench [SHAPE ...] [shape flags] [--threads LIST] [--runs N] [--warmup N]\n"
+        "                 [--pieces N]\n"
         "                 [--bf16-too] [--baseline] [--profile] [--json] [--no-peaks] [--help]\n"
         "Times fai_run on each shape and thread count: median, min and max of --runs runs\n"
         "(default 7) after --warmup runs (default 1), GFLOP/s of useful work (2*D + 2*Dv\n"
@@ -70,6 +72,8 @@ static void print_usage(FILE *out) {
         "  shape flags    describe one shape, or change every named shape\n"
         "  --threads LIST comma-separated thread counts (default: 1, 2, 4, ... and the\n"
         "                 number of online CPUs); each runs on its own pool, workers = threads\n"
+        "  --pieces N     workers per thread (default 1): threads take workers from a shared\n"
+        "                 counter, so smaller pieces let a faster thread take more of them\n"
         "  --bf16-too     also run each shape with Q, K, V and O all bf16\n"
         "  --json         one JSON object per line: the peaks, then one per (shape, threads)\n"
         "  --no-peaks     skip the machine-limit probes (about 1 s per thread count)\n"
@@ -219,13 +223,16 @@ static int parse_value(bench_options *opt, const char *arg, const char *value) {
         bad = parse_thread_list(value, opt);
     else if (!bad && !strcmp(arg, "--runs"))
         bad = fai_parse_int64(value, 1, MAX_RUNS, &opt->runs);
+    else if (!bad && !strcmp(arg, "--pieces"))
+        bad = fai_parse_int64(value, 1, 64, &opt->pieces);
     else if (!bad)
         bad = fai_parse_int64(value, 0, MAX_RUNS, &opt->warmup);
     if (bad)
         fprintf(stderr, "fai bench: %s needs %s, got '%s'\n", arg,
-                !strcmp(arg, "--threads") ? "a comma-separated list of integers 1..1024"
-                : !strcmp(arg, "--runs")  ? "an integer 1..1000"
-                                          : "an integer 0..1000",
+                !strcmp(arg, "--threads")  ? "a comma-separated list of integers 1..1024"
+                : !strcmp(arg, "--runs")   ? "an integer 1..1000"
+                : !strcmp(arg, "--pieces") ? "an integer 1..64"
+                                           : "an integer 0..1000",
                 value ? value : "");
     return bad ? -1 : 0;
 }
@@ -246,7 +253,8 @@ static int parse_options(bench_options *opt, int argc, char **argv, const char *
             opt->baseline = 1;
         else if (!strcmp(arg, "--profile"))
             opt->profile = 1;
-        else if (!strcmp(arg, "--threads") || !strcmp(arg, "--runs") || !strcmp(arg, "--warmup")) {
+        else if (!strcmp(arg, "--threads") || !strcmp(arg, "--runs") || !strcmp(arg, "--warmup") ||
+                 !strcmp(arg, "--pieces")) {
             if (parse_value(opt, arg, i + 1 < argc ? argv[i + 1] : NULL)) return -1;
             i++;
         } else {
@@ -330,7 +338,8 @@ static int bench_one(const fai_shape *shape, const fai_shape_data *data, fai_poo
                      int64_t threads, const bench_options *opt, bench_result *result) {
     fai_problem problem = data->problem;
     fai_plan *plan = NULL;
-    problem.threads = problem.workers = threads;
+    problem.threads = threads;
+    problem.workers = threads * opt->pieces;
     if (fai_plan_create(&problem, &plan) != FAI_OK) {
         fprintf(stderr, "fai bench: %s: %s\n", shape->name, fai_last_error());
         return -1;
@@ -683,6 +692,7 @@ int fai_cmd_bench(int argc, char **argv) {
     memset(&opt, 0, sizeof opt);
     opt.runs = 7;
     opt.warmup = 1;
+    opt.pieces = 1;
     opt.peaks = 1;
     default_threads(&opt);
     const int status = read_command_line(&opt, argc, argv);
