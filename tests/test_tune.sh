@@ -34,7 +34,8 @@ finals = [t for t in tune["timings"] if "final_ms" in t]
 assert any(t["heuristic"] for t in finals), "the planner's choice is always a finalist"
 best = min(finals, key=lambda t: t["final_ms"])
 assert [best["tile_q"], best["tile_kv"]] == tune["tuned_tile"], (best, tune["tuned_tile"])
-assert abs(tune["speedup"] - tune["heuristic_ms"] / tune["tuned_ms"]) < 1e-3, tune
+# the times are printed to 0.1 us: compare the ratio loosely
+assert abs(tune["speedup"] / (tune["heuristic_ms"] / tune["tuned_ms"]) - 1) < 0.02, tune
 plan, ignored, off = load("plan"), load("plan_ignored"), load("plan_off")
 assert plan["tile_source"] == "tuned", plan
 assert [plan["tile_q"], plan["tile_kv"]] == tune["tuned_tile"], (plan, tune["tuned_tile"])
