@@ -91,6 +91,22 @@ static int attend_shard(const shard_problem *sp, const float *q, const float *k,
     return ok;
 }
 
+/* Relative error of one row of O and its LSE (infinite LSEs must match exactly). */
+static double row_error(const float *got, float got_lse, const float *want, float want_lse,
+                        int64_t d) {
+    double worst = 0.0;
+    if (isinf(want_lse) || isinf(got_lse)) {
+        if (want_lse != got_lse) return INFINITY;
+    } else {
+        worst = fabs((double)got_lse - want_lse) / fmax(1.0, fabs((double)want_lse));
+    }
+    for (int64_t x = 0; x < d; x++) {
+        const double err = fabs((double)got[x] - want[x]) / fmax(1.0, fabs((double)want[x]));
+        if (!(err <= worst)) worst = err;
+    }
+    return worst;
+}
+
 /* Shards Q at q_cuts and K/V at kv_cuts (each list from 0 to the length), merges each Q shard's
  * results over the K/V shards in order, and compares with the unsharded run. */
 static double sharded_error(const shard_problem *sp, const int64_t *q_cuts, int q_shards,
@@ -138,17 +154,10 @@ static double sharded_error(const shard_problem *sp, const int64_t *q_cuts, int 
                 for (int64_t h = 0; h < sp->hq; h++) {
                     const int64_t got_row = (b * ql + i) * sp->hq + h;
                     const int64_t want_row = (b * sp->sq + qb + i) * sp->hq + h;
-                    const float want_lse = lse_whole[want_row], got_lse = lse_merged[got_row];
-                    if (isinf(want_lse) || isinf(got_lse)) {
-                        if (want_lse != got_lse) worst = INFINITY;
-                    } else {
-                        worst = fmax(worst, fabs(got_lse - want_lse) / fmax(1.0, fabs(want_lse)));
-                    }
-                    for (int64_t x = 0; x < sp->d; x++) {
-                        const double want = o_whole[want_row * sp->d + x];
-                        const double got = o_merged[got_row * sp->d + x];
-                        worst = fmax(worst, fabs(got - want) / fmax(1.0, fabs(want)));
-                    }
+                    const double err =
+                        row_error(o_merged + got_row * sp->d, lse_merged[got_row],
+                                  o_whole + want_row * sp->d, lse_whole[want_row], sp->d);
+                    if (!(err <= worst)) worst = err;
                 }
     }
 done:
