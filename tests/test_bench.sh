@@ -43,6 +43,19 @@ assert 1 <= len(prof["thread_busy"]) <= 2 and all(0 < b <= 1.01 for b in prof["t
 assert prof["runs"] == 2 and prof["median_ms"] > 0 and prof["overhead"] > 0, prof
 PY
 
+# --scaling: after the rows, one line per extra thread count with the interleaved speedup
+"$fai" bench --b 1 --hq 2 --hkv 1 --sq 8 --skv 40 --d 16 --runs 2 --threads 1,2 --json \
+    --no-peaks --scaling >"$tmp/scaling"
+python3 - "$tmp/scaling" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+scaling = [r for r in rows if "scaling_threads" in r]
+assert len(rows) == 3 and len(scaling) == 1, rows
+s = scaling[0]
+assert s["scaling_threads"] == 2 and s["over_threads"] == 1 and s["rounds"] == 6, s
+assert 0 < s["speedup_q1"] <= s["speedup_median"] <= s["speedup_q3"], s
+PY
+
 # bad options: exit 2, one line on stderr, nothing on stdout
 for bad in "--bogus" "--threads 0" "--runs x" "--pieces 0" "--hq 3 --hkv 2"; do
     status=0

@@ -5,6 +5,7 @@
  * counts in the same run. */
 #include "fai_baseline.h"
 #include "fai_bench_profile.h"
+#include "fai_bench_scaling.h"
 #include "fai_cli.h"
 #include "fai_oracle.h"
 #include "fai_peak.h"
@@ -28,7 +29,7 @@ typedef struct bench_options {
     int thread_count;
     int64_t runs, warmup;
     int64_t pieces; /* workers per thread */
-    int json, peaks, bf16_too, baseline, profile;
+    int json, peaks, bf16_too, baseline, profile, scaling;
 } bench_options;
 
 /* One (shape, thread count) measurement. */
@@ -59,7 +60,7 @@ static void print_usage(FILE *out) {
     fprintf(
         out,
         "usage: fai bench [SHAPE ...] [shape flags] [--threads LIST] [--runs N] [--warmup N]\n"
-        "                 [--pieces N]\n"
+        "                 [--pieces N] [--scaling]\n"
         "                 [--bf16-too] [--baseline] [--profile] [--json] [--no-peaks] [--help]\n"
         "Times fai_run on each shape and thread count: median, min and max of --runs runs\n"
         "(default 7) after --warmup runs (default 1), GFLOP/s of useful work (2*D + 2*Dv\n"
@@ -72,6 +73,8 @@ static void print_usage(FILE *out) {
         "  shape flags    describe one shape, or change every named shape\n"
         "  --threads LIST comma-separated thread counts (default: 1, 2, 4, ... and the\n"
         "                 number of online CPUs); each runs on its own pool, workers = threads\n"
+        "  --scaling      then the speedup of each thread count over the first, as the median\n"
+        "                 of --runs x 3 interleaved rounds (one run of every count per round)\n"
         "  --pieces N     workers per thread (default 1): threads take workers from a shared\n"
         "                 counter, so smaller pieces let a faster thread take more of them\n"
         "  --bf16-too     also run each shape with Q, K, V and O all bf16\n"
@@ -253,6 +256,8 @@ static int parse_options(bench_options *opt, int argc, char **argv, const char *
             opt->baseline = 1;
         else if (!strcmp(arg, "--profile"))
             opt->profile = 1;
+        else if (!strcmp(arg, "--scaling"))
+            opt->scaling = 1;
         else if (!strcmp(arg, "--threads") || !strcmp(arg, "--runs") || !strcmp(arg, "--warmup") ||
                  !strcmp(arg, "--pieces")) {
             if (parse_value(opt, arg, i + 1 < argc ? argv[i + 1] : NULL)) return -1;
@@ -624,6 +629,10 @@ static int bench_shape(const fai_shape *shape, uint64_t seed, fai_pool **pools,
         if (!opt->json && opt->profile) fai_bench_profile_print(&result.profile, result.median_ms);
         fflush(stdout);
     }
+    if (opt->scaling && !failures &&
+        fai_bench_scaling(shape, &data, pools, opt->threads, opt->thread_count, 3 * opt->runs,
+                          opt->pieces, opt->json, peaks))
+        failures++;
     fai_baseline_free(baseline);
     fai_shape_data_free(&data);
     return failures;
