@@ -349,7 +349,7 @@ typedef struct fai_plan_info {
     const char *tile_source;
     /* The shape class the tuning cache files this plan under (head dims, GQA group, dtypes,
      * query and key length ranges, causal, paged), e.g.
-     * "d128.dv128.g4.f32.f16.f16.q2048.kv2048.causal.dense". */
+     * "d128.dv128.g4.f32.f16.f16.q2048.kv2048.causal.dense". The string lives in the plan. */
     const char *tile_class;
 } fai_plan_info;
 
