@@ -138,11 +138,16 @@ static void bad_entry_is_refused(fai_case *c, int64_t b, int64_t page) {
     fai_plan_free(plan);
 }
 
-/* Whether query i of sequence b (head h) sees key j: causal, window and the explicit mask. */
+/* Whether query i of sequence b (head h) sees key j: causal, window (at global positions when
+ * the problem has them) and the explicit mask. */
 static int row_sees(const fai_case *c, int64_t b, int64_t h, int64_t i, int64_t j) {
     const fai_problem *pb = &c->problem;
     const int64_t lq = c->len_q[b], lk = c->len_kv[b];
-    const int64_t diag = pb->causal == FAI_CAUSAL_TOP_LEFT ? i : i + lk - lq;
+    /* the key index at the query's position: global positions when given, else the corner */
+    const int64_t shift = pb->q_positions ? (int64_t)pb->q_positions[b] - pb->kv_positions[b]
+                          : pb->causal == FAI_CAUSAL_TOP_LEFT ? 0
+                                                              : lk - lq;
+    const int64_t diag = i + shift;
     const int64_t wr = pb->causal != FAI_CAUSAL_NONE ? 0 : pb->window_right;
     if (pb->window_left >= 0 && j < diag - pb->window_left) return 0;
     if (wr >= 0 && j > diag + wr) return 0;

@@ -57,9 +57,9 @@ typedef struct fai_case_spec {
     int64_t q_dtype, k_dtype, v_dtype, o_dtype; /* fai_dtype */
     int64_t causal;                             /* fai_causal */
     int64_t window_left, window_right;          /* -1 unbounded */
-    int64_t positions; /* 1: global q_positions / kv_positions (drawn per sequence) */
-    int64_t mask_kind;                          /* fai_mask_kind */
-    int64_t mask_shape;                         /* FAI_CASE_MASK_* */
+    int64_t positions;       /* 1: global q_positions / kv_positions (drawn per sequence) */
+    int64_t mask_kind;       /* fai_mask_kind */
+    int64_t mask_shape;      /* FAI_CASE_MASK_* */
     int64_t mask_density;    /* percent of mask entries that mask (KEEP/DROP/ADD -inf), 0..100 */
     int64_t q_lens, kv_lens; /* FAI_CASE_LEN_* */
     const int32_t *lens_q, *lens_kv; /* explicit per-sequence lengths [batch], or NULL */
