@@ -1,0 +1,70 @@
+/* Agreement of the ranks on the outcome of a step: one MPI_Allreduce (MAX) carries each rank's
+ * failure and its signature values (v and -v, so that the maximum gives both extremes), and only
+ * when some rank failed does an MPI_Bcast follow with the first failing rank's message. Every
+ * rank therefore takes the same branch after it: a failing rank never leaves its peers waiting
+ * in a collective it skipped. */
+#include "fai_mpi_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct agreed_message {
+    int32_t status;
+    char text[FAI_MPI_MESSAGE_LEN];
+} agreed_message;
+
+void fai_mpi__signature_add(fai_mpi__signature *signature, const char *name, int64_t value) {
+    if (signature->count >= FAI_MPI_SIGNATURE_MAX) return;
+    signature->name[signature->count] = name;
+    /* -INT64_MIN overflows; nothing compared here comes near it */
+    signature->value[signature->count] = value == INT64_MIN ? INT64_MIN + 1 : value;
+    signature->count++;
+}
+
+/* Broadcasts the message of rank `first` and makes it this rank's error. */
+static fai_status adopt_message(MPI_Comm comm, int rank, int first, const fai_mpi__outcome *outcome,
+                                double *wait_seconds) {
+    agreed_message msg;
+    memset(&msg, 0, sizeof msg);
+    if (rank == first) {
+        msg.status = (int32_t)outcome->status;
+        snprintf(msg.text, sizeof msg.text, "%s", outcome->message);
+    }
+    const double t0 = MPI_Wtime();
+    const int rc = MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, comm);
+    *wait_seconds += MPI_Wtime() - t0;
+    if (rc != MPI_SUCCESS) return fai_mpi__check_mpi(rc, "MPI_Bcast");
+    msg.text[sizeof msg.text - 1] = '\0';
+    const fai_status status = msg.status == FAI_OK ? FAI_ERR_INVALID_ARG : (fai_status)msg.status;
+    return fai_mpi__fail(status, "rank %d: %s", first, msg.text);
+}
+
+fai_status fai_mpi__agree(MPI_Comm comm, const fai_mpi__outcome *outcome,
+                          const fai_mpi__signature *signature, double *wait_seconds) {
+    int rank = 0, size = 1;
+    fai_status status = fai_mpi__check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    if (status == FAI_OK) status = fai_mpi__check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    if (status != FAI_OK) return status;
+
+    const int n = signature ? signature->count : 0;
+    int64_t buf[1 + 2 * FAI_MPI_SIGNATURE_MAX];
+    /* size - rank: the largest belongs to the lowest failing rank */
+    buf[0] = outcome->status != FAI_OK ? size - rank : 0;
+    for (int i = 0; i < n; i++) {
+        buf[1 + i] = signature->value[i];
+        buf[1 + n + i] = -signature->value[i];
+    }
+    const double t0 = MPI_Wtime();
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, buf, 1 + 2 * n, MPI_INT64_T, MPI_MAX, comm);
+    *wait_seconds += MPI_Wtime() - t0;
+    if (rc != MPI_SUCCESS) return fai_mpi__check_mpi(rc, "MPI_Allreduce");
+
+    if (buf[0] > 0) return adopt_message(comm, rank, size - (int)buf[0], outcome, wait_seconds);
+    for (int i = 0; i < n; i++)
+        if (buf[1 + i] != -buf[1 + n + i])
+            return fai_mpi__fail(FAI_ERR_INVALID_ARG,
+                                 "the ranks disagree on %s: from %lld on some to %lld on others",
+                                 signature->name[i], (long long)-buf[1 + n + i],
+                                 (long long)buf[1 + i]);
+    return FAI_OK;
+}

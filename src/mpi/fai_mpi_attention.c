@@ -1,0 +1,274 @@
+/* fai_mpi_attention: K/V sharded by sequence, the same Q on every rank.
+ *
+ *   -- Step 1 --  local checks, and the positions of the shard (when the queries are placed from
+ *                 the whole sequence's length, the ranks first agree on it: MAX of each
+ *                 sequence's kv_start + shard length)
+ *   -- Step 2 --  fai on the shard, into an f32 partial O and LSE
+ *   -- Step 3 --  the ranks agree on the outcome (MPI_Allreduce), then exchange the partials
+ *                 (MPI_Allgather, or MPI_Gather to a root) and merge them in rank order */
+#include "fai_mpi_internal.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct shard_call {
+    MPI_Comm comm;
+    int rank, size, root;
+    const fai_problem *local;
+    const fai_tensors *tensors;
+    const int32_t *kv_start, *q_start;
+    fai_mpi__part_shape shape;
+    int32_t *q_pos, *kv_pos; /* [batch]: what the plan is given */
+    int64_t *kv_end;         /* [batch]: the shard's end, then the agreed sequence length */
+    float *part;             /* this rank's partial result */
+    float *gathered;         /* size parts, on the ranks that merge */
+    fai_mpi__outcome outcome;
+    fai_mpi_stats stats;
+} shard_call;
+
+static int receives_result(const shard_call *call) {
+    return call->root < 0 || call->root == call->rank;
+}
+
+static int64_t query_length(const fai_problem *pb, int64_t b) {
+    if (pb->cu_seqlens_q) return (int64_t)pb->cu_seqlens_q[b + 1] - pb->cu_seqlens_q[b];
+    return pb->seqlens_q ? pb->seqlens_q[b] : pb->seq_q;
+}
+
+static int64_t key_length(const fai_problem *pb, int64_t b) {
+    if (pb->cu_seqlens_kv) return (int64_t)pb->cu_seqlens_kv[b + 1] - pb->cu_seqlens_kv[b];
+    return pb->seqlens_kv ? pb->seqlens_kv[b] : pb->seq_kv;
+}
+
+/* What every rank must hold alike: the shapes of the exchanged partials, the receivers, and the
+ * masks (shards merged under different masks would be a different attention). */
+static void describe_call(const shard_call *call, fai_mpi__signature *sig) {
+    memset(sig, 0, sizeof *sig);
+    const fai_problem *pb = call->local;
+    fai_mpi__signature_add(sig, "batch", pb ? pb->batch : 0);
+    fai_mpi__signature_add(sig, "heads_q", pb ? pb->heads_q : 0);
+    fai_mpi__signature_add(sig, "seq_q", pb ? pb->seq_q : 0);
+    fai_mpi__signature_add(sig, "head_dim_v", call->shape.dim_v);
+    fai_mpi__signature_add(sig, "cu_seqlens_q (packed queries)", pb && pb->cu_seqlens_q);
+    fai_mpi__signature_add(sig, "causal", pb ? pb->causal : 0);
+    fai_mpi__signature_add(sig, "window_left", pb ? pb->window_left : 0);
+    fai_mpi__signature_add(sig, "window_right", pb ? pb->window_right : 0);
+    fai_mpi__signature_add(sig, "root", call->root);
+}
+
+/* -- Step 1 -- */
+
+static void check_arguments(shard_call *call) {
+    fai_mpi__outcome *out = &call->outcome;
+    const fai_problem *pb = call->local;
+    if (!pb || !call->tensors || !call->kv_start) {
+        fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "%s = NULL",
+                              !pb              ? "local"
+                              : !call->tensors ? "tensors"
+                                               : "kv_start");
+        return;
+    }
+    call->shape.dim_v = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+    if (pb->q_positions || pb->kv_positions)
+        fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG,
+                              "local->%s is set: fai_mpi_attention fills the positions from "
+                              "kv_start and q_start",
+                              pb->q_positions ? "q_positions" : "kv_positions");
+    else if (call->root < FAI_MPI_ALL_RANKS || call->root >= call->size)
+        fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "root = %d is outside [-1, %d)", call->root,
+                              call->size);
+    else if (pb->batch < 0 || pb->batch > INT32_MAX)
+        fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "batch = %lld is outside [0, 2^31)",
+                              (long long)pb->batch);
+    if (out->status != FAI_OK) return;
+    const size_t batch = (size_t)pb->batch;
+    call->q_pos = fai_mpi__alloc(sizeof(int32_t) * batch);
+    call->kv_pos = fai_mpi__alloc(sizeof(int32_t) * batch);
+    call->kv_end = fai_mpi__alloc(sizeof(int64_t) * batch);
+    if (!call->q_pos || !call->kv_pos || !call->kv_end) {
+        fai_mpi__outcome_fail(out, FAI_ERR_NO_MEMORY,
+                              "no memory for the positions of %zu "
+                              "sequences",
+                              batch);
+        return;
+    }
+    for (int64_t b = 0; b < pb->batch; b++) {
+        if (call->kv_start[b] < 0 || (call->q_start && call->q_start[b] < 0)) {
+            const int kv = call->kv_start[b] < 0;
+            fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "%s[%lld] = %d is negative",
+                                  kv ? "kv_start" : "q_start", (long long)b,
+                                  kv ? call->kv_start[b] : call->q_start[b]);
+            return;
+        }
+        /* an empty shard tells nothing of the length, wherever it starts; a negative length is
+         * left for fai_plan_create to name */
+        const int64_t len = key_length(pb, b);
+        call->kv_end[b] = len > 0 ? call->kv_start[b] + len : 0;
+    }
+}
+
+/* Without q_start the queries are placed from the whole sequence's length, which no rank knows
+ * alone: the largest shard end over the ranks. */
+static fai_status agree_sequence_lengths(shard_call *call) {
+    fai_mpi__signature sig;
+    describe_call(call, &sig);
+    fai_status status = fai_mpi__agree(call->comm, &call->outcome, &sig, &call->stats.wait_seconds);
+    if (status != FAI_OK) return status;
+    const double t0 = MPI_Wtime();
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, call->kv_end, (int)call->local->batch, MPI_INT64_T,
+                                 MPI_MAX, call->comm);
+    call->stats.wait_seconds += MPI_Wtime() - t0;
+    return fai_mpi__check_mpi(rc, "MPI_Allreduce");
+}
+
+/* Query and key positions of every sequence. Positions are only ever compared with each other,
+ * so a sequence whose queries would start before 0 moves up whole. */
+static void place_shard(shard_call *call) {
+    const fai_problem *pb = call->local;
+    for (int64_t b = 0; b < pb->batch; b++) {
+        int64_t q_begin = call->q_start ? call->q_start[b]
+                          : pb->causal == FAI_CAUSAL_TOP_LEFT
+                              ? 0
+                              : call->kv_end[b] - query_length(pb, b);
+        const int64_t shift = q_begin < 0 ? -q_begin : 0;
+        q_begin += shift;
+        const int64_t kv_begin = call->kv_start[b] + shift;
+        if (q_begin > INT32_MAX || kv_begin > INT32_MAX) {
+            fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
+                                  "sequence %lld: positions %lld (queries) and %lld (keys) "
+                                  "exceed int32",
+                                  (long long)b, (long long)q_begin, (long long)kv_begin);
+            return;
+        }
+        call->q_pos[b] = (int32_t)q_begin;
+        call->kv_pos[b] = (int32_t)kv_begin;
+    }
+}
+
+/* -- Step 2 -- */
+
+static int allocate_parts(shard_call *call) {
+    const int64_t rows = fai_mpi__part_rows(&call->shape);
+    const int64_t floats = fai_mpi__part_floats(&call->shape);
+    if (rows > INT_MAX || floats > (int64_t)(SIZE_MAX / sizeof(float)) / call->size) {
+        fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
+                              "%lld rows of partial results exceed MPI's counts", (long long)rows);
+        return 0;
+    }
+    call->part = fai_mpi__alloc(sizeof(float) * (size_t)floats);
+    if (receives_result(call))
+        call->gathered = fai_mpi__alloc(sizeof(float) * (size_t)floats * (size_t)call->size);
+    if (!call->part || (receives_result(call) && !call->gathered)) {
+        fai_mpi__outcome_fail(&call->outcome, FAI_ERR_NO_MEMORY,
+                              "no memory for partial results (%lld floats per rank)",
+                              (long long)floats);
+        return 0;
+    }
+    return 1;
+}
+
+static int outputs_ok(shard_call *call) {
+    const fai_tensors *t = call->tensors;
+    if (!receives_result(call) || fai_mpi__part_rows(&call->shape) == 0) return 1;
+    if (!fai_mpi__output_ok(&call->outcome, &t->o, call->local->o_dtype, 0, "o")) return 0;
+    return !t->lse.data || fai_mpi__output_ok(&call->outcome, &t->lse, FAI_DTYPE_F32, 1, "lse");
+}
+
+static void run_shard(shard_call *call) {
+    fai_problem pb = *call->local;
+    pb.o_dtype = FAI_DTYPE_F32;
+    pb.q_positions = call->q_pos;
+    pb.kv_positions = call->kv_pos;
+    fai_plan *plan = NULL;
+    const fai_status status = fai_plan_create(&pb, &plan);
+    if (status != FAI_OK) {
+        fai_mpi__outcome_fai(&call->outcome, status);
+        return;
+    }
+    call->shape.batch = pb.cu_seqlens_q ? 1 : pb.batch;
+    call->shape.seq = pb.seq_q;
+    call->shape.heads = pb.heads_q;
+    void *ws = NULL;
+    const size_t ws_size = fai_plan_workspace_size(plan);
+    if (outputs_ok(call) && allocate_parts(call)) {
+        ws = fai_mpi__alloc(ws_size);
+        if (!ws) {
+            fai_mpi__outcome_fail(&call->outcome, FAI_ERR_NO_MEMORY,
+                                  "no memory for a workspace of %zu bytes", ws_size);
+        } else {
+            fai_tensors t = *call->tensors;
+            t.o = fai_mpi__part_o(call->part, &call->shape);
+            t.lse = fai_mpi__part_lse(call->part, &call->shape);
+            const double t0 = MPI_Wtime();
+            fai_mpi__outcome_fai(&call->outcome, fai_run(plan, &t, ws, ws_size));
+            call->stats.compute_seconds += MPI_Wtime() - t0;
+            call->stats.pairs_computed = 1;
+        }
+    }
+    free(ws);
+    fai_plan_free(plan);
+}
+
+/* -- Step 3 -- */
+
+static fai_status exchange_and_merge(shard_call *call) {
+    fai_status status = fai_mpi__gather_parts(call->comm, call->root, call->part, &call->shape,
+                                              call->gathered, &call->stats);
+    if (status != FAI_OK || !receives_result(call)) return status;
+    float **parts = malloc(sizeof(float *) * (size_t)call->size);
+    if (!parts) return fai_mpi__fail(FAI_ERR_NO_MEMORY, "no memory for %d parts", call->size);
+    const int64_t floats = fai_mpi__part_floats(&call->shape);
+    for (int p = 0; p < call->size; p++)
+        parts[p] = call->gathered + (size_t)p * (size_t)floats;
+    const double t0 = MPI_Wtime();
+    status = fai_mpi__merge_parts(call->size, parts, &call->shape, &call->tensors->o,
+                                  &call->tensors->lse);
+    call->stats.merge_seconds += MPI_Wtime() - t0;
+    free(parts);
+    return status;
+}
+
+static fai_status attend(shard_call *call) {
+    check_arguments(call);
+    if (!call->q_start) {
+        const fai_status status = agree_sequence_lengths(call);
+        if (status != FAI_OK) return status;
+    }
+    if (call->outcome.status == FAI_OK) place_shard(call);
+    if (call->outcome.status == FAI_OK) run_shard(call);
+    fai_mpi__signature sig;
+    describe_call(call, &sig);
+    const fai_status status =
+        fai_mpi__agree(call->comm, &call->outcome, &sig, &call->stats.wait_seconds);
+    if (status != FAI_OK) return status;
+    return exchange_and_merge(call);
+}
+
+fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int32_t *kv_start,
+                             const int32_t *q_start, const fai_tensors *tensors, int root,
+                             fai_mpi_stats *stats) {
+    fai_mpi__clear_error();
+    if (stats) memset(stats, 0, sizeof *stats);
+    const double t0 = MPI_Wtime();
+    shard_call call;
+    memset(&call, 0, sizeof call);
+    call.comm = comm;
+    call.root = root;
+    call.local = local;
+    call.tensors = tensors;
+    call.kv_start = kv_start;
+    call.q_start = q_start;
+    call.stats.steps = 1;
+    fai_mpi__outcome_init(&call.outcome);
+    fai_status status = fai_mpi__comm_rank_size(comm, &call.rank, &call.size);
+    if (status == FAI_OK) status = attend(&call);
+    free(call.q_pos);
+    free(call.kv_pos);
+    free(call.kv_end);
+    free(call.part);
+    free(call.gathered);
+    call.stats.total_seconds = MPI_Wtime() - t0;
+    if (stats) *stats = call.stats;
+    return status;
+}

@@ -1,0 +1,107 @@
+/* Private helpers of libfai_mpi, which uses only the public API of libfai (fai.h). */
+#ifndef FAI_MPI_INTERNAL_H
+#define FAI_MPI_INTERNAL_H
+
+#include "fai_mpi.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FAI_MPI_MESSAGE_LEN 512
+
+/* -- errors (fai_mpi_error.c) ------------------------------------------------------------------ */
+
+/* Records status and a formatted message for fai_mpi_last_error, and returns status. */
+fai_status fai_mpi__fail(fai_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void fai_mpi__clear_error(void);
+
+/* FAI_OK for MPI_SUCCESS; otherwise FAI_ERR_UNSUPPORTED with "<call>: <MPI's error text>". */
+fai_status fai_mpi__check_mpi(int rc, const char *call);
+/* This rank's place in comm (FAI_ERR_INVALID_ARG for MPI_COMM_NULL). */
+fai_status fai_mpi__comm_rank_size(MPI_Comm comm, int *rank, int *size);
+
+/* A rank's own outcome before the ranks agree: the first failure it met and its message. */
+typedef struct fai_mpi__outcome {
+    fai_status status;
+    char message[FAI_MPI_MESSAGE_LEN];
+} fai_mpi__outcome;
+
+void fai_mpi__outcome_init(fai_mpi__outcome *outcome);
+/* Records a failure unless one is recorded already (the first cause is the one reported). */
+void fai_mpi__outcome_fail(fai_mpi__outcome *outcome, fai_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Records the failure of a libfai call with libfai's own message (fai_last_error). */
+void fai_mpi__outcome_fai(fai_mpi__outcome *outcome, fai_status status);
+
+/* -- agreement (fai_mpi_agree.c) --------------------------------------------------------------- */
+
+#define FAI_MPI_SIGNATURE_MAX 16
+
+/* Values every rank must hold alike (shapes that size the exchanged buffers, masks that give the
+ * merge its meaning), each with the name used when the ranks disagree. */
+typedef struct fai_mpi__signature {
+    int count;
+    int64_t value[FAI_MPI_SIGNATURE_MAX];
+    const char *name[FAI_MPI_SIGNATURE_MAX];
+} fai_mpi__signature;
+
+void fai_mpi__signature_add(fai_mpi__signature *signature, const char *name, int64_t value);
+
+/* Collective: every rank passes its outcome (and the same number of signature values). Returns
+ * FAI_OK on every rank when every rank succeeded and the signatures match; otherwise the same
+ * status on every rank with fai_mpi_last_error() set alike: the first failing rank's message, or
+ * the first signature value the ranks disagree on. Adds the time spent to *wait_seconds. */
+fai_status fai_mpi__agree(MPI_Comm comm, const fai_mpi__outcome *outcome,
+                          const fai_mpi__signature *signature, double *wait_seconds);
+
+/* -- tensors (fai_mpi_tensor.c) ---------------------------------------------------------------- */
+
+size_t fai_mpi__dtype_size(fai_dtype dtype);
+
+/* The same tensor starting at sequence row `row` (a pointer offset; strides unchanged). */
+fai_tensor fai_mpi__tensor_from_row(const fai_tensor *tensor, int64_t row);
+
+/* 1 if `tensor` can receive an output of `dtype` (data set, dtype, strides); else 0, with the
+ * failure, naming `name`, recorded in the outcome. */
+int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_dtype dtype,
+                       int is_lse, const char *name);
+
+/* Copies rows [0, rows) of every batch and head of a strided [B, S, H, dim] tensor into a
+ * contiguous [B, rows, H, dim] buffer. */
+void fai_mpi__pack_rows(void *dst, const fai_tensor *src, int64_t batch, int64_t rows,
+                        int64_t heads, int64_t dim);
+
+/* malloc that never returns NULL for 0 bytes, and refuses sizes that overflowed. */
+void *fai_mpi__alloc(size_t bytes);
+
+/* -- partial results (fai_mpi_merge.c) --------------------------------------------------------- */
+
+/* One partial result in a float buffer: O f32 [batch, seq, heads, dim_v] followed by its LSE f32
+ * [batch, seq, heads]. For packed queries batch is 1 and seq the packed rows. */
+typedef struct fai_mpi__part_shape {
+    int64_t batch, seq, heads, dim_v;
+} fai_mpi__part_shape;
+
+int64_t fai_mpi__part_rows(const fai_mpi__part_shape *shape);
+int64_t fai_mpi__part_floats(const fai_mpi__part_shape *shape);
+/* The views fai_run writes and fai_merge_states reads: (b, i, h) of the LSE at
+ * b * stride_batch + i * stride_seq + h * stride_head in both conventions. */
+fai_tensor fai_mpi__part_o(float *part, const fai_mpi__part_shape *shape);
+fai_tensor fai_mpi__part_lse(float *part, const fai_mpi__part_shape *shape);
+/* Fills a part with what attention over no keys gives: O = 0, LSE = -inf. */
+void fai_mpi__part_empty(float *part, const fai_mpi__part_shape *shape);
+
+/* Merges `count` parts (parts[p] points to part p, merged in that order) into o (its dtype) and
+ * lse (NULL data skips it). */
+fai_status fai_mpi__merge_parts(int64_t count, float *const *parts,
+                                const fai_mpi__part_shape *shape, const fai_tensor *o,
+                                const fai_tensor *lse);
+
+/* Collective: the parts of all ranks, in rank order, into `gathered` (size * part floats) on
+ * every rank (root < 0) or on root alone. Counts bytes sent and the time into *stats. */
+fai_status fai_mpi__gather_parts(MPI_Comm comm, int root, const float *part,
+                                 const fai_mpi__part_shape *shape, float *gathered,
+                                 fai_mpi_stats *stats);
+
+#endif

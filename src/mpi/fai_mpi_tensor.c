@@ -1,0 +1,62 @@
+/* Tensor views, output checks, packing and sizes shared by the two kinds of sharding. */
+#include "fai_mpi_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t fai_mpi__dtype_size(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }
+
+fai_tensor fai_mpi__tensor_from_row(const fai_tensor *tensor, int64_t row) {
+    fai_tensor view = *tensor;
+    if (view.data)
+        view.data =
+            (char *)view.data + (size_t)(row * view.stride_seq) * fai_mpi__dtype_size(view.dtype);
+    return view;
+}
+
+int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_dtype dtype,
+                       int is_lse, const char *name) {
+    if (!tensor->data) {
+        fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG, "tensors.%s.data = NULL", name);
+        return 0;
+    }
+    if (tensor->dtype != dtype) {
+        fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG, "tensors.%s.dtype = %d is not %s", name,
+                              (int)tensor->dtype, is_lse ? "f32" : "the problem's o_dtype");
+        return 0;
+    }
+    if (!is_lse && tensor->stride_dim != 0 && tensor->stride_dim != 1) {
+        fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG,
+                              "tensors.%s.stride_dim = %lld: the head dimension must be "
+                              "contiguous (1)",
+                              name, (long long)tensor->stride_dim);
+        return 0;
+    }
+    if (tensor->stride_batch < 0 || tensor->stride_seq < 0 || tensor->stride_head < 0) {
+        fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG, "tensors.%s has a negative stride",
+                              name);
+        return 0;
+    }
+    return 1;
+}
+
+void fai_mpi__pack_rows(void *dst, const fai_tensor *src, int64_t batch, int64_t rows,
+                        int64_t heads, int64_t dim) {
+    const size_t esize = fai_mpi__dtype_size(src->dtype);
+    const size_t row_bytes = (size_t)dim * esize;
+    char *out = dst;
+    const char *in = src->data;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t s = 0; s < rows; s++)
+            for (int64_t h = 0; h < heads; h++) {
+                const int64_t at =
+                    b * src->stride_batch + s * src->stride_seq + h * src->stride_head;
+                memcpy(out, in + (size_t)at * esize, row_bytes);
+                out += row_bytes;
+            }
+}
+
+void *fai_mpi__alloc(size_t bytes) {
+    if (bytes > SIZE_MAX - 64) return NULL;
+    return aligned_alloc(64, (bytes + 63) / 64 * 64 + (bytes ? 0 : 64));
+}

@@ -1,0 +1,252 @@
+/* Bad input on one rank makes every rank fail alike, with that rank's message, without writing
+ * O or LSE and without hanging (the test's timeout would catch a hang). A check passes only when
+ * it passes on every rank. */
+#include "test_mpi_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SENTINEL 0x5c
+
+/* A small decode shard: B = 2, Hq = 8, Hkv = 2, D = 16; 16 dense keys per rank, or 2 pages of 8. */
+typedef struct decode_fixture {
+    fai_problem problem;
+    fai_tensors tensors;
+    int32_t kv_start[2], q_start[2], lens[2], table[4];
+    float q[2 * 8 * 16], k[2 * 16 * 2 * 16], v[2 * 16 * 2 * 16];
+    float o[2 * 2 * 8 * 16], lse[2 * 8 * 2];
+} decode_fixture;
+
+static int bad_rank(void) { return test_size > 2 ? 2 : test_size - 1; }
+
+static void decode_fixture_init(decode_fixture *f, int paged) {
+    memset(f, 0, sizeof *f);
+    fai_problem_init(&f->problem);
+    fai_problem *pb = &f->problem;
+    pb->batch = 2, pb->heads_q = 8, pb->heads_kv = 2, pb->seq_q = 1, pb->head_dim = 16;
+    pb->k_dtype = pb->v_dtype = FAI_DTYPE_F32, pb->causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    pb->threads = 1;
+    test_fill(f->q, 2 * 8 * 16, 90);
+    test_fill(f->k, 2 * 16 * 2 * 16, 91 + (uint64_t)test_rank);
+    test_fill(f->v, 2 * 16 * 2 * 16, 95 + (uint64_t)test_rank);
+    f->tensors.q = fai_tensor_bshd(f->q, FAI_DTYPE_F32, 1, 8, 16);
+    for (int b = 0; b < 2; b++) {
+        f->kv_start[b] = 16 * test_rank, f->lens[b] = 16;
+        f->q_start[b] = 16 * test_size - 1;
+    }
+    if (paged) { /* a pool of 4 pages of 8 keys: pages 0, 1 for sequence 0; 2, 3 for 1 */
+        pb->page_size = 8, pb->num_pages = 4, pb->pages_per_seq = 2, pb->seqlens_kv = f->lens;
+        for (int i = 0; i < 4; i++)
+            f->table[i] = i;
+        f->tensors.k = fai_tensor_bshd(f->k, FAI_DTYPE_F32, 8, 2, 16);
+        f->tensors.v = fai_tensor_bshd(f->v, FAI_DTYPE_F32, 8, 2, 16);
+        f->tensors.block_table = f->table;
+    } else {
+        pb->seq_kv = 16;
+        f->tensors.k = fai_tensor_bshd(f->k, FAI_DTYPE_F32, 16, 2, 16);
+        f->tensors.v = fai_tensor_bshd(f->v, FAI_DTYPE_F32, 16, 2, 16);
+    }
+    memset(f->o, SENTINEL, sizeof f->o);
+    memset(f->lse, SENTINEL, sizeof f->lse);
+    f->tensors.o = fai_tensor_bshd(f->o, FAI_DTYPE_F32, 1, 8, 16);
+    f->tensors.lse = (fai_tensor){f->lse, FAI_DTYPE_F32, 8, 1, 1, 0};
+}
+
+static int outputs_untouched(const decode_fixture *f) {
+    const unsigned char *o = (const unsigned char *)f->o, *lse = (const unsigned char *)f->lse;
+    for (size_t i = 0; i < sizeof f->o; i++)
+        if (o[i] != SENTINEL) return 0;
+    for (size_t i = 0; i < sizeof f->lse; i++)
+        if (lse[i] != SENTINEL) return 0;
+    return 1;
+}
+
+/* Every rank got `want`, a message holding each of the needles, and kept its outputs. */
+static int failed_alike(fai_status got, fai_status want, const decode_fixture *f,
+                        const char *needle1, const char *needle2) {
+    const char *msg = fai_mpi_last_error();
+    const int ok = got == want && strstr(msg, needle1) && (!needle2 || strstr(msg, needle2)) &&
+                   (!f || outputs_untouched(f));
+    if (!ok)
+        fprintf(stderr, "  rank %d: %s: '%s' (wanted %s with '%s')\n", test_rank,
+                fai_status_string(got), msg, fai_status_string(want), needle1);
+    return ok;
+}
+
+static fai_status attend(decode_fixture *f, int explicit_q) {
+    return fai_mpi_attention(MPI_COMM_WORLD, &f->problem, f->kv_start,
+                             explicit_q ? f->q_start : NULL, &f->tensors, FAI_MPI_ALL_RANKS, NULL);
+}
+
+TEST(mpi_error_bad_head_count_on_one_rank) {
+    char where[32];
+    snprintf(where, sizeof where, "rank %d: ", bad_rank());
+    for (int explicit_q = 0; explicit_q < 2; explicit_q++) {
+        decode_fixture f;
+        decode_fixture_init(&f, 0);
+        if (test_rank == bad_rank()) f.problem.heads_kv = 3;
+        CHECK(failed_alike(attend(&f, explicit_q), FAI_ERR_INVALID_ARG, &f, where, "heads_kv"));
+    }
+    /* and the same fixture, unchanged, succeeds: the failure came from the bad rank alone */
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    CHECK(attend(&f, 1) == FAI_OK);
+    CHECK(!outputs_untouched(&f));
+}
+
+TEST(mpi_error_negative_length_on_one_rank) {
+    char where[32];
+    snprintf(where, sizeof where, "rank %d: ", bad_rank());
+    for (int explicit_q = 0; explicit_q < 2; explicit_q++) {
+        decode_fixture f;
+        decode_fixture_init(&f, 1);
+        if (test_rank == bad_rank()) f.lens[1] = -4;
+        CHECK(failed_alike(attend(&f, explicit_q), FAI_ERR_INVALID_ARG, &f, where, "-4"));
+    }
+    decode_fixture f;
+    decode_fixture_init(&f, 1);
+    if (test_rank == bad_rank()) f.kv_start[0] = -16;
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, where, "kv_start[0] = -16"));
+}
+
+TEST(mpi_error_bad_tensors_on_one_rank) {
+    char where[32];
+    snprintf(where, sizeof where, "rank %d: ", bad_rank());
+    decode_fixture f;
+    decode_fixture_init(&f, 1);
+    if (test_rank == bad_rank()) f.table[3] = 4; /* outside the pool of 4 pages */
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, where, "block_table"));
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.tensors.v.data = NULL;
+    CHECK(failed_alike(attend(&f, 0), FAI_ERR_INVALID_ARG, &f, where, NULL));
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.tensors.o.dtype = FAI_DTYPE_F16; /* the problem says f32 */
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, where, "tensors.o.dtype"));
+}
+
+TEST(mpi_error_first_failing_rank_reports) {
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    if (test_rank % 2 == 1) f.problem.head_dim = 0; /* ranks 1 and 3 fail: rank 1 speaks */
+    const fai_status status = attend(&f, 1);
+    CHECK(test_size == 1 || failed_alike(status, FAI_ERR_INVALID_ARG, &f, "rank 1: ", "head_dim"));
+}
+
+TEST(mpi_error_ranks_disagree_on_shapes) {
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    if (test_rank == test_size - 1) { /* two queries: partials of another size */
+        f.problem.seq_q = 2;
+        f.tensors.q = fai_tensor_bshd(f.q, FAI_DTYPE_F32, 1, 8, 16);
+        f.tensors.q.stride_batch = 0; /* both sequences read the same query rows */
+        f.tensors.o = fai_tensor_bshd(f.o, FAI_DTYPE_F32, 2, 8, 16);
+        f.tensors.lse = (fai_tensor){f.lse, FAI_DTYPE_F32, 16, 1, 2, 0};
+    }
+    const fai_status status = attend(&f, 1);
+    CHECK(test_size == 1 || failed_alike(status, FAI_ERR_INVALID_ARG, &f, "disagree", "seq_q"));
+}
+
+TEST(mpi_error_bad_root_and_positions_given) {
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    CHECK(failed_alike(fai_mpi_attention(MPI_COMM_WORLD, &f.problem, f.kv_start, f.q_start,
+                                         &f.tensors, test_size, NULL),
+                       FAI_ERR_INVALID_ARG, &f, "rank 0: root", NULL));
+    f.problem.q_positions = f.q_start, f.problem.kv_positions = f.kv_start;
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, "rank 0: local->q_positions", NULL));
+    CHECK(fai_mpi_attention(MPI_COMM_NULL, &f.problem, f.kv_start, NULL, &f.tensors, -1, NULL) ==
+          FAI_ERR_INVALID_ARG);
+}
+
+/* Ring: Q, K, V of 8 rows per rank (seq = 8 R). */
+typedef struct ring_fixture {
+    fai_problem problem;
+    fai_tensors tensors;
+    float q[8 * 4 * 8], k[8 * 2 * 8], v[8 * 2 * 8], o[8 * 4 * 8], lse[4 * 8];
+} ring_fixture;
+
+static void ring_fixture_init(ring_fixture *f) {
+    memset(f, 0, sizeof *f);
+    fai_problem_init(&f->problem);
+    fai_problem *pb = &f->problem;
+    pb->batch = 1, pb->heads_q = 4, pb->heads_kv = 2, pb->seq_q = pb->seq_kv = 8;
+    pb->head_dim = 8, pb->k_dtype = pb->v_dtype = FAI_DTYPE_F32;
+    pb->causal = FAI_CAUSAL_BOTTOM_RIGHT, pb->threads = 1;
+    test_fill(f->q, 8 * 4 * 8, 100 + (uint64_t)test_rank);
+    test_fill(f->k, 8 * 2 * 8, 200 + (uint64_t)test_rank);
+    test_fill(f->v, 8 * 2 * 8, 300 + (uint64_t)test_rank);
+    f->tensors.q = fai_tensor_bshd(f->q, FAI_DTYPE_F32, 8, 4, 8);
+    f->tensors.k = fai_tensor_bshd(f->k, FAI_DTYPE_F32, 8, 2, 8);
+    f->tensors.v = fai_tensor_bshd(f->v, FAI_DTYPE_F32, 8, 2, 8);
+    f->tensors.o = fai_tensor_bshd(f->o, FAI_DTYPE_F32, 8, 4, 8);
+    f->tensors.lse = (fai_tensor){f->lse, FAI_DTYPE_F32, 32, 1, 8, 0};
+    memset(f->o, SENTINEL, sizeof f->o);
+}
+
+static int ring_o_untouched(const ring_fixture *f) {
+    const unsigned char *o = (const unsigned char *)f->o;
+    for (size_t i = 0; i < sizeof f->o; i++)
+        if (o[i] != SENTINEL) return 0;
+    return 1;
+}
+
+static fai_status ring(ring_fixture *f) {
+    return fai_mpi_ring_attention(MPI_COMM_WORLD, &f->problem, 8 * (int64_t)test_size, &f->tensors,
+                                  NULL);
+}
+
+TEST(mpi_error_ring_bad_input_on_one_rank) {
+    char where[32];
+    snprintf(where, sizeof where, "rank %d: ", bad_rank());
+    ring_fixture f;
+    ring_fixture_init(&f);
+    CHECK(ring(&f) == FAI_OK); /* the fixture is valid */
+    ring_fixture_init(&f);
+    if (test_rank == bad_rank()) f.problem.seq_q = 7;
+    CHECK(failed_alike(ring(&f), FAI_ERR_INVALID_ARG, NULL, where, "seq_q = 7"));
+    CHECK(ring_o_untouched(&f));
+    ring_fixture_init(&f);
+    if (test_rank == bad_rank()) f.problem.heads_q = 3; /* not a multiple of heads_kv */
+    CHECK(failed_alike(ring(&f), FAI_ERR_INVALID_ARG, NULL, where, "heads_q"));
+    CHECK(ring_o_untouched(&f));
+    ring_fixture_init(&f);
+    if (test_rank == bad_rank()) f.problem.heads_q = 2; /* valid alone, not with the others */
+    const fai_status status = ring(&f);
+    CHECK(test_size == 1 || failed_alike(status, FAI_ERR_INVALID_ARG, NULL, "disagree", "heads_q"));
+    CHECK(test_size == 1 || ring_o_untouched(&f));
+    ring_fixture_init(&f);
+    if (test_rank == bad_rank()) f.tensors.k.stride_dim = 2;
+    CHECK(failed_alike(ring(&f), FAI_ERR_INVALID_ARG, NULL, where, "stride_dim"));
+    CHECK(ring_o_untouched(&f));
+}
+
+TEST(mpi_error_ring_refuses_what_it_does_not_shard) {
+    ring_fixture f;
+    ring_fixture_init(&f);
+    f.problem.mask_kind = FAI_MASK_KEEP;
+    CHECK(failed_alike(ring(&f), FAI_ERR_UNSUPPORTED, NULL, "rank 0: ", "explicit masks"));
+    ring_fixture_init(&f);
+    int32_t lens[1] = {8};
+    f.problem.seqlens_kv = lens;
+    CHECK(failed_alike(ring(&f), FAI_ERR_UNSUPPORTED, NULL, "rank 0: ", "seqlens"));
+    CHECK(ring_o_untouched(&f));
+}
+
+TEST(mpi_layout_helpers) {
+    int64_t start = -1, len = -1, total = 0;
+    for (int r = 0; r < 3; r++) {
+        CHECK(fai_mpi_split_range(10, 3, r, &start, &len) == FAI_OK);
+        CHECK(start == total && len == (r == 0 ? 4 : 3));
+        total += len;
+    }
+    CHECK(fai_mpi_split_range(10, 3, 3, &start, &len) == FAI_ERR_INVALID_ARG);
+    CHECK(fai_mpi_split_range(-1, 3, 0, &start, &len) == FAI_ERR_INVALID_ARG);
+    fai_mpi_zigzag z;
+    CHECK(fai_mpi_zigzag_layout(203, 4, 1, &z) == FAI_OK); /* chunks of 26, 26, 26, 25, ... */
+    CHECK(z.chunk[0] == 1 && z.chunk[1] == 6);
+    CHECK(z.start[0] == 26 && z.len[0] == 26 && z.start[1] == 153 && z.len[1] == 25);
+    CHECK(z.rows == 51);
+    CHECK(fai_mpi_zigzag_layout(203, 4, 4, &z) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_mpi_last_error(), "rank = 4") != NULL);
+    CHECK(fai_mpi_zigzag_layout(-5, 4, 0, &z) == FAI_ERR_INVALID_ARG);
+}

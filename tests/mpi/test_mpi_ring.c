@@ -1,0 +1,177 @@
+/* fai_mpi_ring_attention: Q, K and V in zig-zag chunks over the ranks; each rank's rows equal
+ * the same rows of fai on the whole sequence, causal or not, with windows, any dtype and
+ * lengths that 2R does not divide (down to chunks with no rows). */
+#include "test_mpi_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ring_case {
+    int64_t batch, hq, hkv, seq, d, dv;
+    fai_dtype q_dtype, kv_dtype, o_dtype;
+    fai_causal causal;
+    int64_t window_left, window_right;
+} ring_case;
+
+static ring_case ring_case_of(int64_t batch, int64_t hq, int64_t hkv, int64_t seq, int64_t d) {
+    ring_case c;
+    memset(&c, 0, sizeof c);
+    c.batch = batch, c.hq = hq, c.hkv = hkv, c.seq = seq, c.d = d, c.dv = d;
+    c.q_dtype = c.kv_dtype = c.o_dtype = FAI_DTYPE_F32;
+    c.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    c.window_left = c.window_right = -1;
+    return c;
+}
+
+/* Rows [first, first + count) of every batch of a [B, S, heads, dim] f32 array, encoded into
+ * the rows starting at `at` of a [B, rows, heads, dim] array of dtype. */
+static void take_rows(void *dst, fai_dtype dtype, int64_t rows, int64_t at, const float *src,
+                      int64_t batch, int64_t seq, int64_t row_elems, int64_t first, int64_t count) {
+    const size_t es = test_dtype_size(dtype);
+    for (int64_t b = 0; b < batch; b++)
+        test_encode((char *)dst + es * (size_t)((b * rows + at) * row_elems), dtype,
+                    src + (b * seq + first) * row_elems, count * row_elems);
+}
+
+/* This rank's rows of a reference O [B, S, Hq, Dv] and LSE [B, Hq, S], in local order. */
+static void local_reference(const ring_case *c, const fai_mpi_zigzag *z, const float *o_ref,
+                            const float *lse_ref, float *o_want, float *lse_want) {
+    const int64_t row = c->hq * c->dv;
+    for (int64_t b = 0; b < c->batch; b++)
+        for (int k = 0, at = 0; k < 2; at += (int)z->len[k], k++) {
+            memcpy(o_want + (b * z->rows + at) * row, o_ref + (b * c->seq + z->start[k]) * row,
+                   sizeof(float) * (size_t)(z->len[k] * row));
+            for (int64_t h = 0; h < c->hq; h++)
+                memcpy(lse_want + (b * c->hq + h) * z->rows + at,
+                       lse_ref + (b * c->hq + h) * c->seq + z->start[k],
+                       sizeof(float) * (size_t)z->len[k]);
+        }
+}
+
+static int run_ring_case(const ring_case *c, uint64_t seed, fai_mpi_stats *stats) {
+    const int64_t B = c->batch, S = c->seq;
+    const int64_t q_row = c->hq * c->d, k_row = c->hkv * c->d, v_row = c->hkv * c->dv;
+    float *qf = test_alloc(sizeof(float) * (size_t)(B * S * q_row));
+    float *kf = test_alloc(sizeof(float) * (size_t)(B * S * k_row));
+    float *vf = test_alloc(sizeof(float) * (size_t)(B * S * v_row));
+    test_fill(qf, B * S * q_row, seed);
+    test_fill(kf, B * S * k_row, seed + 1);
+    test_fill(vf, B * S * v_row, seed + 2);
+
+    /* the whole, on one process */
+    fai_problem whole;
+    fai_problem_init(&whole);
+    whole.batch = B, whole.heads_q = c->hq, whole.heads_kv = c->hkv;
+    whole.seq_q = whole.seq_kv = S, whole.head_dim = c->d, whole.head_dim_v = c->dv;
+    whole.q_dtype = c->q_dtype, whole.k_dtype = whole.v_dtype = c->kv_dtype;
+    whole.o_dtype = c->o_dtype, whole.causal = c->causal;
+    whole.window_left = c->window_left, whole.window_right = c->window_right;
+    whole.threads = 1, whole.workers = 2;
+    void *q = test_alloc(4 * (size_t)(B * S * q_row)), *k = test_alloc(4 * (size_t)(B * S * k_row));
+    void *v = test_alloc(4 * (size_t)(B * S * v_row));
+    take_rows(q, c->q_dtype, S, 0, qf, B, S, q_row, 0, S);
+    take_rows(k, c->kv_dtype, S, 0, kf, B, S, k_row, 0, S);
+    take_rows(v, c->kv_dtype, S, 0, vf, B, S, v_row, 0, S);
+    fai_tensors wt;
+    memset(&wt, 0, sizeof wt);
+    wt.q = fai_tensor_bshd(q, c->q_dtype, S, c->hq, c->d);
+    wt.k = fai_tensor_bshd(k, c->kv_dtype, S, c->hkv, c->d);
+    wt.v = fai_tensor_bshd(v, c->kv_dtype, S, c->hkv, c->dv);
+    float *o_ref = test_alloc(sizeof(float) * (size_t)(B * S * c->hq * c->dv));
+    float *lse_ref = test_alloc(sizeof(float) * (size_t)(B * c->hq * S));
+    int ok = test_reference(&whole, &wt, o_ref, lse_ref) == 0;
+
+    /* this rank's rows: chunks r and 2R - 1 - r of Q, K and V */
+    fai_mpi_zigzag z;
+    memset(&z, 0, sizeof z);
+    if (fai_mpi_zigzag_layout(S, test_size, test_rank, &z) != FAI_OK) ok = 0;
+    const int64_t rows = z.rows;
+    void *lq = test_alloc(4 * (size_t)(B * rows * q_row)),
+         *lk = test_alloc(4 * (size_t)(B * rows * k_row));
+    void *lv = test_alloc(4 * (size_t)(B * rows * v_row));
+    for (int part = 0, at = 0; part < 2; at += (int)z.len[part], part++) {
+        take_rows(lq, c->q_dtype, rows, at, qf, B, S, q_row, z.start[part], z.len[part]);
+        take_rows(lk, c->kv_dtype, rows, at, kf, B, S, k_row, z.start[part], z.len[part]);
+        take_rows(lv, c->kv_dtype, rows, at, vf, B, S, v_row, z.start[part], z.len[part]);
+    }
+    fai_problem local = whole;
+    local.seq_q = local.seq_kv = rows;
+    const int64_t o_count = B * rows * c->hq * c->dv, lse_count = B * c->hq * rows;
+    void *o = test_alloc(test_dtype_size(c->o_dtype) * (size_t)o_count);
+    float *lse = test_alloc(sizeof(float) * (size_t)lse_count);
+    fai_tensors lt;
+    memset(&lt, 0, sizeof lt);
+    lt.q = fai_tensor_bshd(lq, c->q_dtype, rows, c->hq, c->d);
+    lt.k = fai_tensor_bshd(lk, c->kv_dtype, rows, c->hkv, c->d);
+    lt.v = fai_tensor_bshd(lv, c->kv_dtype, rows, c->hkv, c->dv);
+    lt.o = fai_tensor_bshd(o, c->o_dtype, rows, c->hq, c->dv);
+    lt.lse = (fai_tensor){lse, FAI_DTYPE_F32, c->hq * rows, 1, rows, 0};
+    const fai_status status = fai_mpi_ring_attention(MPI_COMM_WORLD, &local, S, &lt, stats);
+    if (status != FAI_OK) {
+        fprintf(stderr, "  rank %d: %s: %s\n", test_rank, fai_status_string(status),
+                fai_mpi_last_error());
+        ok = 0;
+    }
+    if (ok) {
+        float *o_want = test_alloc(sizeof(float) * (size_t)o_count);
+        float *lse_want = test_alloc(sizeof(float) * (size_t)lse_count);
+        local_reference(c, &z, o_ref, lse_ref, o_want, lse_want);
+        const int low = c->q_dtype != FAI_DTYPE_F32 || c->kv_dtype != FAI_DTYPE_F32;
+        const double o_err = test_o_excess(o, c->o_dtype, low, o_want, o_count);
+        const double lse_err = test_lse_excess(lse, low, lse_want, lse_count);
+        if (o_err > 0 || lse_err > 0) {
+            fprintf(stderr, "  rank %d: O exceeds the tolerance by %.3g, LSE by %.3g\n", test_rank,
+                    o_err, lse_err);
+            ok = 0;
+        }
+        free(o_want), free(lse_want);
+    }
+    free(qf), free(kf), free(vf), free(q), free(k), free(v), free(o_ref), free(lse_ref);
+    free(lq), free(lk), free(lv), free(o), free(lse);
+    return ok;
+}
+
+TEST(mpi_ring_causal_zigzag) {
+    ring_case c = ring_case_of(2, 4, 2, 256, 16);
+    fai_mpi_stats stats;
+    CHECK(run_ring_case(&c, 40, &stats));
+    /* zig-zag under causal: every rank runs 2R + 1 pairs and skips the rest */
+    CHECK(stats.steps == test_size);
+    CHECK(stats.pairs_computed == 2 * test_size + 1);
+    CHECK(stats.pairs_skipped == 2 * test_size - 1);
+    CHECK(stats.bytes_sent > 0 || test_size == 1);
+    c.causal = FAI_CAUSAL_TOP_LEFT; /* with Sq = Skv the corners coincide */
+    CHECK(run_ring_case(&c, 41, &stats));
+}
+
+TEST(mpi_ring_uneven_lengths) {
+    /* 203 = 8 * 25 + 3: chunks of 26 and 25 rows; 5 and 1 leave chunks empty */
+    static const int64_t lengths[] = {203, 61, 5, 1, 0};
+    for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
+        ring_case c = ring_case_of(1, 4, 1, lengths[i], 16);
+        fai_mpi_stats stats;
+        CHECK(run_ring_case(&c, 50 + i, &stats));
+    }
+}
+
+TEST(mpi_ring_not_causal) {
+    ring_case c = ring_case_of(2, 6, 3, 99, 8);
+    c.causal = FAI_CAUSAL_NONE;
+    fai_mpi_stats stats;
+    CHECK(run_ring_case(&c, 60, &stats));
+    CHECK(stats.pairs_skipped == 0 && stats.pairs_computed == 4 * test_size);
+    c.q_dtype = c.kv_dtype = FAI_DTYPE_BF16, c.o_dtype = FAI_DTYPE_F16, c.dv = 12;
+    CHECK(run_ring_case(&c, 61, &stats));
+}
+
+TEST(mpi_ring_windows) {
+    ring_case c = ring_case_of(1, 4, 2, 160, 16);
+    c.window_left = 12; /* causal with a short window: most pairs are skipped */
+    fai_mpi_stats stats;
+    CHECK(run_ring_case(&c, 70, &stats));
+    c.causal = FAI_CAUSAL_NONE, c.window_left = 9, c.window_right = 25;
+    CHECK(run_ring_case(&c, 71, &stats));
+    c.window_left = 0, c.window_right = 0; /* the diagonal alone */
+    CHECK(run_ring_case(&c, 72, &stats));
+}

@@ -1,0 +1,131 @@
+/* Data, reference and comparison for the MPI tests. */
+#include "test_mpi_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void test_fill(float *values, int64_t count, uint64_t seed) {
+    uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t i = 0; i < count; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        values[i] = (float)((int)((state >> 33) & 255) - 128) / 128.0f;
+    }
+}
+
+/* f32 -> f16 bits for values exact in f16 (normal numbers and zero, as test_fill makes) */
+static uint16_t exact_half(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    if ((bits & 0x7fffffffu) == 0) return sign;
+    const int exponent = (int)((bits >> 23) & 0xff) - 127 + 15;
+    return (uint16_t)(sign | (uint16_t)(exponent << 10) | (uint16_t)((bits >> 13) & 0x3ffu));
+}
+
+static float half_value(uint16_t h) {
+    const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    float value;
+    if (exponent == 0)
+        value = ldexpf((float)mantissa, -24);
+    else if (exponent == 31)
+        value = mantissa ? NAN : INFINITY;
+    else
+        value = ldexpf((float)(mantissa | 0x400), exponent - 25);
+    return (h & 0x8000) ? -value : value;
+}
+
+size_t test_dtype_size(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }
+
+void test_encode(void *dst, fai_dtype dtype, const float *src, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        if (dtype == FAI_DTYPE_F32) {
+            ((float *)dst)[i] = src[i];
+        } else if (dtype == FAI_DTYPE_F16) {
+            ((uint16_t *)dst)[i] = exact_half(src[i]);
+        } else {
+            uint32_t bits;
+            memcpy(&bits, &src[i], sizeof bits);
+            ((uint16_t *)dst)[i] = (uint16_t)(bits >> 16);
+        }
+    }
+}
+
+float test_decode(const void *src, fai_dtype dtype, int64_t index) {
+    if (dtype == FAI_DTYPE_F32) return ((const float *)src)[index];
+    const uint16_t h = ((const uint16_t *)src)[index];
+    if (dtype == FAI_DTYPE_F16) return half_value(h);
+    const uint32_t bits = (uint32_t)h << 16;
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+void *test_alloc(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "test: out of memory (%zu bytes)\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+int test_reference(const fai_problem *whole, const fai_tensors *tensors, float *o_ref,
+                   float *lse_ref) {
+    fai_problem pb = *whole;
+    pb.o_dtype = FAI_DTYPE_F32;
+    const int64_t dv = pb.head_dim_v ? pb.head_dim_v : pb.head_dim;
+    fai_tensors t = *tensors;
+    t.o = fai_tensor_bshd(o_ref, FAI_DTYPE_F32, pb.seq_q, pb.heads_q, dv);
+    memset(&t.lse, 0, sizeof t.lse);
+    t.lse.data = lse_ref;
+    t.lse.dtype = FAI_DTYPE_F32;
+    t.lse.stride_batch = pb.heads_q * pb.seq_q;
+    t.lse.stride_head = pb.seq_q;
+    t.lse.stride_seq = 1;
+    fai_plan *plan;
+    if (fai_plan_create(&pb, &plan) != FAI_OK) {
+        fprintf(stderr, "  reference plan: %s\n", fai_last_error());
+        return -1;
+    }
+    const size_t bytes = fai_plan_workspace_size(plan);
+    void *ws = test_alloc(bytes);
+    const fai_status status = fai_run(plan, &t, ws, bytes);
+    if (status != FAI_OK) fprintf(stderr, "  reference run: %s\n", fai_last_error());
+    free(ws);
+    fai_plan_free(plan);
+    return status == FAI_OK ? 0 : -1;
+}
+
+double test_o_excess(const void *o, fai_dtype o_dtype, int low_precision_inputs, const float *ref,
+                     int64_t count) {
+    const double tolerance = low_precision_inputs ? 2e-3 : 1e-5;
+    /* one rounding step of the output type, at the reference's magnitude */
+    const double step = o_dtype == FAI_DTYPE_F16    ? ldexp(1.0, -10)
+                        : o_dtype == FAI_DTYPE_BF16 ? ldexp(1.0, -7)
+                                                    : 0.0;
+    double worst = -INFINITY;
+    for (int64_t i = 0; i < count; i++) {
+        const double want = ref[i], got = test_decode(o, o_dtype, i);
+        const double allowed = tolerance * fmax(1.0, fabs(want)) + step * fabs(want);
+        const double excess = isnan(got) ? INFINITY : fabs(got - want) - allowed;
+        if (excess > worst) worst = excess;
+    }
+    return worst;
+}
+
+double test_lse_excess(const float *lse, int low_precision_inputs, const float *ref,
+                       int64_t count) {
+    const double tolerance = low_precision_inputs ? 2e-3 : 1e-5;
+    double worst = -INFINITY;
+    for (int64_t i = 0; i < count; i++) {
+        double excess;
+        if (isinf(ref[i]) || isinf(lse[i]))
+            excess = ref[i] == lse[i] ? -1.0 : INFINITY;
+        else
+            excess = isnan(lse[i]) ? INFINITY
+                                   : fabs(lse[i] - ref[i]) - tolerance * fmax(1.0, fabs(ref[i]));
+        if (excess > worst) worst = excess;
+    }
+    return worst;
+}

@@ -1,0 +1,524 @@
+/* Options, inputs and outputs of `fai run` (and `fai-mpi run`). */
+#include "fai_run_args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SHAPE_LEN (FAI_NPY_MAX_RANK * 22 + 8)
+
+static const struct {
+    const char *name;
+    int takes_value;
+} options[FAI_RUN_OPT_COUNT] = {
+    [FAI_RUN_OPT_Q] = {"--q", 1},
+    [FAI_RUN_OPT_K] = {"--k", 1},
+    [FAI_RUN_OPT_V] = {"--v", 1},
+    [FAI_RUN_OPT_OUT] = {"--out", 1},
+    [FAI_RUN_OPT_LSE] = {"--lse", 1},
+    [FAI_RUN_OPT_MASK] = {"--mask", 1},
+    [FAI_RUN_OPT_MASK_DROP] = {"--mask-drop", 1},
+    [FAI_RUN_OPT_MASK_ADD] = {"--mask-add", 1},
+    [FAI_RUN_OPT_SEQLENS_Q] = {"--seqlens-q", 1},
+    [FAI_RUN_OPT_SEQLENS_KV] = {"--seqlens-kv", 1},
+    [FAI_RUN_OPT_BLOCK_TABLE] = {"--block-table", 1},
+    [FAI_RUN_OPT_WINDOW] = {"--window", 1},
+    [FAI_RUN_OPT_SCALE] = {"--scale", 1},
+    [FAI_RUN_OPT_OUT_DTYPE] = {"--out-dtype", 1},
+    [FAI_RUN_OPT_THREADS] = {"--threads", 1},
+    [FAI_RUN_OPT_WORKERS] = {"--workers", 1},
+    [FAI_RUN_OPT_CAUSAL] = {"--causal", 0},
+    [FAI_RUN_OPT_CAUSAL_TOP_LEFT] = {"--causal-top-left", 0},
+    [FAI_RUN_OPT_BF16] = {"--bf16", 0},
+    [FAI_RUN_OPT_HELP] = {"--help", 0},
+    [FAI_RUN_OPT_RING] = {"--ring", 0},
+};
+
+const char *fai_run_option_name(int opt) { return options[opt].name; }
+
+int fai_run_fail(fai_run_args *a, const char *fmt, ...) {
+    if (a->error[0]) return 2;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->error, sizeof a->error, fmt, ap);
+    va_end(ap);
+    for (char *p = a->error; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    return 2;
+}
+
+/* -- options ----------------------------------------------------------------------------------- */
+
+/* A whole decimal integer, nothing before or after it. */
+static int parse_int64(const char *s, int64_t *out) {
+    if (!s || !*s || !((*s >= '0' && *s <= '9') || *s == '-' || *s == '+')) return -1;
+    errno = 0;
+    char *end = NULL;
+    const long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end) return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* argv into a->value; -1 for --help */
+static int collect_values(int argc, char **argv, fai_run_args *a) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h")) return -1;
+        if (strncmp(arg, "--", 2) != 0)
+            return fai_run_fail(a,
+                                "unexpected argument '%s' (options start with --; see %s "
+                                "--help)",
+                                arg, a->command);
+        const char *eq = strchr(arg, '=');
+        const size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
+        int opt = -1;
+        for (int o = 0; o < FAI_RUN_OPT_COUNT; o++)
+            if (strlen(options[o].name) == nlen && !strncmp(arg, options[o].name, nlen) &&
+                (o != FAI_RUN_OPT_RING || a->with_ring))
+                opt = o;
+        if (opt < 0)
+            return fai_run_fail(a, "unknown option '%.*s' (see %s --help)", (int)nlen, arg,
+                                a->command);
+        if (opt == FAI_RUN_OPT_HELP) return -1;
+        const char *value = "";
+        if (options[opt].takes_value) {
+            if (eq) {
+                value = eq + 1;
+            } else {
+                if (i + 1 >= argc) return fai_run_fail(a, "%s needs a value", options[opt].name);
+                value = argv[++i];
+            }
+        } else if (eq) {
+            return fai_run_fail(a, "%s takes no value (got '%s')", options[opt].name, arg);
+        }
+        if (a->value[opt]) return fai_run_fail(a, "%s is given twice", options[opt].name);
+        a->value[opt] = value;
+    }
+    return 0;
+}
+
+static int parse_masking(fai_run_args *a) {
+    if (a->value[FAI_RUN_OPT_CAUSAL] && a->value[FAI_RUN_OPT_CAUSAL_TOP_LEFT])
+        return fai_run_fail(a, "--causal and --causal-top-left exclude each other");
+    a->causal = a->value[FAI_RUN_OPT_CAUSAL]            ? FAI_CAUSAL_BOTTOM_RIGHT
+                : a->value[FAI_RUN_OPT_CAUSAL_TOP_LEFT] ? FAI_CAUSAL_TOP_LEFT
+                                                        : FAI_CAUSAL_NONE;
+
+    static const int masks[] = {FAI_RUN_OPT_MASK, FAI_RUN_OPT_MASK_DROP, FAI_RUN_OPT_MASK_ADD};
+    static const fai_mask_kind kinds[] = {FAI_MASK_KEEP, FAI_MASK_DROP, FAI_MASK_ADD};
+    a->mask_kind = FAI_MASK_NONE;
+    for (int m = 0; m < 3; m++) {
+        if (!a->value[masks[m]]) continue;
+        if (a->mask_opt >= 0)
+            return fai_run_fail(a, "%s and %s exclude each other", options[a->mask_opt].name,
+                                options[masks[m]].name);
+        a->mask_opt = masks[m];
+        a->mask_kind = kinds[m];
+    }
+
+    if (a->value[FAI_RUN_OPT_WINDOW]) {
+        const char *w = a->value[FAI_RUN_OPT_WINDOW];
+        const char *comma = strchr(w, ',');
+        char left[64];
+        const size_t llen = comma ? (size_t)(comma - w) : 0;
+        if (!comma || llen >= sizeof left || strchr(comma + 1, ','))
+            return fai_run_fail(
+                a, "--window %s: expected LEFT,RIGHT (two integers, -1 for unbounded)", w);
+        memcpy(left, w, llen);
+        left[llen] = '\0';
+        if (parse_int64(left, &a->window_left) || parse_int64(comma + 1, &a->window_right))
+            return fai_run_fail(
+                a, "--window %s: expected LEFT,RIGHT (two integers, -1 for unbounded)", w);
+        if (a->window_left < -1 || a->window_right < -1)
+            return fai_run_fail(a, "--window %s: each side must be >= 0, or -1 for unbounded", w);
+    }
+    return 0;
+}
+
+static int parse_numbers(fai_run_args *a) {
+    if (a->value[FAI_RUN_OPT_SCALE]) {
+        const char *s = a->value[FAI_RUN_OPT_SCALE];
+        errno = 0;
+        char *end = NULL;
+        const double d = strtod(s, &end);
+        const float f = (float)d;
+        if (end == s || *end || *s == ' ' || *s == '\t' || !isfinite(d) || !isfinite(f))
+            return fai_run_fail(a, "--scale %s: not a finite number", s);
+        a->scale = f;
+    }
+
+    if (a->value[FAI_RUN_OPT_OUT_DTYPE]) {
+        const char *t = a->value[FAI_RUN_OPT_OUT_DTYPE];
+        if (!strcmp(t, "f32") || !strcmp(t, "float32"))
+            a->out_dtype = FAI_DTYPE_F32;
+        else if (!strcmp(t, "f16") || !strcmp(t, "float16"))
+            a->out_dtype = FAI_DTYPE_F16;
+        else if (!strcmp(t, "bf16") || !strcmp(t, "bfloat16"))
+            a->out_dtype = FAI_DTYPE_BF16;
+        else
+            return fai_run_fail(a, "--out-dtype %s: expected f32, f16 or bf16", t);
+    }
+
+    static const int counts[] = {FAI_RUN_OPT_THREADS, FAI_RUN_OPT_WORKERS};
+    int64_t *const dst[] = {&a->threads, &a->workers};
+    for (int c = 0; c < 2; c++) {
+        const char *s = a->value[counts[c]];
+        if (!s) continue;
+        if (parse_int64(s, dst[c]) || *dst[c] < 0)
+            return fai_run_fail(a, "%s %s: expected a non-negative integer (0: automatic)",
+                                options[counts[c]].name, s);
+    }
+    return 0;
+}
+
+static int check_files(fai_run_args *a) {
+    if (a->value[FAI_RUN_OPT_BLOCK_TABLE] && !a->value[FAI_RUN_OPT_SEQLENS_KV])
+        return fai_run_fail(
+            a, "--block-table %s needs --seqlens-kv (paged K/V have no implicit length)",
+            a->value[FAI_RUN_OPT_BLOCK_TABLE]);
+    if (a->value[FAI_RUN_OPT_LSE] && !strcmp(a->value[FAI_RUN_OPT_LSE], a->value[FAI_RUN_OPT_OUT]))
+        return fai_run_fail(a, "--lse %s: the same file as --out", a->value[FAI_RUN_OPT_LSE]);
+    /* the outputs are renamed into place one after the other: catch what would make the second
+     * rename fail before anything is written */
+    static const int outputs[] = {FAI_RUN_OPT_OUT, FAI_RUN_OPT_LSE};
+    for (int o = 0; o < 2; o++) {
+        struct stat st;
+        const char *path = a->value[outputs[o]];
+        if (path && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            return fai_run_fail(a, "%s %s: is a directory", options[outputs[o]].name, path);
+    }
+    return 0;
+}
+
+int fai_run_parse_args(int argc, char **argv, const char *command, int with_ring, fai_run_args *a) {
+    memset(a, 0, sizeof *a);
+    a->command = command;
+    a->with_ring = with_ring;
+    a->window_left = a->window_right = -1;
+    a->out_dtype = FAI_DTYPE_F32;
+    a->mask_opt = -1;
+    const int rc = collect_values(argc, argv, a);
+    if (rc) return rc;
+
+    static const int required[] = {FAI_RUN_OPT_Q, FAI_RUN_OPT_K, FAI_RUN_OPT_V, FAI_RUN_OPT_OUT};
+    for (size_t r = 0; r < sizeof required / sizeof required[0]; r++)
+        if (!a->value[required[r]])
+            return fai_run_fail(a, "missing required option %s (see %s --help)",
+                                options[required[r]].name, a->command);
+    for (int o = 0; o < FAI_RUN_OPT_COUNT; o++)
+        if (options[o].takes_value && a->value[o] && !*a->value[o])
+            return fai_run_fail(a, "%s has an empty value", options[o].name);
+    if (parse_masking(a) || parse_numbers(a)) return 2;
+    return check_files(a);
+}
+
+/* -- inputs ------------------------------------------------------------------------------------ */
+
+void fai_run_free_inputs(fai_run_inputs *in) {
+    fai_npy_free(&in->q);
+    fai_npy_free(&in->k);
+    fai_npy_free(&in->v);
+    fai_npy_free(&in->mask);
+    fai_npy_free(&in->seqlens_q);
+    fai_npy_free(&in->seqlens_kv);
+    fai_npy_free(&in->block_table);
+}
+
+static int load_input(fai_run_args *a, int opt, fai_npy *arr) {
+    char err[FAI_RUN_ERROR_LEN / 2];
+    if (fai_npy_load(a->value[opt], arr, err, sizeof err))
+        return fai_run_fail(a, "%s %s", options[opt].name, err);
+    return 0;
+}
+
+/* "--k K.npy: shape (2, 5, 3, 64)": the start of a message about an input's shape. */
+static const char *shape_of(const fai_run_args *a, int opt, const fai_npy *arr, char *buf,
+                            size_t len) {
+    char shape[SHAPE_LEN];
+    fai_npy_format_shape(shape, sizeof shape, arr->rank, arr->shape);
+    snprintf(buf, len, "%s %s: shape %s", options[opt].name, a->value[opt], shape);
+    return buf;
+}
+
+static int check_qkv_dtype(fai_run_args *a, int opt, const fai_npy *arr, fai_dtype *dt) {
+    switch (arr->dtype) {
+    case FAI_NPY_F32:
+        *dt = FAI_DTYPE_F32;
+        return 0;
+    case FAI_NPY_F16:
+        *dt = FAI_DTYPE_F16;
+        return 0;
+    case FAI_NPY_U16:
+        if (a->value[FAI_RUN_OPT_BF16]) {
+            *dt = FAI_DTYPE_BF16;
+            return 0;
+        }
+        return fai_run_fail(a, "%s %s: dtype uint16 needs --bf16 (it then holds bfloat16 bits)",
+                            options[opt].name, a->value[opt]);
+    default:
+        return fai_run_fail(a, "%s %s: dtype %s is not float32 or float16%s", options[opt].name,
+                            a->value[opt], fai_npy_dtype_name(arr->dtype),
+                            a->value[FAI_RUN_OPT_BF16] ? " (or uint16 bfloat16 bits)" : "");
+    }
+}
+
+static int check_rank(fai_run_args *a, int opt, const fai_npy *arr, int rank, const char *what) {
+    if (arr->rank == rank) return 0;
+    char head[FAI_RUN_ERROR_LEN / 2];
+    return fai_run_fail(a, "%s is not %s", shape_of(a, opt, arr, head, sizeof head), what);
+}
+
+/* An int32 [B] lengths array. */
+static int check_lengths(fai_run_args *a, int opt, const fai_npy *arr, int64_t batch) {
+    char head[FAI_RUN_ERROR_LEN / 2];
+    if (arr->dtype != FAI_NPY_I32)
+        return fai_run_fail(a, "%s %s: dtype %s is not int32", options[opt].name, a->value[opt],
+                            fai_npy_dtype_name(arr->dtype));
+    if (arr->rank != 1 || arr->shape[0] != batch)
+        return fai_run_fail(a, "%s does not match q's batch %lld (expected (%lld,))",
+                            shape_of(a, opt, arr, head, sizeof head), (long long)batch,
+                            (long long)batch);
+    return 0;
+}
+
+/* -- Step 1: Q, K, V and their shapes -- */
+static int load_qkv(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p) {
+    char head[FAI_RUN_ERROR_LEN / 2];
+    if (load_input(a, FAI_RUN_OPT_Q, &in->q) ||
+        check_qkv_dtype(a, FAI_RUN_OPT_Q, &in->q, &p->q_dtype) ||
+        check_rank(a, FAI_RUN_OPT_Q, &in->q, 4, "[B, Sq, Hq, D]"))
+        return 2;
+    p->batch = in->q.shape[0], p->seq_q = in->q.shape[1];
+    p->heads_q = in->q.shape[2], p->head_dim = in->q.shape[3];
+    const int64_t B = p->batch, Hq = p->heads_q, D = p->head_dim;
+    const int paged = p->paged;
+    if (load_input(a, FAI_RUN_OPT_K, &in->k) ||
+        check_qkv_dtype(a, FAI_RUN_OPT_K, &in->k, &p->k_dtype) ||
+        check_rank(a, FAI_RUN_OPT_K, &in->k, 4,
+                   paged ? "[num_pages, page_size, Hkv, D]" : "[B, Skv, Hkv, D]"))
+        return 2;
+    const int64_t *ks = in->k.shape;
+    if (!paged && ks[0] != B)
+        return fai_run_fail(a, "%s does not match q's batch %lld",
+                            shape_of(a, FAI_RUN_OPT_K, &in->k, head, sizeof head), (long long)B);
+    if (ks[3] != D)
+        return fai_run_fail(a, "%s does not match q's head_dim %lld",
+                            shape_of(a, FAI_RUN_OPT_K, &in->k, head, sizeof head), (long long)D);
+    const int64_t Hkv = ks[2];
+    if (Hkv > 0 && Hq % Hkv != 0)
+        return fai_run_fail(a, "%s: heads_kv %lld does not divide q's heads_q %lld",
+                            shape_of(a, FAI_RUN_OPT_K, &in->k, head, sizeof head), (long long)Hkv,
+                            (long long)Hq);
+    if (load_input(a, FAI_RUN_OPT_V, &in->v) ||
+        check_qkv_dtype(a, FAI_RUN_OPT_V, &in->v, &p->v_dtype) ||
+        check_rank(a, FAI_RUN_OPT_V, &in->v, 4,
+                   paged ? "[num_pages, page_size, Hkv, Dv]" : "[B, Skv, Hkv, Dv]"))
+        return 2;
+    const int64_t *vs = in->v.shape;
+    const char *const kdim_names[3] = {paged ? "num_pages" : "batch",
+                                       paged ? "page_size" : "seq_kv", "heads_kv"};
+    for (int d = 0; d < 3; d++)
+        if (vs[d] != ks[d])
+            return fai_run_fail(a, "%s does not match k's %s %lld",
+                                shape_of(a, FAI_RUN_OPT_V, &in->v, head, sizeof head),
+                                kdim_names[d], (long long)ks[d]);
+    p->heads_kv = Hkv;
+    p->head_dim_v = vs[3];
+    p->k_rows = ks[1];
+    return 0;
+}
+
+/* -- Step 2: lengths and the block table -- */
+static int load_lengths(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p, int64_t *seq_kv) {
+    char head[FAI_RUN_ERROR_LEN / 2];
+    const int64_t B = p->batch;
+    if (a->value[FAI_RUN_OPT_SEQLENS_Q] &&
+        (load_input(a, FAI_RUN_OPT_SEQLENS_Q, &in->seqlens_q) ||
+         check_lengths(a, FAI_RUN_OPT_SEQLENS_Q, &in->seqlens_q, B)))
+        return 2;
+    if (a->value[FAI_RUN_OPT_SEQLENS_KV] &&
+        (load_input(a, FAI_RUN_OPT_SEQLENS_KV, &in->seqlens_kv) ||
+         check_lengths(a, FAI_RUN_OPT_SEQLENS_KV, &in->seqlens_kv, B)))
+        return 2;
+    *seq_kv = p->k_rows;
+    if (!p->paged) return 0;
+    if (load_input(a, FAI_RUN_OPT_BLOCK_TABLE, &in->block_table)) return 2;
+    const fai_npy *bt = &in->block_table;
+    if (bt->dtype != FAI_NPY_I32)
+        return fai_run_fail(a, "--block-table %s: dtype %s is not int32",
+                            a->value[FAI_RUN_OPT_BLOCK_TABLE], fai_npy_dtype_name(bt->dtype));
+    if (bt->rank != 2 || bt->shape[0] != B)
+        return fai_run_fail(a, "%s is not [B, max_pages] with q's batch %lld",
+                            shape_of(a, FAI_RUN_OPT_BLOCK_TABLE, bt, head, sizeof head),
+                            (long long)B);
+    fai_problem *pb = &p->problem;
+    pb->num_pages = in->k.shape[0];
+    pb->page_size = in->k.shape[1];
+    pb->pages_per_seq = bt->shape[1];
+    *seq_kv = 0;
+    if (pb->page_size > 0 && pb->pages_per_seq > INT64_MAX / pb->page_size)
+        return fai_run_fail(a, "%s: pages_per_seq %lld * page_size %lld overflows",
+                            shape_of(a, FAI_RUN_OPT_BLOCK_TABLE, bt, head, sizeof head),
+                            (long long)pb->pages_per_seq, (long long)pb->page_size);
+    *seq_kv = pb->pages_per_seq * pb->page_size;
+    return 0;
+}
+
+/* -- Step 3: the mask -- */
+static int load_mask(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p, int64_t seq_kv) {
+    char head[FAI_RUN_ERROR_LEN / 2];
+    const int opt = a->mask_opt;
+    const int64_t B = p->batch, Sq = p->seq_q, Hq = p->heads_q;
+    if (load_input(a, opt, &in->mask)) return 2;
+    const fai_npy *m = &in->mask;
+    if (a->mask_kind == FAI_MASK_ADD ? m->dtype != FAI_NPY_F32
+                                     : m->dtype != FAI_NPY_BOOL && m->dtype != FAI_NPY_U8)
+        return fai_run_fail(a, "%s %s: dtype %s is not %s", options[opt].name, a->value[opt],
+                            fai_npy_dtype_name(m->dtype),
+                            a->mask_kind == FAI_MASK_ADD ? "float32" : "bool or uint8");
+    if (m->rank < 2 || m->rank > 4)
+        return fai_run_fail(a, "%s is not [Sq, Skv], [B, Sq, Skv] or [B, Hq, Sq, Skv]",
+                            shape_of(a, opt, m, head, sizeof head));
+    const int64_t mk = m->shape[m->rank - 1];
+    /* dense: the mask covers the Skv keys; paged: at least the longest sequence */
+    int64_t need_kv = seq_kv;
+    if (p->paged) {
+        need_kv = 0;
+        const int32_t *len = in->seqlens_kv.data;
+        for (int64_t b = 0; b < B; b++)
+            if (len[b] > need_kv) need_kv = len[b];
+    }
+    int ok = m->shape[m->rank - 2] == Sq && (p->paged ? mk >= need_kv : mk == need_kv);
+    if (m->rank >= 3) ok = ok && m->shape[0] == B;
+    if (m->rank == 4) ok = ok && m->shape[1] == Hq;
+    if (!ok) {
+        const char *forms[] = {"", "", "[Sq, Skv]", "[B, Sq, Skv]", "[B, Hq, Sq, Skv]"};
+        int64_t want[4];
+        int n = 0;
+        if (m->rank == 4) want[n++] = B, want[n++] = Hq;
+        if (m->rank == 3) want[n++] = B;
+        want[n++] = Sq;
+        want[n++] = need_kv;
+        char expect[SHAPE_LEN];
+        fai_npy_format_shape(expect, sizeof expect, n, want);
+        return fai_run_fail(a, "%s does not match %s = %s%s",
+                            shape_of(a, opt, m, head, sizeof head), forms[m->rank], expect,
+                            p->paged ? " (Skv: at least the longest --seqlens-kv)" : "");
+    }
+    const int64_t plane = Sq * mk; /* fits: the mask holds at least this many elements */
+    p->mask.data = m->data;
+    p->mask.stride_q = mk;
+    p->mask.stride_head = m->rank == 4 ? plane : 0;
+    p->mask.stride_batch = m->rank == 4 ? Hq * plane : m->rank == 3 ? plane : 0;
+    p->mask_kv = mk;
+    return 0;
+}
+
+/* -- Step 4: the problem -- */
+static void describe_problem(const fai_run_args *a, const fai_run_inputs *in, fai_run_problem *p,
+                             int64_t seq_kv) {
+    fai_problem *pb = &p->problem;
+    pb->batch = p->batch;
+    pb->heads_q = p->heads_q;
+    pb->heads_kv = p->heads_kv;
+    pb->seq_q = p->seq_q;
+    pb->seq_kv = seq_kv;
+    pb->head_dim = p->head_dim;
+    pb->head_dim_v = p->head_dim_v;
+    pb->q_dtype = p->q_dtype;
+    pb->k_dtype = p->k_dtype;
+    pb->v_dtype = p->v_dtype;
+    pb->o_dtype = a->out_dtype;
+    pb->scale = a->scale;
+    pb->causal = a->causal;
+    pb->window_left = a->window_left;
+    pb->window_right = a->window_right;
+    pb->mask_kind = a->mask_kind;
+    pb->seqlens_q = a->value[FAI_RUN_OPT_SEQLENS_Q] ? in->seqlens_q.data : NULL;
+    pb->seqlens_kv = a->value[FAI_RUN_OPT_SEQLENS_KV] ? in->seqlens_kv.data : NULL;
+    pb->threads = a->threads;
+    pb->workers = a->workers;
+}
+
+int fai_run_load(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p) {
+    memset(p, 0, sizeof *p);
+    fai_problem_init(&p->problem);
+    p->paged = a->value[FAI_RUN_OPT_BLOCK_TABLE] != NULL;
+    int64_t seq_kv = 0;
+    if (load_qkv(a, in, p) || load_lengths(a, in, p, &seq_kv)) return 2;
+    if (a->mask_opt >= 0 && load_mask(a, in, p, seq_kv)) return 2;
+    describe_problem(a, in, p, seq_kv);
+    return 0;
+}
+
+int fai_run_check_block_table(fai_run_args *a, const fai_run_inputs *in, const fai_run_problem *p) {
+    if (!p->paged) return 0;
+    const fai_problem *pb = &p->problem;
+    const int32_t *bt = in->block_table.data;
+    const int32_t *len = in->seqlens_kv.data;
+    for (int64_t b = 0; b < pb->batch; b++) {
+        const int64_t used =
+            pb->page_size > 0 ? ((int64_t)len[b] + pb->page_size - 1) / pb->page_size : 0;
+        for (int64_t pg = 0; pg < used && pg < pb->pages_per_seq; pg++) {
+            const int32_t e = bt[b * pb->pages_per_seq + pg];
+            if (e < 0 || e >= pb->num_pages)
+                return fai_run_fail(a,
+                                    "--block-table %s: entry [%lld, %lld] = %d is outside the "
+                                    "pool of %lld pages",
+                                    a->value[FAI_RUN_OPT_BLOCK_TABLE], (long long)b, (long long)pg,
+                                    (int)e, (long long)pb->num_pages);
+        }
+    }
+    return 0;
+}
+
+/* -- outputs ----------------------------------------------------------------------------------- */
+
+int fai_run_write_outputs(fai_run_args *a, const fai_run_problem *p, const void *o,
+                          const float *lse) {
+    const fai_npy_dtype o_file_dt = a->out_dtype == FAI_DTYPE_F32   ? FAI_NPY_F32
+                                    : a->out_dtype == FAI_DTYPE_F16 ? FAI_NPY_F16
+                                                                    : FAI_NPY_U16;
+    const int64_t o_shape[4] = {p->batch, p->seq_q, p->heads_q, p->head_dim_v};
+    const int64_t lse_shape[3] = {p->batch, p->heads_q, p->seq_q};
+    const int want_lse = a->value[FAI_RUN_OPT_LSE] != NULL;
+    const char *out = a->value[FAI_RUN_OPT_OUT], *lse_path = a->value[FAI_RUN_OPT_LSE];
+    char err[FAI_RUN_ERROR_LEN / 2];
+    char o_tmp[4096], lse_tmp[4096];
+    lse_tmp[0] = '\0';
+    if (fai_npy_write_temp(out, o_file_dt, 4, o_shape, o, o_tmp, sizeof o_tmp, err, sizeof err))
+        return fai_run_fail(a, "--out %s", err);
+    if (want_lse && fai_npy_write_temp(lse_path, FAI_NPY_F32, 3, lse_shape, lse, lse_tmp,
+                                       sizeof lse_tmp, err, sizeof err)) {
+        fai_npy_discard(o_tmp);
+        return fai_run_fail(a, "--lse %s", err);
+    }
+    if (fai_npy_commit(o_tmp, out, err, sizeof err)) {
+        if (want_lse) fai_npy_discard(lse_tmp);
+        return fai_run_fail(a, "--out %s", err);
+    }
+    if (want_lse && fai_npy_commit(lse_tmp, lse_path, err, sizeof err))
+        return fai_run_fail(a, "--lse %s", err);
+    return 0;
+}
+
+void *fai_run_alloc(size_t bytes) {
+    size_t n = bytes ? bytes : 1;
+    if (n > SIZE_MAX - 63) return NULL;
+    n = (n + 63) / 64 * 64;
+    void *p = aligned_alloc(64, n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+int fai_run_mul_size(size_t *acc, int64_t d) {
+    if (d < 0) return -1;
+    if (d && *acc > SIZE_MAX / (size_t)d) return -1;
+    *acc *= (size_t)d;
+    return 0;
+}

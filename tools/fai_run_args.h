@@ -1,0 +1,108 @@
+/* The options and inputs of `fai run`, shared with `fai-mpi run`: parsing the command line,
+ * loading the .npy files with every shape checked against Q's, the problem they describe, and
+ * writing O and LSE all or nothing.
+ *
+ * Failures are recorded, not printed: the first one's message (one line, naming the option, the
+ * file and the value) is kept in the arguments, and the caller prints it as "<command>: <message>"
+ * and exits 2. A program made of several processes can so agree on one message first. */
+#ifndef FAI_RUN_ARGS_H
+#define FAI_RUN_ARGS_H
+
+#include "fai.h"
+#include "fai_npy.h"
+
+#include <stdint.h>
+
+#define FAI_RUN_ERROR_LEN 2048
+
+enum {
+    FAI_RUN_OPT_Q,
+    FAI_RUN_OPT_K,
+    FAI_RUN_OPT_V,
+    FAI_RUN_OPT_OUT,
+    FAI_RUN_OPT_LSE,
+    FAI_RUN_OPT_MASK,
+    FAI_RUN_OPT_MASK_DROP,
+    FAI_RUN_OPT_MASK_ADD,
+    FAI_RUN_OPT_SEQLENS_Q,
+    FAI_RUN_OPT_SEQLENS_KV,
+    FAI_RUN_OPT_BLOCK_TABLE,
+    FAI_RUN_OPT_WINDOW,
+    FAI_RUN_OPT_SCALE,
+    FAI_RUN_OPT_OUT_DTYPE,
+    FAI_RUN_OPT_THREADS,
+    FAI_RUN_OPT_WORKERS,
+    FAI_RUN_OPT_CAUSAL,
+    FAI_RUN_OPT_CAUSAL_TOP_LEFT,
+    FAI_RUN_OPT_BF16,
+    FAI_RUN_OPT_HELP,
+    FAI_RUN_OPT_RING, /* fai-mpi run only */
+    FAI_RUN_OPT_COUNT
+};
+
+typedef struct fai_run_args {
+    const char *command;                  /* "fai run", "fai-mpi run": what usage hints name */
+    int with_ring;                        /* --ring is an option (else it is unknown) */
+    const char *value[FAI_RUN_OPT_COUNT]; /* the option's value, "" for a flag, NULL if absent */
+    fai_causal causal;
+    int64_t window_left, window_right;
+    float scale;
+    fai_dtype out_dtype;
+    int64_t threads, workers;
+    int mask_opt; /* FAI_RUN_OPT_MASK, _MASK_DROP, _MASK_ADD, or -1 */
+    fai_mask_kind mask_kind;
+    char error[FAI_RUN_ERROR_LEN]; /* the first failure's message, without the command */
+} fai_run_args;
+
+/* "--q", "--block-table", ... */
+const char *fai_run_option_name(int opt);
+
+/* Records a failure (control characters replaced, so that it stays one line) unless one is
+ * recorded already, and returns 2, the bad-input exit status. */
+int fai_run_fail(fai_run_args *args, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses argv (argv[0] is the command's name) into *args for `command`. Returns -1 when the
+ * caller should print its usage and exit 0 (--help, -h), 0 on success, 2 after a failure. */
+int fai_run_parse_args(int argc, char **argv, const char *command, int with_ring,
+                       fai_run_args *args);
+
+typedef struct fai_run_inputs {
+    fai_npy q, k, v, mask, seqlens_q, seqlens_kv, block_table;
+} fai_run_inputs;
+
+void fai_run_free_inputs(fai_run_inputs *inputs);
+
+/* What the files describe. */
+typedef struct fai_run_problem {
+    int64_t batch, seq_q, heads_q, head_dim, heads_kv, head_dim_v;
+    fai_dtype q_dtype, k_dtype, v_dtype;
+    int paged;
+    int64_t k_rows;      /* K's second dimension: Skv, or page_size when paged */
+    fai_mask mask;       /* the mask's data and strides over [B, Hq, Sq, mask_kv] */
+    int64_t mask_kv;     /* the mask's last dimension (0 without a mask) */
+    fai_problem problem; /* everything fai_plan_create needs, lengths pointing into the inputs */
+} fai_run_problem;
+
+/* Loads Q, K, V, the lengths, the block table and the mask, checks each shape against Q's and
+ * fills *problem. Returns 0, or 2 after a failure. The inputs must outlive the problem. */
+int fai_run_load(fai_run_args *args, fai_run_inputs *inputs, fai_run_problem *problem);
+
+/* Every block-table entry of a page that holds keys lies in the pool (after planning, which has
+ * validated the lengths). Returns 0, or 2 naming the file and the entry. */
+int fai_run_check_block_table(fai_run_args *args, const fai_run_inputs *inputs,
+                              const fai_run_problem *problem);
+
+/* Writes O (in args->out_dtype, shape [B, Sq, Hq, Dv]) and, when --lse was given, LSE (f32
+ * [B, Hq, Sq]) to temporary files, then renames both into place: both or neither. Returns 0, or
+ * 2 after a failure. */
+int fai_run_write_outputs(fai_run_args *args, const fai_run_problem *problem, const void *o,
+                          const float *lse);
+
+/* A zeroed buffer of at least `bytes` (never NULL for 0 bytes), 64-byte aligned; NULL when out of
+ * memory. Release with free(). */
+void *fai_run_alloc(size_t bytes);
+
+/* Multiplies *acc by d; -1 when d is negative or the product overflows. */
+int fai_run_mul_size(size_t *acc, int64_t d);
+
+#endif

@@ -1,0 +1,283 @@
+/* fai-mpi run: `fai run` across the ranks of MPI_COMM_WORLD.
+ *
+ * Every rank parses the same options and reads the same files, checks them exactly as `fai run`
+ * does (planning the whole problem names any bad field), then keeps only its shard: the keys of
+ * a contiguous range of Skv, or of each sequence's pages, with Q whole (fai_mpi_attention,
+ * merged on rank 0); or with --ring its zig-zag chunks of Q, K and V (fai_mpi_ring_attention,
+ * each rank's rows gathered on rank 0). Rank 0 writes O and LSE, all or nothing. The ranks agree
+ * on every failure, so every rank exits with the same status and rank 0 prints the one line. */
+#include "fai_mpi_tool.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void print_usage(FILE *out) {
+    fprintf(out,
+            "usage: mpirun -np R fai-mpi run --q Q.npy --k K.npy --v V.npy --out O.npy [options]\n"
+            "\n"
+            "`fai run` (see fai run --help for the options and the files) with the attention\n"
+            "spread over the ranks; every rank reads the same files and keeps its shard:\n"
+            "  without --ring  K/V by contiguous ranges of Skv (dense) or of each sequence's\n"
+            "                  pages (--block-table), mask columns with them; Q whole\n"
+            "  --ring          ring attention: Q, K and V in zig-zag chunks (chunks r and\n"
+            "                  2R-1-r of 2R on rank r); needs Sq = Skv and takes no --mask*,\n"
+            "                  --seqlens-* or --block-table\n"
+            "Rank 0 writes O and LSE. Exit status: 0 on success; 2 on bad input on any rank,\n"
+            "with one line on rank 0's stderr and no output file created or changed.\n");
+}
+
+int fai_mpi_tool_agree(int rc, fai_run_args *a) {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int code = rc ? size - rank : 0; /* the largest is the first failing rank's */
+    MPI_Allreduce(MPI_IN_PLACE, &code, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!code) return 0;
+    MPI_Bcast(a->error, (int)sizeof a->error, MPI_CHAR, size - code, MPI_COMM_WORLD);
+    return 2;
+}
+
+/* What `fai run` would refuse, refused alike: planning the whole problem names the field. */
+static int check_whole(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p) {
+    fai_plan *plan = NULL;
+    const fai_status st = fai_plan_create(&p->problem, &plan);
+    fai_plan_free(plan);
+    if (st != FAI_OK) {
+        const char *why = fai_last_error();
+        return fai_run_fail(a, "%s", why && *why ? why : fai_status_string(st));
+    }
+    return fai_run_check_block_table(a, in, p);
+}
+
+static int check_ring(fai_run_args *a, const fai_run_problem *p) {
+    if (p->paged)
+        return fai_run_fail(a,
+                            "--ring with --block-table %s: ring attention shards dense K/V "
+                            "(paged K/V are sharded by pages without --ring)",
+                            a->value[FAI_RUN_OPT_BLOCK_TABLE]);
+    if (a->mask_opt >= 0)
+        return fai_run_fail(a,
+                            "--ring with %s %s: ring attention takes no explicit mask (without "
+                            "--ring the mask columns are sharded with the keys)",
+                            fai_run_option_name(a->mask_opt), a->value[a->mask_opt]);
+    const int lens = a->value[FAI_RUN_OPT_SEQLENS_Q]    ? FAI_RUN_OPT_SEQLENS_Q
+                     : a->value[FAI_RUN_OPT_SEQLENS_KV] ? FAI_RUN_OPT_SEQLENS_KV
+                                                        : -1;
+    if (lens >= 0)
+        return fai_run_fail(a, "--ring with %s %s: ring attention takes whole sequences",
+                            fai_run_option_name(lens), a->value[lens]);
+    if (p->seq_q != p->k_rows)
+        return fai_run_fail(a,
+                            "--ring: q has Sq = %lld and k has Skv = %lld; ring attention is "
+                            "self-attention (Sq = Skv)",
+                            (long long)p->seq_q, (long long)p->k_rows);
+    return 0;
+}
+
+/* O [B, Sq, Hq, Dv] in the output dtype and LSE [B, Hq, Sq], on the rank that writes them. */
+static int alloc_outputs(fai_run_args *a, const fai_run_problem *p, void **o, float **lse) {
+    size_t o_count = 1, lse_count = 1;
+    const int bad = fai_run_mul_size(&o_count, p->batch) || fai_run_mul_size(&o_count, p->seq_q) ||
+                    fai_run_mul_size(&o_count, p->heads_q) ||
+                    fai_run_mul_size(&o_count, p->head_dim_v) || o_count > SIZE_MAX / 4 ||
+                    fai_run_mul_size(&lse_count, p->batch) ||
+                    fai_run_mul_size(&lse_count, p->heads_q) ||
+                    fai_run_mul_size(&lse_count, p->seq_q) || lse_count > SIZE_MAX / 4;
+    if (bad)
+        return fai_run_fail(a, "the output [%lld, %lld, %lld, %lld] is too large",
+                            (long long)p->batch, (long long)p->seq_q, (long long)p->heads_q,
+                            (long long)p->head_dim_v);
+    *o = fai_run_alloc(o_count * (a->out_dtype == FAI_DTYPE_F32 ? 4 : 2));
+    *lse = fai_run_alloc(lse_count * sizeof(float));
+    if (!*o || !*lse) return fai_run_fail(a, "out of memory (output of %zu elements)", o_count);
+    return 0;
+}
+
+static fai_tensor lse_tensor(float *lse, int64_t heads, int64_t seq) {
+    fai_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = lse;
+    t.dtype = FAI_DTYPE_F32;
+    t.stride_batch = heads * seq;
+    t.stride_head = seq;
+    t.stride_seq = 1;
+    return t;
+}
+
+/* -- K/V sharded, Q whole ------------------------------------------------------------------------
+ */
+
+static int run_kv_sharded(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *p, int rank,
+                          int size) {
+    fai_mpi_kv_shard s;
+    void *o = NULL;
+    float *lse = NULL;
+    int rc = fai_mpi_kv_shard_make(a, in, p, rank, size, &s);
+    if (!rc && rank == 0) rc = alloc_outputs(a, p, &o, &lse);
+    rc = fai_mpi_tool_agree(rc, a);
+    if (!rc) {
+        s.tensors.o = fai_tensor_bshd(o, a->out_dtype, p->seq_q, p->heads_q, p->head_dim_v);
+        if (a->value[FAI_RUN_OPT_LSE]) s.tensors.lse = lse_tensor(lse, p->heads_q, p->seq_q);
+        /* the queries are placed by the library, as fai run places them, from the agreed length */
+        if (fai_mpi_attention(MPI_COMM_WORLD, &s.problem, s.kv_start, NULL, &s.tensors, 0, NULL) !=
+            FAI_OK)
+            rc = fai_run_fail(a, "%s", fai_mpi_last_error());
+    }
+    if (!rc && rank == 0) rc = fai_run_write_outputs(a, p, o, lse);
+    fai_mpi_kv_shard_free(&s);
+    free(o);
+    free(lse);
+    return rc;
+}
+
+/* -- ring ----------------------------------------------------------------------------------------
+ */
+
+/* The rank's rows (its two chunks) of a [B, S, H, dim] array, as [B, rows, H, dim]. */
+static void *take_chunks(const fai_npy *whole, const fai_mpi_zigzag *z, size_t row_bytes) {
+    const int64_t batch = whole->shape[0], seq = whole->shape[1];
+    char *out = fai_run_alloc((size_t)(batch * z->rows) * row_bytes);
+    if (!out) return NULL;
+    for (int64_t b = 0; b < batch; b++)
+        for (int k = 0, at = 0; k < 2; at += (int)z->len[k], k++)
+            memcpy(out + (size_t)(b * z->rows + at) * row_bytes,
+                   (const char *)whole->data + (size_t)(b * seq + z->start[k]) * row_bytes,
+                   (size_t)z->len[k] * row_bytes);
+    return out;
+}
+
+/* Rank r's rows of O ([B, rows_r, Hq, Dv] in `part`) and LSE ([B, Hq, rows_r]) into the whole. */
+static void place_rows(const fai_run_problem *p, const fai_mpi_zigzag *z, const char *o_part,
+                       const float *lse_part, size_t o_row, char *o, float *lse) {
+    const int64_t B = p->batch, S = p->seq_q, Hq = p->heads_q;
+    for (int64_t b = 0; b < B; b++)
+        for (int k = 0, at = 0; k < 2; at += (int)z->len[k], k++) {
+            memcpy(o + (size_t)(b * S + z->start[k]) * o_row,
+                   o_part + (size_t)(b * z->rows + at) * o_row, (size_t)z->len[k] * o_row);
+            for (int64_t h = 0; h < Hq; h++)
+                memcpy(lse + (b * Hq + h) * S + z->start[k], lse_part + (b * Hq + h) * z->rows + at,
+                       sizeof(float) * (size_t)z->len[k]);
+        }
+}
+
+/* Collective: every rank's rows of O and LSE to rank 0, placed in o and lse there. */
+static int gather_rows(fai_run_args *a, const fai_run_problem *p, const void *o_local,
+                       const float *lse_local, int rank, int size, void *o, float *lse) {
+    const int64_t S = p->seq_q, B = p->batch, Hq = p->heads_q;
+    const size_t o_row = (size_t)(Hq * p->head_dim_v) * (a->out_dtype == FAI_DTYPE_F32 ? 4 : 2);
+    if (B * S > INT_MAX || B * Hq * S > INT_MAX)
+        return fai_run_fail(a, "--ring: %lld rows are more than one gather can take",
+                            (long long)(B * S));
+    int *counts = calloc((size_t)size * 4, sizeof(int));
+    char *o_all = rank == 0 ? fai_run_alloc((size_t)(B * S) * o_row) : NULL;
+    float *lse_all = rank == 0 ? fai_run_alloc(sizeof(float) * (size_t)(B * Hq * S)) : NULL;
+    int rc = !counts || (rank == 0 && (!o_all || !lse_all))
+                 ? fai_run_fail(a, "out of memory (gathering the rows of O)")
+                 : 0;
+    rc = fai_mpi_tool_agree(rc, a);
+    if (!rc) {
+        int *displs = counts + size, *lse_counts = counts + 2 * size;
+        int *lse_displs = counts + 3 * size;
+        fai_mpi_zigzag z;
+        for (int r = 0, row = 0; r < size; row += counts[r], r++) {
+            fai_mpi_zigzag_layout(S, size, r, &z);
+            counts[r] = (int)(B * z.rows), displs[r] = row;
+            lse_counts[r] = (int)(B * Hq * z.rows), lse_displs[r] = (int)(row * Hq);
+        }
+        MPI_Datatype row_type;
+        MPI_Type_contiguous((int)o_row, MPI_BYTE, &row_type);
+        MPI_Type_commit(&row_type);
+        MPI_Gatherv(o_local, counts[rank], row_type, o_all, counts, displs, row_type, 0,
+                    MPI_COMM_WORLD);
+        MPI_Type_free(&row_type);
+        MPI_Gatherv(lse_local, lse_counts[rank], MPI_FLOAT, lse_all, lse_counts, lse_displs,
+                    MPI_FLOAT, 0, MPI_COMM_WORLD);
+        for (int r = 0; rank == 0 && r < size; r++) {
+            fai_mpi_zigzag_layout(S, size, r, &z);
+            place_rows(p, &z, o_all + (size_t)displs[r] * o_row, lse_all + lse_displs[r], o_row, o,
+                       lse);
+        }
+    }
+    free(counts);
+    free(o_all);
+    free(lse_all);
+    return rc;
+}
+
+static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *p, int rank,
+                    int size) {
+    fai_mpi_zigzag z;
+    int rc = 0;
+    if (fai_mpi_zigzag_layout(p->seq_q, size, rank, &z) != FAI_OK)
+        rc = fai_run_fail(a, "--ring: %s", fai_mpi_last_error());
+    const size_t q_row = (size_t)(p->heads_q * p->head_dim) * (p->q_dtype == FAI_DTYPE_F32 ? 4 : 2);
+    const size_t k_row =
+        (size_t)(p->heads_kv * p->head_dim) * (p->k_dtype == FAI_DTYPE_F32 ? 4 : 2);
+    const size_t v_row =
+        (size_t)(p->heads_kv * p->head_dim_v) * (p->v_dtype == FAI_DTYPE_F32 ? 4 : 2);
+    const size_t o_row =
+        (size_t)(p->heads_q * p->head_dim_v) * (a->out_dtype == FAI_DTYPE_F32 ? 4 : 2);
+    void *q = NULL, *k = NULL, *v = NULL, *o_local = NULL, *o = NULL;
+    float *lse_local = NULL, *lse = NULL;
+    if (!rc) {
+        q = take_chunks(&in->q, &z, q_row);
+        k = take_chunks(&in->k, &z, k_row);
+        v = take_chunks(&in->v, &z, v_row);
+        o_local = fai_run_alloc((size_t)(p->batch * z.rows) * o_row);
+        lse_local = fai_run_alloc(sizeof(float) * (size_t)(p->batch * p->heads_q * z.rows));
+        if (!q || !k || !v || !o_local || !lse_local)
+            rc = fai_run_fail(a, "out of memory (this rank's %lld rows)", (long long)z.rows);
+    }
+    fai_npy_free(&in->q); /* the rank keeps its chunks only */
+    fai_npy_free(&in->k);
+    fai_npy_free(&in->v);
+    if (!rc && rank == 0) rc = alloc_outputs(a, p, &o, &lse);
+    rc = fai_mpi_tool_agree(rc, a);
+    if (!rc) {
+        fai_problem local = p->problem;
+        local.seq_q = local.seq_kv = z.rows;
+        fai_tensors t;
+        memset(&t, 0, sizeof t);
+        t.q = fai_tensor_bshd(q, p->q_dtype, z.rows, p->heads_q, p->head_dim);
+        t.k = fai_tensor_bshd(k, p->k_dtype, z.rows, p->heads_kv, p->head_dim);
+        t.v = fai_tensor_bshd(v, p->v_dtype, z.rows, p->heads_kv, p->head_dim_v);
+        t.o = fai_tensor_bshd(o_local, a->out_dtype, z.rows, p->heads_q, p->head_dim_v);
+        t.lse = lse_tensor(lse_local, p->heads_q, z.rows);
+        if (fai_mpi_ring_attention(MPI_COMM_WORLD, &local, p->seq_q, &t, NULL) != FAI_OK)
+            rc = fai_run_fail(a, "%s", fai_mpi_last_error());
+    }
+    if (!rc) rc = gather_rows(a, p, o_local, lse_local, rank, size, o, lse);
+    if (!rc && rank == 0) rc = fai_run_write_outputs(a, p, o, lse);
+    free(q), free(k), free(v), free(o_local), free(lse_local), free(o), free(lse);
+    return rc;
+}
+
+int fai_mpi_cmd_run(int argc, char **argv) {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    fai_run_args a;
+    int rc = fai_run_parse_args(argc, argv, "fai-mpi run", 1, &a);
+    if (rc < 0) {
+        if (rank == 0) print_usage(stdout);
+        return 0;
+    }
+    fai_run_inputs in;
+    memset(&in, 0, sizeof in);
+    fai_run_problem p;
+    memset(&p, 0, sizeof p);
+    if (!rc) rc = fai_run_load(&a, &in, &p);
+    if (!rc) rc = check_whole(&a, &in, &p);
+    if (!rc && a.value[FAI_RUN_OPT_RING]) rc = check_ring(&a, &p);
+    rc = fai_mpi_tool_agree(rc, &a);
+    if (!rc)
+        rc = a.value[FAI_RUN_OPT_RING] ? run_ring(&a, &in, &p, rank, size)
+                                       : run_kv_sharded(&a, &in, &p, rank, size);
+    /* writing the files can fail on rank 0 alone: every rank exits with its status */
+    rc = fai_mpi_tool_agree(rc, &a);
+    fai_run_free_inputs(&in);
+    if (rc && rank == 0) fprintf(stderr, "fai-mpi run: %s\n", a.error);
+    return rc;
+}
