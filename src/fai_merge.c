@@ -23,6 +23,24 @@ static fai_status check_part(const char *name, int64_t index, const fai_tensor *
     return FAI_OK;
 }
 
+static double lse_at(const fai_tensor *lse, int64_t b, int64_t i, int64_t h) {
+    return ((const float *)
+                lse->data)[b * lse->stride_batch + i * lse->stride_seq + h * lse->stride_head];
+}
+
+/* acc += weight * one part's row of O (f32 parts in a loop the compiler vectorises). */
+static void add_weighted_row(double *acc, const fai_tensor *o, int64_t row, int64_t head_dim,
+                             double weight) {
+    if (o->dtype == FAI_DTYPE_F32) {
+        const float *src = (const float *)o->data + row;
+        for (int64_t x = 0; x < head_dim; x++)
+            acc[x] += weight * (double)src[x];
+        return;
+    }
+    for (int64_t x = 0; x < head_dim; x++)
+        acc[x] += weight * fai__load_element(o->data, row + x, o->dtype);
+}
+
 fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_tensor *lse_parts,
                             int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                             const fai_tensor *o_out, const fai_tensor *lse_out) {
@@ -63,40 +81,43 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
             for (int64_t h = 0; h < heads; h++) {
                 double max = -INFINITY;
                 for (int64_t p = 0; p < count; p++) {
-                    const fai_tensor *lse = &lse_parts[p];
-                    const double value =
-                        ((const float *)lse->data)[b * lse->stride_batch + i * lse->stride_seq +
-                                                   h * lse->stride_head];
+                    const double value = lse_at(&lse_parts[p], b, i, h);
                     if (value > max || isnan(value)) max = value;
                 }
                 const int64_t out_row =
                     b * o_out->stride_batch + i * o_out->stride_seq + h * o_out->stride_head;
+                const int any = max > -INFINITY || isnan(max);
                 double sum = 0.0;
+                /* accumulated in double: the merge adds no rounding of its own beyond the
+                 * final store */
+                double acc[FAI_MAX_HEAD_DIM];
                 for (int64_t x = 0; x < head_dim; x++)
-                    fai__store_element(o_out->data, out_row + x, o_out->dtype, 0.0f);
-                if (max > -INFINITY || isnan(max)) {
-                    double acc[FAI_MAX_HEAD_DIM] = {0};
-                    for (int64_t p = 0; p < count; p++) {
-                        const fai_tensor *lse = &lse_parts[p], *o = &o_parts[p];
-                        const double value =
-                            ((const float *)lse->data)[b * lse->stride_batch + i * lse->stride_seq +
-                                                       h * lse->stride_head];
-                        if (value == -INFINITY) continue;
-                        const double weight = exp(value - max);
-                        const int64_t row =
-                            b * o->stride_batch + i * o->stride_seq + h * o->stride_head;
-                        sum += weight;
-                        for (int64_t x = 0; x < head_dim; x++)
-                            acc[x] += weight * fai__load_element(o->data, row + x, o->dtype);
-                    }
+                    acc[x] = 0.0;
+                for (int64_t p = 0; p < count && any; p++) {
+                    const double value = lse_at(&lse_parts[p], b, i, h);
+                    if (value == -INFINITY) continue;
+                    const double weight = exp(value - max);
+                    const fai_tensor *o = &o_parts[p];
+                    const int64_t row =
+                        b * o->stride_batch + i * o->stride_seq + h * o->stride_head;
+                    sum += weight;
+                    add_weighted_row(acc, o, row, head_dim, weight);
+                }
+                /* a row no part sees stays 0 (LSE -inf): acc is 0 there */
+                const double denom = any ? sum : 1.0;
+                if (o_out->dtype == FAI_DTYPE_F32) {
+                    float *dst = (float *)o_out->data + out_row;
+                    for (int64_t x = 0; x < head_dim; x++)
+                        dst[x] = (float)(acc[x] / denom);
+                } else {
                     for (int64_t x = 0; x < head_dim; x++)
                         fai__store_element(o_out->data, out_row + x, o_out->dtype,
-                                           (float)(acc[x] / sum));
+                                           (float)(acc[x] / denom));
                 }
                 if (lse_out && lse_out->data)
                     ((float *)lse_out->data)[b * lse_out->stride_batch + i * lse_out->stride_seq +
                                              h * lse_out->stride_head] =
-                        max > -INFINITY || isnan(max) ? (float)(max + log(sum)) : -INFINITY;
+                        any ? (float)(max + log(sum)) : -INFINITY;
             }
     return FAI_OK;
 }
