@@ -418,7 +418,9 @@ FAI_API const char *fai_tuning_path(void);
  * o_parts[p] and o_out are [batch, seq, heads, head_dim] by their strides (stride_batch is used
  * as given: for packed rows pass batch = 1); lse_parts[p] and lse_out are f32 with element
  * (b, i, h) at data[b*stride_batch + i*stride_seq + h*stride_head] (lse_out.data NULL skips it).
- * The output may not overlap the parts. Nothing is written on failure. Thread-safe. */
+ * The output may be one of the parts itself (the same data, dtype and strides: each row is read
+ * from every part before it is written, so a running result can absorb the next part in place),
+ * and may not overlap the parts otherwise. Nothing is written on failure. Thread-safe. */
 FAI_API fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts,
                                     const fai_tensor *lse_parts, int64_t batch, int64_t seq,
                                     int64_t heads, int64_t head_dim, const fai_tensor *o_out,

@@ -10,7 +10,7 @@
  *                           rank order, on every rank or on one root.
  *   fai_mpi_ring_attention  Q, K and V all sharded (prefill, self-attention): zig-zag chunks of
  *                           the sequence, K/V blocks passed around the ring while the current
- *                           block is computed, partials merged in kv chunk order.
+ *                           block is computed, partials folded in the ring's step order.
  *
  * Both are collective: every rank of the communicator calls them with the same collective
  * arguments (documented per function), from one thread at a time per communicator. fai's own
@@ -26,10 +26,10 @@
  * MPI aborts the job); under MPI_ERRORS_RETURN a failed MPI call returns FAI_ERR_UNSUPPORTED with
  * MPI's error text on the ranks where it failed.
  *
- * Determinism. Partial results are merged in a fixed order (rank order; kv chunk order in the
- * ring), never in arrival order, and each rank's fai_run is deterministic for its plan, so the
- * result does not depend on timing or thread counts, and every rank that receives it receives
- * the same bits.
+ * Determinism. Partial results are merged in a fixed order (rank order; in the ring, the order
+ * of its steps, which is fixed for a rank and a ring size), never in arrival order, and each rank's
+ * fai_run is deterministic for its plan, so the result does not depend on timing or thread counts,
+ * and every rank that receives it receives the same bits.
  *
  * This header is separate from fai.h, which stays free of MPI. Link with libfai_mpi, libfai and
  * the MPI library.
@@ -154,9 +154,10 @@ fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int3
  * while sending that block to rank r + 1 and receiving the next from rank r - 1 (MPI_Isend /
  * MPI_Irecv into a second buffer, progressed between the local runs). A (q chunk, kv chunk) pair
  * is run by fai with the chunks' global positions, unless the masks leave it nothing to see
- * (under causal: keys after every query), in which case it is skipped. The partials of each q
- * chunk are merged by fai_merge_states in kv chunk order. Memory: two K/V blocks and one f32
- * partial (chunk rows x Hq x (Dv + 1)) per computed pair. Collectives: one MPI_Allreduce before
+ * (under causal: keys after every query), in which case it is skipped. Each pair's partial is
+ * folded into its q chunk's running partial by fai_merge_states as soon as it is computed, in
+ * step order. Memory: two K/V blocks and three f32 partials (chunk rows x Hq x (Dv + 1)),
+ * whatever the number of ranks. Collectives: one MPI_Allreduce before
  * the ring, one after the local runs; an MPI_Bcast of the message on failure. */
 fai_status fai_mpi_ring_attention(MPI_Comm comm, const fai_problem *local, int64_t seq,
                                   const fai_tensors *tensors, fai_mpi_stats *stats);

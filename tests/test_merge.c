@@ -122,6 +122,11 @@ TEST(merge_two_halves_equals_whole) {
         if (worst > tol || worst_lse > 1e-5)
             printf("  problem %zu: O error %.3g (tol %.3g), LSE error %.3g\n", n, worst, tol,
                    worst_lse);
+        /* in place, into the first part: the same bits as into a separate output */
+        CHECK(fai_merge_states(2, o_parts, lse_parts, mp->b, mp->sq, mp->hq, mp->d, &o_parts[0],
+                               &lse_parts[0]) == FAI_OK);
+        CHECK(memcmp(o_part[0], o_merged, o_bytes) == 0);
+        CHECK(memcmp(lse_part[0], lse_merged, sizeof(float) * (size_t)rows) == 0);
         fai_oracle_out_free(&ref);
         free(q), free(k), free(v), free(o_part[0]), free(o_part[1]), free(o_merged);
         free(lse_part[0]), free(lse_part[1]), free(lse_merged);

@@ -5,9 +5,12 @@
  *                 ring starts), buffers, and the rank's own K/V packed into the first block
  *   -- Step 2 --  the ranks agree on the outcome (MPI_Allreduce)
  *   -- Step 3 --  R steps: send the block held to rank + 1 and receive the next from rank - 1
- *                 while computing the pairs of the block held (double-buffered)
- *   -- Step 4 --  the ranks agree on the local runs, then each q chunk's partials are merged in
- *                 kv chunk order into O and LSE
+ *                 while computing the pairs of the block held (double-buffered); each pair's
+ *                 partial is folded into its q chunk's running partial as soon as it is done,
+ *                 in the ring's step order (fixed for a rank and a ring size, whatever the
+ *                 arrival), so memory stays at three partials however long the ring
+ *   -- Step 4 --  the ranks agree on the local runs, then each q chunk's running partial is
+ *                 stored into O and LSE
  *
  * A block holds the two chunks of one rank, K [B, rows, Hkv, D] then V [B, rows, Hkv, Dv],
  * contiguous; the block at step s comes from rank (rank - s) mod R. */
@@ -29,8 +32,11 @@ typedef struct ring_call {
     fai_mpi_zigzag mine;              /* this rank's q chunks (and its own kv block) */
     int64_t dim_v;                    /* Dv resolved */
     int64_t k_row_bytes, v_row_bytes; /* bytes of one position's K (all kv heads), and of V */
-    fai_plan **plans;                 /* [2 * chunks]: q chunk qc, kv chunk c at qc * chunks + c */
-    float **parts;                    /* the same indexing; NULL where the pair is skipped */
+    fai_plan **plans;                 /* [2 * chunks]: q chunk qc, kv chunk c at qc * chunks + c;
+                                         NULL where the pair is skipped */
+    float *running[2];                /* per q chunk: the merge of its pairs so far */
+    int64_t folded[2];                /* pairs in running[qc] */
+    float *scratch;                   /* a pair's partial before it is folded in */
     void *block[2];
     void *ws;
     size_t ws_size;
@@ -148,11 +154,29 @@ static int plan_pair(ring_call *call, int64_t qc, int64_t kc, int32_t *q_pos, in
     }
     const size_t ws = fai_plan_workspace_size(call->plans[at]);
     if (ws > call->ws_size) call->ws_size = ws;
-    const fai_mpi__part_shape shape = {pb.batch, ql, pb.heads_q, call->dim_v};
-    call->parts[at] = fai_mpi__alloc(sizeof(float) * (size_t)fai_mpi__part_floats(&shape));
-    if (!call->parts[at]) {
+    return 1;
+}
+
+/* The running partial of each q chunk that sees any key, and one scratch partial when a chunk
+ * has more than one pair to fold. */
+static int allocate_partials(ring_call *call, const int64_t pairs[2]) {
+    const fai_problem *pb = call->local;
+    int64_t scratch_rows = 0;
+    for (int64_t qc = 0; qc < 2; qc++) {
+        if (pairs[qc] == 0) continue;
+        const fai_mpi__part_shape shape = {pb->batch, call->mine.len[qc], pb->heads_q, call->dim_v};
+        call->running[qc] = fai_mpi__alloc(sizeof(float) * (size_t)fai_mpi__part_floats(&shape));
+        if (!call->running[qc]) break;
+        if (pairs[qc] > 1 && call->mine.len[qc] > scratch_rows) scratch_rows = call->mine.len[qc];
+    }
+    const fai_mpi__part_shape widest = {pb->batch, scratch_rows, pb->heads_q, call->dim_v};
+    if (scratch_rows > 0)
+        call->scratch = fai_mpi__alloc(sizeof(float) * (size_t)fai_mpi__part_floats(&widest));
+    if ((pairs[0] && !call->running[0]) || (pairs[1] && !call->running[1]) ||
+        (scratch_rows > 0 && !call->scratch)) {
         fai_mpi__outcome_fail(&call->outcome, FAI_ERR_NO_MEMORY,
-                              "no memory for a partial result of %lld rows", (long long)ql);
+                              "no memory for the partial results of %lld and %lld rows",
+                              (long long)call->mine.len[0], (long long)call->mine.len[1]);
         return 0;
     }
     return 1;
@@ -163,26 +187,28 @@ static int plan_pairs(ring_call *call) {
     int32_t *q_pos = fai_mpi__alloc(sizeof(int32_t) * (size_t)batch);
     int32_t *kv_pos = fai_mpi__alloc(sizeof(int32_t) * (size_t)batch);
     call->plans = calloc((size_t)(2 * call->chunks), sizeof(fai_plan *));
-    call->parts = calloc((size_t)(2 * call->chunks), sizeof(float *));
-    int ok = q_pos && kv_pos && call->plans && call->parts;
+    int ok = q_pos && kv_pos && call->plans;
     if (!ok) fai_mpi__outcome_fail(&call->outcome, FAI_ERR_NO_MEMORY, "no memory for the plans");
     if (call->seq > INT32_MAX) {
         fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
                               "seq = %lld exceeds the int32 positions", (long long)call->seq);
         ok = 0;
     }
+    int64_t pairs[2] = {0, 0};
     for (int64_t qc = 0; ok && qc < 2; qc++)
         for (int64_t kc = 0; ok && kc < call->chunks; kc++) {
             int64_t ks, kl;
             chunk_of(call, kc, &ks, &kl);
-            if (pair_visible(call, call->mine.chunk[qc], kc))
+            if (pair_visible(call, call->mine.chunk[qc], kc)) {
                 ok = plan_pair(call, qc, kc, q_pos, kv_pos);
-            else if (call->mine.len[qc] > 0 && kl > 0)
+                pairs[qc]++;
+            } else if (call->mine.len[qc] > 0 && kl > 0) {
                 call->stats.pairs_skipped++;
+            }
         }
     free(q_pos);
     free(kv_pos);
-    return ok;
+    return ok && allocate_partials(call, pairs);
 }
 
 static int64_t block_rows(const ring_call *call, int owner) {
@@ -249,12 +275,28 @@ static void run_pair(ring_call *call, void *block, int owner, int64_t qc, int64_
     t.v = block_view((char *)block + pb->batch * rows * call->k_row_bytes, pb->v_dtype, rows, row0,
                      pb->heads_kv, call->dim_v);
     const fai_mpi__part_shape shape = {pb->batch, call->mine.len[qc], pb->heads_q, call->dim_v};
-    t.o = fai_mpi__part_o(call->parts[at], &shape);
-    t.lse = fai_mpi__part_lse(call->parts[at], &shape);
+    /* the chunk's first pair lands in its running partial, later ones in the scratch */
+    float *running = call->running[qc];
+    float *target = call->folded[qc] ? call->scratch : running;
+    t.o = fai_mpi__part_o(target, &shape);
+    t.lse = fai_mpi__part_lse(target, &shape);
     const double t0 = MPI_Wtime();
-    fai_mpi__outcome_fai(&call->outcome, fai_run(call->plans[at], &t, call->ws, call->ws_size));
+    const fai_status status = fai_run(call->plans[at], &t, call->ws, call->ws_size);
     call->stats.compute_seconds += MPI_Wtime() - t0;
     call->stats.pairs_computed++;
+    fai_mpi__outcome_fai(&call->outcome, status);
+    if (status != FAI_OK) return;
+    if (target != running) { /* running = merge(running, scratch), in place */
+        const double t1 = MPI_Wtime();
+        float *both[2] = {running, call->scratch};
+        const fai_tensor o = fai_mpi__part_o(running, &shape);
+        const fai_tensor lse = fai_mpi__part_lse(running, &shape);
+        const fai_status merged = fai_mpi__merge_parts(2, both, &shape, &o, &lse);
+        call->stats.merge_seconds += MPI_Wtime() - t1;
+        if (merged != FAI_OK)
+            fai_mpi__outcome_fail(&call->outcome, merged, "%s", fai_mpi_last_error());
+    }
+    call->folded[qc]++;
 }
 
 /* The pairs of the block of `owner`. Between runs MPI is given a chance to move the transfers
@@ -302,30 +344,22 @@ static fai_status run_ring(ring_call *call) {
 
 /* -- Step 4 -- */
 
-static fai_status merge_chunk(ring_call *call, int64_t qc) {
+/* The running partial of q chunk qc into O (its dtype) and LSE. */
+static fai_status store_chunk(ring_call *call, int64_t qc) {
     const fai_problem *pb = call->local;
     const fai_mpi__part_shape shape = {pb->batch, call->mine.len[qc], pb->heads_q, call->dim_v};
-    float **parts = malloc(sizeof(float *) * (size_t)call->chunks);
     float *empty = NULL;
-    if (!parts) return fai_mpi__fail(FAI_ERR_NO_MEMORY, "no memory for the merge");
-    int64_t count = 0;
-    for (int64_t kc = 0; kc < call->chunks; kc++) /* kv chunk order, whatever the arrival */
-        if (call->parts[qc * call->chunks + kc])
-            parts[count++] = call->parts[qc * call->chunks + kc];
-    if (count == 0) { /* the masks leave these queries nothing: O = 0, LSE = -inf */
+    float *part = call->running[qc];
+    if (call->folded[qc] == 0) { /* the masks leave these queries nothing: O = 0, LSE = -inf */
         empty = fai_mpi__alloc(sizeof(float) * (size_t)fai_mpi__part_floats(&shape));
-        if (!empty) {
-            free(parts);
-            return fai_mpi__fail(FAI_ERR_NO_MEMORY, "no memory for the merge");
-        }
+        if (!empty) return fai_mpi__fail(FAI_ERR_NO_MEMORY, "no memory for the merge");
         fai_mpi__part_empty(empty, &shape);
-        parts[count++] = empty;
+        part = empty;
     }
     const int64_t row0 = qc ? call->mine.len[0] : 0;
     const fai_tensor o = fai_mpi__tensor_from_row(&call->tensors->o, row0);
     const fai_tensor lse = fai_mpi__tensor_from_row(&call->tensors->lse, row0);
-    const fai_status status = fai_mpi__merge_parts(count, parts, &shape, &o, &lse);
-    free(parts);
+    const fai_status status = fai_mpi__merge_parts(1, &part, &shape, &o, &lse);
     free(empty);
     return status;
 }
@@ -341,7 +375,7 @@ static fai_status ring_attend(ring_call *call) {
     status = fai_mpi__agree(call->comm, &call->outcome, NULL, &call->stats.wait_seconds);
     const double t0 = MPI_Wtime();
     for (int64_t qc = 0; status == FAI_OK && qc < 2; qc++)
-        if (call->mine.len[qc] > 0) status = merge_chunk(call, qc);
+        if (call->mine.len[qc] > 0) status = store_chunk(call, qc);
     call->stats.merge_seconds += MPI_Wtime() - t0;
     return status;
 }
@@ -349,10 +383,10 @@ static fai_status ring_attend(ring_call *call) {
 static void free_ring(ring_call *call) {
     for (int64_t i = 0; call->plans && i < 2 * call->chunks; i++)
         fai_plan_free(call->plans[i]);
-    for (int64_t i = 0; call->parts && i < 2 * call->chunks; i++)
-        free(call->parts[i]);
     free(call->plans);
-    free(call->parts);
+    free(call->running[0]);
+    free(call->running[1]);
+    free(call->scratch);
     free(call->block[0]);
     free(call->block[1]);
     free(call->ws);
