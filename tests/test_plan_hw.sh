@@ -176,4 +176,16 @@ status=0
 "$fai" plan P1 --hw ascend950 --tile 5000x128 >"$tmp/stdout" 2>"$tmp/stderr" || status=$?
 [ "$status" -eq 2 ] && grep -q "refuses tile 5000x128" "$tmp/stderr" ||
     { echo "a tile the planner refuses: expected exit 2 naming it"; exit 1; }
+# shapes: a name anywhere takes the flags; flags alone start from the custom base (no mask);
+# --d sets Dv too unless --dv is given
+expect_shape() { # expected first line, arguments...
+    local want=$1; shift
+    local got; got=$("$fai" plan "$@" | head -1)
+    [ "$got" = "$want" ] || { echo "fai plan $*: '$got', expected '$want'"; exit 1; }
+}
+expect_shape "shape custom: B=1 Hq=32 Hkv=8 Sq=2048 Skv=2048 D=64 Dv=64 causal" --d 64 P1
+expect_shape "shape custom: B=1 Hq=32 Hkv=8 Sq=2048 Skv=2048 D=128 Dv=64 causal" P1 --dv 64
+expect_shape "shape custom: B=2 Hq=4 Hkv=1 Sq=1 Skv=1 D=64 Dv=64" --b 2 --hq 4 --d 64
+expect_shape "shape custom: B=1 Hq=1 Hkv=1 Sq=1 Skv=1 D=128 Dv=128 causal" --causal
+expect_shape "shape P1: B=1 Hq=32 Hkv=8 Sq=2048 Skv=2048 D=128 Dv=128 causal"
 echo "test_plan_hw: ok"

@@ -99,21 +99,6 @@ static void print_usage(FILE *out) {
 
 /* -- options ------------------------------------------------------------------------------ */
 
-/* The starting point of a shape given only by flags: one query, one key, D 128, no mask. */
-static const fai_shape custom_base = {.name = "custom",
-                                      .b = 1,
-                                      .hq = 1,
-                                      .hkv = 1,
-                                      .sq = 1,
-                                      .skv = 1,
-                                      .d = 128,
-                                      .causal = FAI_CAUSAL_NONE,
-                                      .window_left = -1,
-                                      .window_right = -1,
-                                      .q_dtype = FAI_DTYPE_F32,
-                                      .kv_dtype = FAI_DTYPE_F16,
-                                      .out_dtype = FAI_DTYPE_F32};
-
 static int same_geometry(const fai_shape *a, const fai_shape *b) {
     return a->b == b->b && a->hq == b->hq && a->hkv == b->hkv && a->sq == b->sq &&
            a->skv == b->skv && a->d == b->d && a->dv == b->dv && a->causal == b->causal &&
@@ -154,8 +139,8 @@ static int split_shape_args(int argc, char **argv, const char *used, const fai_s
     return 0;
 }
 
-/* The flags apply to each named shape, or to custom_base when none is named (no names and no
- * flags: the benchmark shapes); a shape whose geometry they change is called "custom", as in
+/* The flags apply to each named shape, or to fai_shape_custom_base when none is named (no names and
+ * no flags: the benchmark shapes); a shape whose geometry they change is called "custom", as in
  * `fai plan`. */
 static int build_shapes(bench_options *opt, int argc, char **argv, const char *used) {
     const fai_shape *bases[MAX_SHAPES];
@@ -165,7 +150,7 @@ static int build_shapes(bench_options *opt, int argc, char **argv, const char *u
     int status = flags && scratch ? 0 : -1;
     if (!status)
         status = split_shape_args(argc, argv, used, bases, &base_count, flags, &flag_count);
-    if (!base_count && flag_count > 1) bases[base_count++] = &custom_base;
+    if (!base_count && flag_count > 1) bases[base_count++] = &fai_shape_custom_base;
     if (!base_count)
         for (int s = 0; s < fai_shape_count; s++)
             bases[base_count++] = &fai_shape_table[s];
@@ -661,7 +646,7 @@ static int bench_all(const bench_options *opt, const fai_peak *peaks) {
 /* Reads the command line into *opt. Returns -1 to go on, else the exit status. */
 static int read_command_line(bench_options *opt, int argc, char **argv) {
     char *used = calloc((size_t)argc + 1, 1);
-    fai_shape scratch = custom_base;
+    fai_shape scratch = fai_shape_custom_base;
     int status = used ? -1 : 2;
     if (status < 0 && fai_shape_parse(argc, argv, used, &scratch, "bench")) status = 2;
     if (status < 0) {

@@ -718,13 +718,13 @@ done:
 }
 
 int fai_cmd_plan(int argc, char **argv) {
-    fai_shape shape = fai_shape_table[0];
+    fai_shape shape;
     plan_options options = {.strategy = FAI_SPLIT_AUTO};
     char *used = calloc((size_t)argc + 1, 1);
     if (!used) return 2;
     int32_t *seqlens_kv = NULL;
     int status = 2;
-    if (fai_shape_parse(argc, argv, used, &shape, "plan")) goto done;
+    if (fai_shape_from_args(argc, argv, used, &shape, "plan")) goto done;
     const int parsed = parse_options(argc, argv, used, &options);
     if (parsed) {
         status = parsed > 0 ? 0 : 2;

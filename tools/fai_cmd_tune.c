@@ -300,12 +300,12 @@ done:
 }
 
 int fai_cmd_tune(int argc, char **argv) {
-    fai_shape shape = fai_shape_table[0];
+    fai_shape shape;
     tune_options opt = {.max_seconds = 60.0, .runs = 5, .threads = 0, .store = 1};
     char *used = calloc((size_t)argc + 1, 1);
     if (!used) return 2;
     int status = 2;
-    if (fai_shape_parse(argc, argv, used, &shape, "tune")) goto done;
+    if (fai_shape_from_args(argc, argv, used, &shape, "tune")) goto done;
     const int parsed = parse_options(argc, argv, used, &opt);
     if (parsed) {
         status = parsed > 0 ? 0 : 2;

@@ -25,12 +25,29 @@ const fai_shape fai_shape_table[] = {
 };
 const int fai_shape_count = (int)(sizeof fai_shape_table / sizeof fai_shape_table[0]);
 
+const fai_shape fai_shape_custom_base = {.name = "custom",
+                                         .b = 1,
+                                         .hq = 1,
+                                         .hkv = 1,
+                                         .sq = 1,
+                                         .skv = 1,
+                                         .d = 128,
+                                         .dv = 128,
+                                         .causal = FAI_CAUSAL_NONE,
+                                         .window_left = -1,
+                                         .window_right = -1,
+                                         .q_dtype = FAI_DTYPE_F32,
+                                         .kv_dtype = FAI_DTYPE_F16,
+                                         .out_dtype = FAI_DTYPE_F32};
+
 const char fai_shape_usage[] =
     "shape: a benchmark shape name (P1 P2 D1 D2 C1), and/or\n"
-    "  --b N --hq N --hkv N --sq N --skv N --d N --dv N\n"
+    "  --b N --hq N --hkv N --sq N --skv N --d N --dv N   (--d sets Dv too, unless --dv)\n"
     "  --causal | --causal-top-left    --window LEFT,RIGHT (-1: unbounded)\n"
     "  --page-size N                   paged K/V with a shuffled block table\n"
-    "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; defaults f32 f16 f32)\n";
+    "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; defaults f32 f16 f32)\n"
+    "  flags change the named shape; without a name they start from B=Hq=Hkv=Sq=Skv=1,\n"
+    "  D=Dv=128, no mask\n";
 
 int fai_parse_dtype(const char *text, fai_dtype *dtype) {
     if (!strcmp(text, "f32"))
@@ -64,17 +81,18 @@ int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const c
         {"--skv", offsetof(fai_shape, skv), 0}, {"--d", offsetof(fai_shape, d), 1},
         {"--dv", offsetof(fai_shape, dv), 0},   {"--page-size", offsetof(fai_shape, page_size), 0},
     };
+    /* the named shape first, wherever it stands, so that the flags change it */
+    for (int i = 1; i < argc; i++)
+        for (int s = 0; s < fai_shape_count; s++)
+            if (!strcmp(argv[i], fai_shape_table[s].name)) {
+                *shape = fai_shape_table[s];
+                used[i] = 1;
+            }
+    int d_given = 0, dv_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         int found = 0;
-        for (int s = 0; s < fai_shape_count; s++) {
-            if (!strcmp(arg, fai_shape_table[s].name)) {
-                *shape = fai_shape_table[s];
-                used[i] = 1;
-                found = 1;
-            }
-        }
-        if (found) continue;
+        if (used[i]) continue;
         for (size_t f = 0; f < sizeof int_flags / sizeof int_flags[0]; f++) {
             if (strcmp(arg, int_flags[f].flag)) continue;
             int64_t *field = (int64_t *)((char *)shape + int_flags[f].offset);
@@ -86,6 +104,8 @@ int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const c
             used[i] = used[i + 1] = 1;
             i++;
             found = 1;
+            d_given |= !strcmp(arg, "--d");
+            dv_given |= !strcmp(arg, "--dv");
             snprintf(shape->name, sizeof shape->name, "custom");
         }
         if (found) continue;
@@ -119,7 +139,31 @@ int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const c
             i++;
         }
     }
+    if (d_given && !dv_given) shape->dv = shape->d;
     return 0;
+}
+
+/* Whether arg is one of the shape flags. */
+static int is_shape_flag(const char *arg) {
+    static const char *const flags[] = {"--b",        "--hq",        "--hkv",
+                                        "--sq",       "--skv",       "--d",
+                                        "--dv",       "--causal",    "--causal-top-left",
+                                        "--window",   "--page-size", "--q-dtype",
+                                        "--kv-dtype", "--out-dtype"};
+    for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++)
+        if (!strcmp(arg, flags[f])) return 1;
+    return 0;
+}
+
+int fai_shape_from_args(int argc, char **argv, char *used, fai_shape *shape, const char *cmd) {
+    int named = 0, flagged = 0;
+    for (int i = 1; i < argc; i++) {
+        for (int s = 0; s < fai_shape_count; s++)
+            named |= !strcmp(argv[i], fai_shape_table[s].name);
+        flagged |= is_shape_flag(argv[i]);
+    }
+    *shape = named || !flagged ? fai_shape_table[0] : fai_shape_custom_base;
+    return fai_shape_parse(argc, argv, used, shape, cmd);
 }
 
 void fai_shape_problem(const fai_shape *shape, fai_problem *pb, int32_t *seqlens_kv) {

@@ -20,11 +20,20 @@ typedef struct fai_shape {
 extern const fai_shape fai_shape_table[];
 extern const int fai_shape_count;
 
+/* The starting point of a shape given only by flags: one query, one key, D = Dv = 128, no mask. */
+extern const fai_shape fai_shape_custom_base;
+
 /* Consumes the shape options in argv (a shape name, --b --hq --hkv --sq --skv --d --dv,
  * --causal, --causal-top-left, --window L,R, --page-size N, --q-dtype, --kv-dtype,
- * --out-dtype) starting from *shape. Options it does not know are left for the caller: used[i]
- * is set for every argument consumed. Returns 0, or -1 after printing one line to stderr. */
+ * --out-dtype) starting from *shape: a shape name anywhere replaces *shape first, then the
+ * flags change it (--d also sets Dv unless --dv is given). Options it does not know are left
+ * for the caller: used[i] is set for every argument consumed. Returns 0, or -1 after printing
+ * one line to stderr. */
 int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const char *cmd);
+
+/* The one shape of a command's arguments: the named shape changed by the flags; without a name,
+ * the flags on fai_shape_custom_base; with neither, P1. As fai_shape_parse otherwise. */
+int fai_shape_from_args(int argc, char **argv, char *used, fai_shape *shape, const char *cmd);
 
 /* Shape option help text. */
 extern const char fai_shape_usage[];
