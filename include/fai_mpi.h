@@ -105,13 +105,14 @@ fai_status fai_mpi_zigzag_layout(int64_t seq, int ranks, int rank, fai_mpi_zigza
  *             page_size, num_pages and pages_per_seq. q_positions and kv_positions must be NULL:
  *             they are filled here. threads, workers, split and tiles apply to the local run.
  *   kv_start  int32 [batch]: global position of the shard's first key of each sequence.
- *   q_start   int32 [batch]: global position of each sequence's first query; NULL places the
- *             queries as fai does without shards: the last seqlens_q[b] positions of the whole
- *             sequence, or from position 0 with FAI_CAUSAL_TOP_LEFT. The whole sequence's
- *             length is then agreed across the ranks: the largest kv_start[b] + shard length
- *             over the shards that hold keys of it. When the queries would start before
- *             position 0 (more queries than keys), all positions of that sequence move up by the
- *             same amount, which changes no mask.
+ *   q_start   int32 [batch]: global position of each sequence's first query (given on every
+ *             rank, or NULL on every rank); NULL places the queries as fai does without
+ *             shards: the last seqlens_q[b] positions of the whole sequence, or from position
+ *             0 with FAI_CAUSAL_TOP_LEFT. The whole sequence's length is then agreed across
+ *             the ranks: the largest kv_start[b] + shard length over the shards that hold keys
+ *             of it. When the queries would start before position 0 (more queries than keys),
+ *             all positions of that sequence move up by the same amount, which changes no
+ *             mask.
  *   tensors   q: the same queries on every rank. k, v: the shard (dense or packed rows, or the
  *             shard's page pools with tensors->block_table, its own table of its own pools).
  *             mask: an explicit mask, if any, covers the shard's keys only (column j is the
@@ -127,8 +128,10 @@ fai_status fai_mpi_zigzag_layout(int64_t seq, int ranks, int rank, fai_mpi_zigza
  * here: (B Sq Hq (Dv + 1)) floats, and on the receiving ranks that times the ranks), then the
  * partials are merged by fai_merge_states in rank order and stored once in o's dtype. Equal to fai
  * on the whole sequence within fai's tolerances; bitwise the same on every rank and run.
- * Collectives: one MPI_Allreduce after the local run (two more before it when q_start is NULL),
- * then the gather; an MPI_Bcast of the message on failure. */
+ * Collectives: one MPI_Allreduce before the local run (the ranks' status and the arguments
+ * that must match, q_start given or NULL among them), one more for the sequence lengths when
+ * q_start is NULL, one after the local run, then the gather; an MPI_Bcast of the message on
+ * failure. */
 fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int32_t *kv_start,
                              const int32_t *q_start, const fai_tensors *tensors, int root,
                              fai_mpi_stats *stats);

@@ -205,6 +205,7 @@ CASES = [
     ("seqlens past seq_q", {"s.npy": i32((2,), [4, 5])}, BASE + ["--seqlens-q", "s.npy"], "5"),
     ("seqlens negative", {"s.npy": i32((2,), [1, -1])}, BASE + ["--seqlens-kv", "s.npy"], "-1"),
     ("lse same file as out", {}, BASE + ["--lse", "o.npy"], "--lse"),
+    ("lse same file as out, spelt otherwise", {}, BASE + ["--lse", "./o.npy"], "--lse"),
     ("lse is a directory", {"lsedir": None}, BASE + ["--lse", "lsedir"], "lsedir"),
     ("out is a directory", {"odir": None}, with_arg(BASE, "--out", "odir"), "odir"),
     ("output directory missing", {}, with_arg(BASE, "--out", "nodir/o.npy"), "nodir/o.npy"),

@@ -1,7 +1,11 @@
 /* Options, inputs and outputs of `fai run` (and `fai-mpi run`). */
+/* realpath is POSIX.1-2008 with XSI */
+#define _XOPEN_SOURCE 700
 #include "fai_run_args.h"
 
 #include <errno.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -176,12 +180,35 @@ static int parse_numbers(fai_run_args *a) {
     return 0;
 }
 
+/* The real path of the directory holding `path`, then its file name; 0 if unresolvable. */
+static int resolve_parent(const char *path, char *dir, char *name) {
+    char copy[PATH_MAX];
+    if (snprintf(copy, sizeof copy, "%s", path) >= (int)sizeof copy) return 0;
+    snprintf(name, PATH_MAX, "%s", basename(copy));
+    if (snprintf(copy, sizeof copy, "%s", path) >= (int)sizeof copy) return 0;
+    return realpath(dirname(copy), dir) != NULL;
+}
+
+/* Whether two paths name one file however they are spelt: the same inode when both exist, else
+ * the same name in the same directory. */
+static int same_file(const char *a, const char *b) {
+    if (!strcmp(a, b)) return 1;
+    struct stat sa, sb;
+    const int a_exists = stat(a, &sa) == 0, b_exists = stat(b, &sb) == 0;
+    if (a_exists && b_exists) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (a_exists || b_exists) return 0;
+    char dir_a[PATH_MAX], dir_b[PATH_MAX], name_a[PATH_MAX], name_b[PATH_MAX];
+    return resolve_parent(a, dir_a, name_a) && resolve_parent(b, dir_b, name_b) &&
+           !strcmp(dir_a, dir_b) && !strcmp(name_a, name_b);
+}
+
 static int check_files(fai_run_args *a) {
     if (a->value[FAI_RUN_OPT_BLOCK_TABLE] && !a->value[FAI_RUN_OPT_SEQLENS_KV])
         return fai_run_fail(
             a, "--block-table %s needs --seqlens-kv (paged K/V have no implicit length)",
             a->value[FAI_RUN_OPT_BLOCK_TABLE]);
-    if (a->value[FAI_RUN_OPT_LSE] && !strcmp(a->value[FAI_RUN_OPT_LSE], a->value[FAI_RUN_OPT_OUT]))
+    if (a->value[FAI_RUN_OPT_LSE] &&
+        same_file(a->value[FAI_RUN_OPT_LSE], a->value[FAI_RUN_OPT_OUT]))
         return fai_run_fail(a, "--lse %s: the same file as --out", a->value[FAI_RUN_OPT_LSE]);
     /* the outputs are renamed into place one after the other: catch what would make the second
      * rename fail before anything is written */

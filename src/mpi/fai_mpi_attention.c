@@ -23,6 +23,8 @@ typedef struct shard_call {
     int64_t *kv_end;         /* [batch]: the shard's end, then the agreed sequence length */
     float *part;             /* this rank's partial result */
     float *gathered;         /* size parts, on the ranks that merge */
+    float **part_ptrs;       /* [size]: each part in gathered, on the ranks that merge */
+    fai_tensor *views;       /* [2 * size]: the merge's views of them */
     fai_mpi__outcome outcome;
     fai_mpi_stats stats;
 } shard_call;
@@ -41,15 +43,27 @@ static int64_t key_length(const fai_problem *pb, int64_t b) {
     return pb->seqlens_kv ? pb->seqlens_kv[b] : pb->seq_kv;
 }
 
-/* What every rank must hold alike: the shapes of the exchanged partials, the receivers, and the
- * masks (shards merged under different masks would be a different attention). */
+/* What every rank must hold alike: the shapes of the exchanged partials, the receivers, the
+ * masks (shards merged under different masks would be a different attention), the heads, dims,
+ * dtypes and scale of the header's contract, and whether the queries are placed by q_start
+ * (which decides the collectives that follow). */
 static void describe_call(const shard_call *call, fai_mpi__signature *sig) {
     memset(sig, 0, sizeof *sig);
     const fai_problem *pb = call->local;
+    int32_t scale_bits = 0;
+    if (pb) memcpy(&scale_bits, &pb->scale, sizeof scale_bits);
     fai_mpi__signature_add(sig, "batch", pb ? pb->batch : 0);
     fai_mpi__signature_add(sig, "heads_q", pb ? pb->heads_q : 0);
+    fai_mpi__signature_add(sig, "heads_kv", pb ? pb->heads_kv : 0);
     fai_mpi__signature_add(sig, "seq_q", pb ? pb->seq_q : 0);
+    fai_mpi__signature_add(sig, "head_dim", pb ? pb->head_dim : 0);
     fai_mpi__signature_add(sig, "head_dim_v", call->shape.dim_v);
+    fai_mpi__signature_add(sig, "q_dtype", pb ? pb->q_dtype : 0);
+    fai_mpi__signature_add(sig, "k_dtype", pb ? pb->k_dtype : 0);
+    fai_mpi__signature_add(sig, "v_dtype", pb ? pb->v_dtype : 0);
+    fai_mpi__signature_add(sig, "o_dtype", pb ? pb->o_dtype : 0);
+    fai_mpi__signature_add(sig, "scale (bits)", scale_bits);
+    fai_mpi__signature_add(sig, "q_start (given or NULL)", call->q_start != NULL);
     fai_mpi__signature_add(sig, "cu_seqlens_q (packed queries)", pb && pb->cu_seqlens_q);
     fai_mpi__signature_add(sig, "causal", pb ? pb->causal : 0);
     fai_mpi__signature_add(sig, "window_left", pb ? pb->window_left : 0);
@@ -82,6 +96,12 @@ static void check_arguments(shard_call *call) {
         fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "batch = %lld is outside [0, 2^31)",
                               (long long)pb->batch);
     if (out->status != FAI_OK) return;
+    /* the shard's problem as fai sees it (the positions only move its diagonal): a rank's own
+     * bad field is reported as such, before the ranks compare what they hold */
+    fai_plan *plan = NULL;
+    fai_mpi__outcome_fai(out, fai_plan_create(pb, &plan));
+    fai_plan_free(plan);
+    if (out->status != FAI_OK) return;
     const size_t batch = (size_t)pb->batch;
     call->q_pos = fai_mpi__alloc(sizeof(int32_t) * batch);
     call->kv_pos = fai_mpi__alloc(sizeof(int32_t) * batch);
@@ -109,12 +129,9 @@ static void check_arguments(shard_call *call) {
 }
 
 /* Without q_start the queries are placed from the whole sequence's length, which no rank knows
- * alone: the largest shard end over the ranks. */
+ * alone: the largest shard end over the ranks (after the first agreement, so every rank is
+ * here). */
 static fai_status agree_sequence_lengths(shard_call *call) {
-    fai_mpi__signature sig;
-    describe_call(call, &sig);
-    fai_status status = fai_mpi__agree(call->comm, &call->outcome, &sig, &call->stats.wait_seconds);
-    if (status != FAI_OK) return status;
     const double t0 = MPI_Wtime();
     const int rc = MPI_Allreduce(MPI_IN_PLACE, call->kv_end, (int)call->local->batch, MPI_INT64_T,
                                  MPI_MAX, call->comm);
@@ -157,9 +174,14 @@ static int allocate_parts(shard_call *call) {
         return 0;
     }
     call->part = fai_mpi__alloc(sizeof(float) * (size_t)floats);
-    if (receives_result(call))
-        call->gathered = fai_mpi__alloc(sizeof(float) * (size_t)floats * (size_t)call->size);
-    if (!call->part || (receives_result(call) && !call->gathered)) {
+    const size_t size = (size_t)call->size;
+    if (receives_result(call)) {
+        call->gathered = fai_mpi__alloc(sizeof(float) * (size_t)floats * size);
+        call->part_ptrs = fai_mpi__alloc(sizeof(float *) * size);
+        call->views = fai_mpi__alloc(sizeof(fai_tensor) * 2 * size);
+    }
+    if (!call->part ||
+        (receives_result(call) && (!call->gathered || !call->part_ptrs || !call->views))) {
         fai_mpi__outcome_fail(&call->outcome, FAI_ERR_NO_MEMORY,
                               "no memory for partial results (%lld floats per rank)",
                               (long long)floats);
@@ -216,31 +238,27 @@ static fai_status exchange_and_merge(shard_call *call) {
     fai_status status = fai_mpi__gather_parts(call->comm, call->root, call->part, &call->shape,
                                               call->gathered, &call->stats);
     if (status != FAI_OK || !receives_result(call)) return status;
-    float **parts = malloc(sizeof(float *) * (size_t)call->size);
-    if (!parts) return fai_mpi__fail(FAI_ERR_NO_MEMORY, "no memory for %d parts", call->size);
     const int64_t floats = fai_mpi__part_floats(&call->shape);
     for (int p = 0; p < call->size; p++)
-        parts[p] = call->gathered + (size_t)p * (size_t)floats;
+        call->part_ptrs[p] = call->gathered + (size_t)p * (size_t)floats;
     const double t0 = MPI_Wtime();
-    status = fai_mpi__merge_parts(call->size, parts, &call->shape, &call->tensors->o,
-                                  &call->tensors->lse);
+    status = fai_mpi__merge_parts(call->size, call->part_ptrs, &call->shape, &call->tensors->o,
+                                  &call->tensors->lse, call->views);
     call->stats.merge_seconds += MPI_Wtime() - t0;
-    free(parts);
     return status;
 }
 
 static fai_status attend(shard_call *call) {
     check_arguments(call);
-    if (!call->q_start) {
-        const fai_status status = agree_sequence_lengths(call);
-        if (status != FAI_OK) return status;
-    }
-    if (call->outcome.status == FAI_OK) place_shard(call);
-    if (call->outcome.status == FAI_OK) run_shard(call);
     fai_mpi__signature sig;
     describe_call(call, &sig);
-    const fai_status status =
-        fai_mpi__agree(call->comm, &call->outcome, &sig, &call->stats.wait_seconds);
+    /* the arguments and the signature first: the collectives that follow depend on them */
+    fai_status status = fai_mpi__agree(call->comm, &call->outcome, &sig, &call->stats.wait_seconds);
+    if (status == FAI_OK && !call->q_start) status = agree_sequence_lengths(call);
+    if (status != FAI_OK) return status;
+    place_shard(call);
+    if (call->outcome.status == FAI_OK) run_shard(call);
+    status = fai_mpi__agree(call->comm, &call->outcome, NULL, &call->stats.wait_seconds);
     if (status != FAI_OK) return status;
     return exchange_and_merge(call);
 }
@@ -268,6 +286,8 @@ fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int3
     free(call.kv_end);
     free(call.part);
     free(call.gathered);
+    free(call.part_ptrs);
+    free(call.views);
     call.stats.total_seconds = MPI_Wtime() - t0;
     if (stats) *stats = call.stats;
     return status;

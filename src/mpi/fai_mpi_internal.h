@@ -36,7 +36,7 @@ void fai_mpi__outcome_fai(fai_mpi__outcome *outcome, fai_status status);
 
 /* -- agreement (fai_mpi_agree.c) --------------------------------------------------------------- */
 
-#define FAI_MPI_SIGNATURE_MAX 16
+#define FAI_MPI_SIGNATURE_MAX 24
 
 /* Values every rank must hold alike (shapes that size the exchanged buffers, masks that give the
  * merge its meaning), each with the name used when the ranks disagree. */
@@ -93,10 +93,11 @@ fai_tensor fai_mpi__part_lse(float *part, const fai_mpi__part_shape *shape);
 void fai_mpi__part_empty(float *part, const fai_mpi__part_shape *shape);
 
 /* Merges `count` parts (parts[p] points to part p, merged in that order) into o (its dtype) and
- * lse (NULL data skips it). */
+ * lse (NULL data skips it); views is room for 2 * count tensors, so that nothing is allocated
+ * once the ranks have agreed to write. */
 fai_status fai_mpi__merge_parts(int64_t count, float *const *parts,
                                 const fai_mpi__part_shape *shape, const fai_tensor *o,
-                                const fai_tensor *lse);
+                                const fai_tensor *lse, fai_tensor *views);
 
 /* Collective: the parts of all ranks, in rank order, into `gathered` (size * part floats) on
  * every rank (root < 0) or on root alone. Counts bytes sent and the time into *stats. */

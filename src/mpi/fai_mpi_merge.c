@@ -41,17 +41,13 @@ void fai_mpi__part_empty(float *part, const fai_mpi__part_shape *shape) {
 
 fai_status fai_mpi__merge_parts(int64_t count, float *const *parts,
                                 const fai_mpi__part_shape *shape, const fai_tensor *o,
-                                const fai_tensor *lse) {
-    fai_tensor *views = malloc(sizeof(fai_tensor) * (size_t)(2 * count));
-    if (!views)
-        return fai_mpi__fail(FAI_ERR_NO_MEMORY, "no memory for %lld parts", (long long)count);
+                                const fai_tensor *lse, fai_tensor *views) {
     for (int64_t p = 0; p < count; p++) {
         views[p] = fai_mpi__part_o(parts[p], shape);
         views[count + p] = fai_mpi__part_lse(parts[p], shape);
     }
     const fai_status status = fai_merge_states(count, views, views + count, shape->batch,
                                                shape->seq, shape->heads, shape->dim_v, o, lse);
-    free(views);
     if (status != FAI_OK) return fai_mpi__fail(status, "fai_merge_states: %s", fai_last_error());
     return FAI_OK;
 }

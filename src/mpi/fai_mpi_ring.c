@@ -157,13 +157,14 @@ static int plan_pair(ring_call *call, int64_t qc, int64_t kc, int32_t *q_pos, in
     return 1;
 }
 
-/* The running partial of each q chunk that sees any key, and one scratch partial when a chunk
- * has more than one pair to fold. */
+/* The running partial of each q chunk (one that sees no key stores O = 0 and LSE = -inf from
+ * it), and one scratch partial when a chunk has more than one pair to fold: all allocated before
+ * the ranks agree to start, so that nothing can fail once they write. */
 static int allocate_partials(ring_call *call, const int64_t pairs[2]) {
     const fai_problem *pb = call->local;
     int64_t scratch_rows = 0;
     for (int64_t qc = 0; qc < 2; qc++) {
-        if (pairs[qc] == 0) continue;
+        if (call->mine.len[qc] == 0) continue;
         const fai_mpi__part_shape shape = {pb->batch, call->mine.len[qc], pb->heads_q, call->dim_v};
         call->running[qc] = fai_mpi__alloc(sizeof(float) * (size_t)fai_mpi__part_floats(&shape));
         if (!call->running[qc]) break;
@@ -172,7 +173,7 @@ static int allocate_partials(ring_call *call, const int64_t pairs[2]) {
     const fai_mpi__part_shape widest = {pb->batch, scratch_rows, pb->heads_q, call->dim_v};
     if (scratch_rows > 0)
         call->scratch = fai_mpi__alloc(sizeof(float) * (size_t)fai_mpi__part_floats(&widest));
-    if ((pairs[0] && !call->running[0]) || (pairs[1] && !call->running[1]) ||
+    if ((call->mine.len[0] && !call->running[0]) || (call->mine.len[1] && !call->running[1]) ||
         (scratch_rows > 0 && !call->scratch)) {
         fai_mpi__outcome_fail(&call->outcome, FAI_ERR_NO_MEMORY,
                               "no memory for the partial results of %lld and %lld rows",
@@ -289,9 +290,10 @@ static void run_pair(ring_call *call, void *block, int owner, int64_t qc, int64_
     if (target != running) { /* running = merge(running, scratch), in place */
         const double t1 = MPI_Wtime();
         float *both[2] = {running, call->scratch};
+        fai_tensor views[4];
         const fai_tensor o = fai_mpi__part_o(running, &shape);
         const fai_tensor lse = fai_mpi__part_lse(running, &shape);
-        const fai_status merged = fai_mpi__merge_parts(2, both, &shape, &o, &lse);
+        const fai_status merged = fai_mpi__merge_parts(2, both, &shape, &o, &lse, views);
         call->stats.merge_seconds += MPI_Wtime() - t1;
         if (merged != FAI_OK)
             fai_mpi__outcome_fail(&call->outcome, merged, "%s", fai_mpi_last_error());
@@ -348,20 +350,14 @@ static fai_status run_ring(ring_call *call) {
 static fai_status store_chunk(ring_call *call, int64_t qc) {
     const fai_problem *pb = call->local;
     const fai_mpi__part_shape shape = {pb->batch, call->mine.len[qc], pb->heads_q, call->dim_v};
-    float *empty = NULL;
     float *part = call->running[qc];
-    if (call->folded[qc] == 0) { /* the masks leave these queries nothing: O = 0, LSE = -inf */
-        empty = fai_mpi__alloc(sizeof(float) * (size_t)fai_mpi__part_floats(&shape));
-        if (!empty) return fai_mpi__fail(FAI_ERR_NO_MEMORY, "no memory for the merge");
-        fai_mpi__part_empty(empty, &shape);
-        part = empty;
-    }
+    /* the masks leave these queries nothing: O = 0, LSE = -inf */
+    if (call->folded[qc] == 0) fai_mpi__part_empty(part, &shape);
     const int64_t row0 = qc ? call->mine.len[0] : 0;
     const fai_tensor o = fai_mpi__tensor_from_row(&call->tensors->o, row0);
     const fai_tensor lse = fai_mpi__tensor_from_row(&call->tensors->lse, row0);
-    const fai_status status = fai_mpi__merge_parts(1, &part, &shape, &o, &lse);
-    free(empty);
-    return status;
+    fai_tensor views[2];
+    return fai_mpi__merge_parts(1, &part, &shape, &o, &lse, views);
 }
 
 static fai_status ring_attend(ring_call *call) {

@@ -146,6 +146,33 @@ TEST(mpi_error_ranks_disagree_on_shapes) {
     CHECK(test_size == 1 || failed_alike(status, FAI_ERR_INVALID_ARG, &f, "disagree", "seq_q"));
 }
 
+/* What the ranks must hold alike but that each rank alone would accept: caught before any
+ * collective that depends on it, so no rank waits in a collective the others skipped. */
+TEST(mpi_error_ranks_disagree_on_arguments) {
+    if (test_size == 1) return;
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    /* q_start on one rank only: the others would agree on the sequence lengths first */
+    const fai_status status = attend(&f, test_rank == 0);
+    CHECK(failed_alike(status, FAI_ERR_INVALID_ARG, &f, "disagree", "q_start"));
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.problem.scale = 3.0f;
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, "disagree", "scale"));
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.problem.k_dtype = FAI_DTYPE_F16;
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, "disagree", "k_dtype"));
+}
+
+/* An output dtype fai does not write fails on every rank, the ranks that receive nothing too. */
+TEST(mpi_error_bad_output_dtype) {
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    f.problem.o_dtype = (fai_dtype)7;
+    CHECK(failed_alike(
+        fai_mpi_attention(MPI_COMM_WORLD, &f.problem, f.kv_start, f.q_start, &f.tensors, 0, NULL),
+        FAI_ERR_INVALID_ARG, &f, "rank 0: ", "o_dtype = 7"));
+}
+
 TEST(mpi_error_bad_root_and_positions_given) {
     decode_fixture f;
     decode_fixture_init(&f, 0);
