@@ -39,14 +39,16 @@ sanitize:
 	$(MAKE) test BUILD=build-sanitize CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Debug -DFAI_SANITIZE=ON"
 
 # ThreadSanitizer: the unit tests once (threads and pools are the same code whichever micro-kernel
-# table runs, so the per-table reruns are left out) and the tool tests. setarch -R turns off
-# address randomisation, which breaks TSan's memory layout on kernels with more ASLR bits.
+# table runs, so the per-table reruns are left out), the tool tests and the MPI unit tests (the
+# fai-mpi tool test runs the same library calls from processes, too slowly under TSan). setarch
+# -R turns off address randomisation, which breaks TSan's memory layout on kernels with more ASLR
+# bits.
 TSAN_SETARCH = $(shell setarch $$(uname -m) -R true 2>/dev/null && echo setarch $$(uname -m) -R)
 
 tsan:
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DFAI_TSAN=ON $(CMAKE_FLAGS) >/dev/null
 	cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && $(TSAN_SETARCH) ctest --output-on-failure -j 1 -E '^unit_'
+	cd build-tsan && $(TSAN_SETARCH) ctest --output-on-failure -j 1 -E '^unit_|^mpi_run$$'
 
 # Line coverage of src/ by the test suite (gcc --coverage -O0; the random sweep scaled down):
 # ends with the line "coverage: NN.N% of lines in src/" and fails below COVERAGE_MIN. Failing
