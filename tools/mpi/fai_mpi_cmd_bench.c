@@ -134,6 +134,13 @@ static double mean_over_ranks(double value) {
     return value / ranks_;
 }
 
+/* 1 on every rank when every rank passes ok, else 0 on every rank: a rank whose setup failed
+ * must not leave the others waiting in the collectives it would skip. */
+static int all_ranks_ok(int ok) {
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return ok;
+}
+
 static int log2_ceil(int n) {
     int steps = 0;
     while ((1 << steps) < n)
@@ -248,9 +255,14 @@ static double time_local_shard(decode_setup *d, int runs) {
     t.o = fai_tensor_bshd(d->part, FAI_DTYPE_F32, d->shape.sq, d->shape.hq, dv);
     t.lse.data = d->part + d->shape.b * d->shape.sq * d->shape.hq * dv;
     fai_plan *plan = NULL;
-    if (fai_plan_create(&pb, &plan) != FAI_OK) return NAN;
-    const size_t bytes = fai_plan_workspace_size(plan);
+    const int planned = fai_plan_create(&pb, &plan) == FAI_OK;
+    const size_t bytes = planned ? fai_plan_workspace_size(plan) : 0;
     void *ws = malloc(bytes ? bytes : 1);
+    if (!all_ranks_ok(planned && ws != NULL)) {
+        free(ws);
+        fai_plan_free(plan);
+        return NAN;
+    }
     double times[MAX_RUNS];
     for (int r = 0; r < runs; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
@@ -287,14 +299,16 @@ static double time_merge(decode_setup *d, int runs) {
     return median(times, runs);
 }
 
-/* The exchange of fai_mpi_attention alone: the agreement and the allgather of the partials. */
+/* The exchange of fai_mpi_attention alone: the agreements and the allgather of the partials. */
 static double time_decode_exchange(decode_setup *d, int runs) {
     double times[MAX_RUNS];
-    int64_t agree[19] = {0};
+    int64_t agree[32] = {0};
     for (int r = 0; r < runs; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
         const double t0 = MPI_Wtime();
-        MPI_Allreduce(MPI_IN_PLACE, agree, 19, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+        /* the agreement on the arguments (status and signature), and on the outcome */
+        MPI_Allreduce(MPI_IN_PLACE, agree, 29, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, agree, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
         MPI_Allgather(d->part, (int)d->part_floats, MPI_FLOAT, d->parts, (int)d->part_floats,
                       MPI_FLOAT, MPI_COMM_WORLD);
         times[r] = max_over_ranks(MPI_Wtime() - t0);
@@ -305,7 +319,7 @@ static double time_decode_exchange(decode_setup *d, int runs) {
 static int bench_decode(const fai_shape *single, const bench_options *o, const link_model *link,
                         bench_result *res) {
     decode_setup d;
-    if (make_decode(single, o, &d)) {
+    if (!all_ranks_ok(make_decode(single, o, &d) == 0)) {
         free_decode(&d);
         return -1;
     }
@@ -347,7 +361,7 @@ static int bench_ring(const fai_shape *single, const bench_options *o, const lin
     shape.sq = shape.skv = z.rows;
     shape.page_size = 0;
     fai_shape_data data;
-    if (fai_shape_data_create(&shape, 99 + (uint64_t)rank_, &data)) {
+    if (!all_ranks_ok(fai_shape_data_create(&shape, 99 + (uint64_t)rank_, &data) == 0)) {
         fai_shape_data_free(&data);
         return -1;
     }
