@@ -325,12 +325,17 @@ static fai_status run_ring(ring_call *call) {
         if (step + 1 < call->size) {
             const int in_bytes = (int)block_bytes(call, next_owner);
             const int out_bytes = (int)block_bytes(call, owner);
-            int rc = MPI_Irecv(incoming, in_bytes, MPI_BYTE, left, RING_TAG, call->comm,
-                               &requests[pending++]);
-            if (rc == MPI_SUCCESS)
-                rc = MPI_Isend(held, out_bytes, MPI_BYTE, right, RING_TAG, call->comm,
-                               &requests[pending++]);
-            if (rc != MPI_SUCCESS) return fai_mpi__check_mpi(rc, "MPI_Isend / MPI_Irecv");
+            int rc =
+                MPI_Irecv(incoming, in_bytes, MPI_BYTE, left, RING_TAG, call->comm, &requests[0]);
+            if (rc != MPI_SUCCESS) return fai_mpi__check_mpi(rc, "MPI_Irecv");
+            rc = MPI_Isend(held, out_bytes, MPI_BYTE, right, RING_TAG, call->comm, &requests[1]);
+            if (rc != MPI_SUCCESS) {
+                /* the receive must not outlive the buffer it writes into */
+                MPI_Cancel(&requests[0]);
+                MPI_Wait(&requests[0], MPI_STATUS_IGNORE);
+                return fai_mpi__check_mpi(rc, "MPI_Isend");
+            }
+            pending = 2;
             call->stats.bytes_sent += out_bytes;
         }
         compute_block(call, held, owner, requests, pending);
