@@ -14,7 +14,9 @@
  *
  * Both are collective: every rank of the communicator calls them with the same collective
  * arguments (documented per function), from one thread at a time per communicator. fai's own
- * worker threads never call MPI, so MPI_Init (MPI_THREAD_SINGLE or FUNNELED) is enough.
+ * worker threads never call MPI, so MPI_Init (MPI_THREAD_SINGLE or FUNNELED) is enough. The
+ * ring's point-to-point messages use one tag on comm: a program that keeps its own receives
+ * (MPI_ANY_TAG) pending on the same communicator should give fai one of its own (MPI_Comm_dup).
  *
  * Errors. A failure on any rank - a problem fai_plan_create refuses, tensors fai_check_tensors
  * refuses, ranks that disagree on a shape, an allocation - makes every rank return the same
