@@ -303,8 +303,9 @@ typedef struct fai_profile {
     double wall_seconds;                   /* the whole call, as the caller sees it */
     double stage_seconds[FAI_STAGE_COUNT]; /* summed over the threads */
     int64_t threads;                       /* threads that ran the workers */
-    /* per thread: time spent in its workers; the rest of wall_seconds it waited (for a wake-up,
-     * or for the slowest thread) */
+    /* per thread (in the order the pool's threads joined the run, the caller first): time spent
+     * in its workers; the rest of wall_seconds it waited (for a wake-up, or for the slowest
+     * thread). A thread that woke after the others had taken every worker stays at 0. */
     double busy_seconds[FAI_MAX_WORKERS];
 } fai_profile;
 

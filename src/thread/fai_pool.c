@@ -1,8 +1,13 @@
 /* A persistent pthread pool. The caller of a run is thread 0; threads 1..n-1 wait between runs.
  * A waiting thread first polls the run counter for a short while (a model's layers call fai_run
- * back to back, and waking a sleeping thread costs several microseconds), then sleeps on a
- * condition variable: an idle pool uses no CPU. Runs on one pool are serialised by run_lock, so
- * concurrent fai_run calls from several user threads are safe. */
+ * back to back, and waking a sleeping thread costs several microseconds, tens in a virtual
+ * machine), then sleeps on a condition variable: an idle pool uses no CPU. Runs on one pool are
+ * serialised by run_lock, so concurrent fai_run calls from several user threads are safe.
+ *
+ * Helpers join a run as they wake, and the caller waits only for those that joined: once the
+ * caller has done its own share it closes the run, and a helper that wakes after that leaves the
+ * run alone. The task takes its work from a shared counter, so a run whose helpers are still
+ * asleep is simply done by the threads that are awake, never held up by a wake-up. */
 #include "fai_internal.h"
 
 #include <pthread.h>
@@ -13,6 +18,8 @@
 
 /* How long a thread polls for the next run before it sleeps. */
 #define SPIN_NANOSECONDS 20000
+/* The bit of `joined` that closes a run to late helpers. */
+#define RUN_CLOSED ((int_fast64_t)1 << 40)
 
 struct fai_pool {
     int64_t size; /* threads in all, the caller included */
@@ -23,9 +30,12 @@ struct fai_pool {
     pthread_cond_t wake, done;
     atomic_uint_fast64_t generation; /* one more per run */
     atomic_int stopping;
-    atomic_int sleepers;         /* helpers asleep on `wake` */
-    atomic_int_fast64_t active;  /* threads taking part in the current run, the caller included */
-    atomic_int_fast64_t pending; /* helpers of the current run not finished yet */
+    atomic_int sleepers;          /* helpers asleep on `wake` */
+    atomic_int_fast64_t active;   /* threads the current run may use, the caller included */
+    atomic_int_fast64_t joined;   /* helpers that joined the current run; RUN_CLOSED once the
+                                     caller has stopped admitting them */
+    atomic_int_fast64_t finished; /* helpers of the current run that are done with it */
+    atomic_int caller_sleeping;   /* the caller waits on `done` */
     fai_pool_task_fn fn;
     void *arg;
 };
@@ -70,6 +80,18 @@ static uint_fast64_t wait_for_run(fai_pool *pool, uint_fast64_t seen) {
     return generation;
 }
 
+/* A helper that joined a run is done with it: the caller may be asleep waiting for it. */
+static void leave_run(fai_pool *pool) {
+    atomic_fetch_add(&pool->finished, 1);
+    /* the caller sets caller_sleeping, then reads `finished`; here the order is the reverse:
+     * one of the two sees the other's write, so the caller never sleeps through the last one */
+    if (atomic_load(&pool->caller_sleeping)) {
+        pthread_mutex_lock(&pool->lock);
+        pthread_cond_signal(&pool->done);
+        pthread_mutex_unlock(&pool->lock);
+    }
+}
+
 static void *helper_main(void *start_arg) {
     helper_start start = *(helper_start *)start_arg;
     free(start_arg);
@@ -78,13 +100,14 @@ static void *helper_main(void *start_arg) {
     for (;;) {
         seen = wait_for_run(pool, seen);
         if (atomic_load(&pool->stopping)) break;
-        if (start.index >= atomic_load(&pool->active)) continue;
-        pool->fn(pool->arg, start.index);
-        if (atomic_fetch_sub(&pool->pending, 1) == 1) { /* the last helper: tell the caller */
-            pthread_mutex_lock(&pool->lock);
-            pthread_cond_signal(&pool->done);
-            pthread_mutex_unlock(&pool->lock);
-        }
+        const int_fast64_t ticket = atomic_fetch_add(&pool->joined, 1);
+        if (ticket & RUN_CLOSED) continue; /* its caller is gone: the run is not ours to touch */
+        /* joined the current run (perhaps a newer one than seen: it cannot move on before we
+         * leave it, so this is the one) */
+        seen = atomic_load(&pool->generation);
+        const int64_t index = (int64_t)ticket + 1; /* the caller is 0; in order of joining */
+        if (index < atomic_load(&pool->active)) pool->fn(pool->arg, index);
+        leave_run(pool);
     }
     return NULL;
 }
@@ -127,7 +150,9 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
     atomic_init(&pool->stopping, 0);
     atomic_init(&pool->sleepers, 0);
     atomic_init(&pool->active, 0);
-    atomic_init(&pool->pending, 0);
+    atomic_init(&pool->joined, RUN_CLOSED); /* no run yet */
+    atomic_init(&pool->finished, 0);
+    atomic_init(&pool->caller_sleeping, 0);
     for (int64_t i = 1; i < threads; i++) {
         helper_start *start = malloc(sizeof *start);
         if (start) start->pool = pool, start->index = i;
@@ -171,8 +196,9 @@ void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *a
     pool->fn = fn;
     pool->arg = arg;
     atomic_store(&pool->active, threads);
-    atomic_store(&pool->pending, threads - 1);
-    atomic_fetch_add(&pool->generation, 1); /* publishes fn, arg, active and pending */
+    atomic_store(&pool->finished, 0);
+    atomic_store(&pool->joined, 0);         /* open: publishes fn, arg, active, finished */
+    atomic_fetch_add(&pool->generation, 1); /* and calls the helpers */
     if (atomic_load(&pool->sleepers) > 0) {
         pthread_mutex_lock(&pool->lock);
         pthread_cond_broadcast(&pool->wake);
@@ -181,17 +207,21 @@ void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *a
 
     fn(arg, 0);
 
-    /* wait for the helpers: poll briefly, then sleep until the last one signals */
+    /* close the run, then wait for the helpers that joined it: poll briefly, then sleep until
+     * the last one signals */
+    const int_fast64_t joined = atomic_fetch_or(&pool->joined, RUN_CLOSED);
     const int64_t deadline = now_nanoseconds() + SPIN_NANOSECONDS;
     int polls = 0;
-    while (atomic_load(&pool->pending) > 0) {
+    while (atomic_load(&pool->finished) < joined) {
         cpu_relax();
         if (++polls % 64 == 0 && now_nanoseconds() > deadline) break;
     }
-    if (atomic_load(&pool->pending) > 0) {
+    if (atomic_load(&pool->finished) < joined) {
         pthread_mutex_lock(&pool->lock);
-        while (atomic_load(&pool->pending) > 0)
+        atomic_store(&pool->caller_sleeping, 1);
+        while (atomic_load(&pool->finished) < joined)
             pthread_cond_wait(&pool->done, &pool->lock);
+        atomic_store(&pool->caller_sleeping, 0);
         pthread_mutex_unlock(&pool->lock);
     }
     pthread_mutex_unlock(&pool->run_lock);
