@@ -6,6 +6,7 @@
 #include "fai_baseline.h"
 #include "fai_bench_profile.h"
 #include "fai_bench_scaling.h"
+#include "fai_bench_wake.h"
 #include "fai_cli.h"
 #include "fai_oracle.h"
 #include "fai_peak.h"
@@ -29,7 +30,7 @@ typedef struct bench_options {
     int thread_count;
     int64_t runs, warmup;
     int64_t pieces; /* workers per thread */
-    int json, peaks, bf16_too, baseline, profile, scaling;
+    int json, peaks, bf16_too, baseline, profile, scaling, wake;
 } bench_options;
 
 /* One (shape, thread count) measurement. */
@@ -60,7 +61,7 @@ static void print_usage(FILE *out) {
     fprintf(
         out,
         "usage: fai bench [SHAPE ...] [shape flags] [--threads LIST] [--runs N] [--warmup N]\n"
-        "                 [--pieces N] [--scaling]\n"
+        "                 [--pieces N] [--scaling] [--wake]\n"
         "                 [--bf16-too] [--baseline] [--profile] [--json] [--no-peaks] [--help]\n"
         "Times fai_run on each shape and thread count: median, min and max of --runs runs\n"
         "(default 7) after --warmup runs (default 1), GFLOP/s of useful work (2*D + 2*Dv\n"
@@ -75,6 +76,9 @@ static void print_usage(FILE *out) {
         "                 number of online CPUs); each runs on its own pool, workers = threads\n"
         "  --scaling      then the speedup of each thread count over the first, as the median\n"
         "                 of --runs x 3 interleaved rounds (one run of every count per round)\n"
+        "  --wake         then, per thread count above 1, a tiny decode's latency right\n"
+        "                 after another run and after the pool idled 50 ms (its helpers\n"
+        "                 asleep), beside the calling thread alone (medians of --runs x 3)\n"
         "  --pieces N     workers per thread (default 1): threads take workers from a shared\n"
         "                 counter, so smaller pieces let a faster thread take more of them\n"
         "  --bf16-too     also run each shape with Q, K, V and O all bf16\n"
@@ -243,6 +247,8 @@ static int parse_options(bench_options *opt, int argc, char **argv, const char *
             opt->profile = 1;
         else if (!strcmp(arg, "--scaling"))
             opt->scaling = 1;
+        else if (!strcmp(arg, "--wake"))
+            opt->wake = 1;
         else if (!strcmp(arg, "--threads") || !strcmp(arg, "--runs") || !strcmp(arg, "--warmup") ||
                  !strcmp(arg, "--pieces")) {
             if (parse_value(opt, arg, i + 1 < argc ? argv[i + 1] : NULL)) return -1;
@@ -637,6 +643,9 @@ static int bench_all(const bench_options *opt, const fai_peak *peaks) {
     if (!opt->json && !failures) print_table_header(opt->baseline);
     for (int s = 0; s < opt->shape_count && !failures; s++)
         failures += bench_shape(&opt->shapes[s], 1000 + (uint64_t)s, pools, opt, peaks);
+    for (int t = 0; t < opt->thread_count && opt->wake && !failures; t++)
+        if (opt->threads[t] > 1)
+            failures += fai_bench_wake(pools[t], opt->threads[t], 3 * opt->runs, opt->json) != 0;
     for (int t = 0; t < opt->thread_count; t++)
         fai_pool_free(pools[t]);
     if (failures && !opt->json) fprintf(stderr, "fai bench: %d failure(s)\n", failures);
