@@ -21,6 +21,27 @@ void fai_mpi__signature_add(fai_mpi__signature *signature, const char *name, int
     signature->count++;
 }
 
+void fai_mpi__signature_add_float(fai_mpi__signature *signature, const char *name, float value) {
+    int32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    const int at = signature->count;
+    fai_mpi__signature_add(signature, name, bits);
+    if (at < signature->count) signature->is_float[at] = 1;
+}
+
+/* A signature value as the caller gave it. */
+static void format_value(const fai_mpi__signature *signature, int i, int64_t value, char *text,
+                         size_t size) {
+    if (signature->is_float[i]) {
+        const int32_t bits = (int32_t)value;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        snprintf(text, size, "%g", (double)f);
+    } else {
+        snprintf(text, size, "%lld", (long long)value);
+    }
+}
+
 /* Broadcasts the message of rank `first` and makes it this rank's error. */
 static fai_status adopt_message(MPI_Comm comm, int rank, int first, const fai_mpi__outcome *outcome,
                                 double *wait_seconds) {
@@ -61,10 +82,13 @@ fai_status fai_mpi__agree(MPI_Comm comm, const fai_mpi__outcome *outcome,
 
     if (buf[0] > 0) return adopt_message(comm, rank, size - (int)buf[0], outcome, wait_seconds);
     for (int i = 0; i < n; i++)
-        if (buf[1 + i] != -buf[1 + n + i])
+        if (buf[1 + i] != -buf[1 + n + i]) {
+            char low[32], high[32];
+            format_value(signature, i, -buf[1 + n + i], low, sizeof low);
+            format_value(signature, i, buf[1 + i], high, sizeof high);
             return fai_mpi__fail(FAI_ERR_INVALID_ARG,
-                                 "the ranks disagree on %s: from %lld on some to %lld on others",
-                                 signature->name[i], (long long)-buf[1 + n + i],
-                                 (long long)buf[1 + i]);
+                                 "the ranks disagree on %s: from %s on some to %s on others",
+                                 signature->name[i], low, high);
+        }
     return FAI_OK;
 }

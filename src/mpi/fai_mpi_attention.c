@@ -50,8 +50,6 @@ static int64_t key_length(const fai_problem *pb, int64_t b) {
 static void describe_call(const shard_call *call, fai_mpi__signature *sig) {
     memset(sig, 0, sizeof *sig);
     const fai_problem *pb = call->local;
-    int32_t scale_bits = 0;
-    if (pb) memcpy(&scale_bits, &pb->scale, sizeof scale_bits);
     fai_mpi__signature_add(sig, "batch", pb ? pb->batch : 0);
     fai_mpi__signature_add(sig, "heads_q", pb ? pb->heads_q : 0);
     fai_mpi__signature_add(sig, "heads_kv", pb ? pb->heads_kv : 0);
@@ -62,7 +60,7 @@ static void describe_call(const shard_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add(sig, "k_dtype", pb ? pb->k_dtype : 0);
     fai_mpi__signature_add(sig, "v_dtype", pb ? pb->v_dtype : 0);
     fai_mpi__signature_add(sig, "o_dtype", pb ? pb->o_dtype : 0);
-    fai_mpi__signature_add(sig, "scale (bits)", scale_bits);
+    fai_mpi__signature_add_float(sig, "scale", pb ? pb->scale : 0.0f);
     fai_mpi__signature_add(sig, "q_start (given or NULL)", call->q_start != NULL);
     fai_mpi__signature_add(sig, "cu_seqlens_q (packed queries)", pb && pb->cu_seqlens_q);
     fai_mpi__signature_add(sig, "causal", pb ? pb->causal : 0);

@@ -44,9 +44,12 @@ typedef struct fai_mpi__signature {
     int count;
     int64_t value[FAI_MPI_SIGNATURE_MAX];
     const char *name[FAI_MPI_SIGNATURE_MAX];
+    int is_float[FAI_MPI_SIGNATURE_MAX]; /* value holds a float's bits: compared exactly, shown
+                                            as the float */
 } fai_mpi__signature;
 
 void fai_mpi__signature_add(fai_mpi__signature *signature, const char *name, int64_t value);
+void fai_mpi__signature_add_float(fai_mpi__signature *signature, const char *name, float value);
 
 /* Collective: every rank passes its outcome (and the same number of signature values). Returns
  * FAI_OK on every rank when every rank succeeded and the signatures match; otherwise the same

@@ -47,8 +47,6 @@ typedef struct ring_call {
 static void describe_ring(const ring_call *call, fai_mpi__signature *sig) {
     memset(sig, 0, sizeof *sig);
     const fai_problem *pb = call->local;
-    int32_t scale_bits = 0;
-    if (pb) memcpy(&scale_bits, &pb->scale, sizeof scale_bits);
     fai_mpi__signature_add(sig, "seq", call->seq);
     fai_mpi__signature_add(sig, "batch", pb ? pb->batch : 0);
     fai_mpi__signature_add(sig, "heads_q", pb ? pb->heads_q : 0);
@@ -60,7 +58,7 @@ static void describe_ring(const ring_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add(sig, "causal", pb ? pb->causal != FAI_CAUSAL_NONE : 0);
     fai_mpi__signature_add(sig, "window_left", pb ? pb->window_left : 0);
     fai_mpi__signature_add(sig, "window_right", pb ? pb->window_right : 0);
-    fai_mpi__signature_add(sig, "scale (bits)", scale_bits);
+    fai_mpi__signature_add_float(sig, "scale", pb ? pb->scale : 0.0f);
 }
 
 /* Chunk c of the whole sequence: its first position and rows. */
