@@ -2,15 +2,11 @@
  * time, the CPU reading of the seed's question "who waits for whom": a stage that dominates is
  * the one to tune; a thread that idles waits for a slower one (imbalance) or for its wake-up. */
 #include "fai_bench_profile.h"
+#include "fai_stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int compare_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 fai_status fai_bench_profile_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
                                  size_t workspace_bytes, int64_t runs, fai_bench_profile *out) {
@@ -33,7 +29,7 @@ fai_status fai_bench_profile_run(const fai_plan *plan, const fai_tensors *tensor
         for (int64_t t = 0; t < one.threads; t++)
             out->busy_seconds[t] += one.busy_seconds[t];
     }
-    qsort(ms, (size_t)runs, sizeof *ms, compare_double);
+    qsort(ms, (size_t)runs, sizeof *ms, fai_compare_double);
     out->median_ms = runs % 2 ? ms[runs / 2] : 0.5 * (ms[runs / 2 - 1] + ms[runs / 2]);
     free(ms);
     return FAI_OK;

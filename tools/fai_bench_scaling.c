@@ -1,16 +1,12 @@
 /* `fai bench --scaling`: interleaved rounds, and the median of the per-round speedups. */
 #include "fai_bench_scaling.h"
+#include "fai_stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_COUNTS 16
-
-static int compare_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* The value at fraction q of a sorted array (nearest rank). */
 static double quantile(const double *sorted, int64_t n, double q) {
@@ -99,7 +95,7 @@ int fai_bench_scaling(const fai_shape *shape, const fai_shape_data *data, fai_po
     for (int t = 1; t < count && !status; t++) {
         for (int64_t r = 0; r < rounds; r++)
             ratios[r] = seconds[r] / seconds[t * rounds + r];
-        qsort(ratios, (size_t)rounds, sizeof *ratios, compare_double);
+        qsort(ratios, (size_t)rounds, sizeof *ratios, fai_compare_double);
         print_result(shape, threads[0], threads[t], ratios, rounds, peaks ? &peaks[0] : NULL,
                      peaks ? &peaks[t] : NULL, json);
     }

@@ -2,6 +2,7 @@
  * that the time is the pool's hand-over and not the work. */
 #define _POSIX_C_SOURCE 200809L
 #include "fai_bench_wake.h"
+#include "fai_stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,16 +17,6 @@ static double now_us(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-static int compare_doubles(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *values, int count) {
-    qsort(values, (size_t)count, sizeof *values, compare_doubles);
-    return values[count / 2];
 }
 
 typedef struct tiny_run {
@@ -84,8 +75,8 @@ static int measure(tiny_run *run, int rounds, double *hot, double *cold) {
         nanosleep(&idle, NULL);
         cold_us[r] = timed_run(run, &failed);
     }
-    *hot = median(hot_us, rounds);
-    *cold = median(cold_us, rounds);
+    *hot = fai_median(hot_us, rounds);
+    *cold = fai_median(cold_us, rounds);
     return failed ? -1 : 0;
 }
 

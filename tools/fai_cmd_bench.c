@@ -4,6 +4,7 @@
  * --baseline, an unfused CBLAS attention (fai_baseline.h) runs on the same shapes and thread
  * counts in the same run. */
 #include "fai_baseline.h"
+#include "fai_stats.h"
 #include "fai_bench_profile.h"
 #include "fai_bench_scaling.h"
 #include "fai_bench_wake.h"
@@ -285,15 +286,10 @@ static int validate_shapes(const bench_options *opt) {
 
 /* -- timing ------------------------------------------------------------------------------- */
 
-static int compare_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median, min and max of the run times, in ms. */
 static void summarize(double *seconds, int64_t count, double *median_ms, double *min_ms,
                       double *max_ms) {
-    qsort(seconds, (size_t)count, sizeof *seconds, compare_double);
+    qsort(seconds, (size_t)count, sizeof *seconds, fai_compare_double);
     const double median =
         count % 2 ? seconds[count / 2] : 0.5 * (seconds[count / 2 - 1] + seconds[count / 2]);
     *median_ms = median * 1e3;
@@ -324,7 +320,7 @@ static double time_checks(const fai_plan *plan, const fai_shape_data *data) {
             fai_check_tensors(plan, &data->tensors);
         per_call[round] = (fai_now_seconds() - start) / CALLS;
     }
-    qsort(per_call, ROUNDS, sizeof *per_call, compare_double);
+    qsort(per_call, ROUNDS, sizeof *per_call, fai_compare_double);
     return per_call[ROUNDS / 2] * 1e6;
 }
 

@@ -2,6 +2,7 @@
  * rows against an fp64 reference, and prints the time with GFLOP/s (compute-bound shapes) or
  * the K/V read rate (decode). */
 #include "fai_cli.h"
+#include "fai_stats.h"
 #include "fai_shape.h"
 #include "fai_verify.h"
 
@@ -10,16 +11,6 @@
 #include <string.h>
 
 #define SAMPLED_ROWS 24
-
-static int compare_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *values, int64_t count) {
-    qsort(values, (size_t)count, sizeof *values, compare_double);
-    return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
-}
 
 static void print_usage(FILE *out) {
     fprintf(out,
@@ -86,7 +77,7 @@ int fai_cmd_demo(int argc, char **argv) {
             status = fai_run(plan, &data.tensors, workspace, workspace_bytes);
             times[r] = fai_now_seconds() - start;
         }
-        const double seconds = median(times, runs);
+        const double seconds = fai_median(times, runs);
         if (status != FAI_OK) {
             fprintf(stderr, "fai demo: %s: %s\n", shape->name, fai_last_error());
             failures++;

@@ -398,7 +398,7 @@ static void print_greedy_json(const fai_plan *greedy, const fai_plan_info *info)
 /* The seed's kernel has one matmul input type; fai's shapes may have an f32 Q next to f16 K/V,
  * so the model takes K/V's type for Q too, as the kernel would receive it. */
 static int64_t npu_input_bytes(const fai_shape *shape) {
-    return shape->kv_dtype == FAI_DTYPE_F32 ? 4 : 2;
+    return (int64_t)fai_shape_dtype_bytes(shape->kv_dtype);
 }
 
 static void npu_budget(const fai_hw *hw, int64_t input_bytes, int64_t task_num, int64_t tile_q,

@@ -60,59 +60,32 @@ static int run_with(fai_run_args *a, fai_run_inputs *in) {
 
     /* -- Step 4: plan -- */
     fai_plan *plan = NULL;
-    const fai_status st = fai_plan_create(&p.problem, &plan);
-    if (st != FAI_OK) {
-        const char *why = fai_last_error();
-        return fai_run_fail(a, "%s", why && *why ? why : fai_status_string(st));
-    }
-    /* Pages that hold keys must be inside the pool (the library checks too; this names the
-     * file and the entry). Runs after planning, which has validated the lengths. */
-    if (fai_run_check_block_table(a, in, &p)) {
+    if (fai_run_plan(a, in, &p, &plan)) return 2;
+
+    /* -- Step 5: run -- */
+    const int want_lse = a->value[FAI_RUN_OPT_LSE] != NULL;
+    const size_t ws_size = fai_plan_workspace_size(plan);
+    void *o = NULL;
+    float *lse = NULL;
+    if (fai_run_alloc_outputs(a, &p, want_lse, &o, &lse)) {
         fai_plan_free(plan);
         return 2;
     }
-
-    /* -- Step 5: run -- */
-    const int64_t B = p.batch, Sq = p.seq_q, Hq = p.heads_q, Dv = p.head_dim_v;
-    size_t o_count = 1, lse_count = 1;
-    const int o_bad = fai_run_mul_size(&o_count, B) || fai_run_mul_size(&o_count, Sq) ||
-                      fai_run_mul_size(&o_count, Hq) || fai_run_mul_size(&o_count, Dv) ||
-                      o_count > SIZE_MAX / 4;
-    const int l_bad = fai_run_mul_size(&lse_count, B) || fai_run_mul_size(&lse_count, Hq) ||
-                      fai_run_mul_size(&lse_count, Sq) || lse_count > SIZE_MAX / 4;
-    if (o_bad || l_bad) {
-        fai_plan_free(plan);
-        return fai_run_fail(a, "the output [%lld, %lld, %lld, %lld] is too large", (long long)B,
-                            (long long)Sq, (long long)Hq, (long long)Dv);
-    }
-    const size_t o_esize = a->out_dtype == FAI_DTYPE_F32 ? 4 : 2;
-    const int want_lse = a->value[FAI_RUN_OPT_LSE] != NULL;
-    const size_t ws_size = fai_plan_workspace_size(plan);
     void *ws = fai_run_alloc(ws_size);
-    void *o = fai_run_alloc(o_count * o_esize);
-    float *lse = want_lse ? fai_run_alloc(lse_count * sizeof(float)) : NULL;
-    if (!ws || !o || (want_lse && !lse)) {
-        free(ws);
+    if (!ws) {
         free(o);
         free(lse);
         fai_plan_free(plan);
-        return fai_run_fail(a, "out of memory (workspace %zu bytes, output %zu bytes)", ws_size,
-                            o_count * o_esize);
+        return fai_run_fail(a, "out of memory (a workspace of %zu bytes)", ws_size);
     }
 
     fai_tensors t;
     memset(&t, 0, sizeof t);
-    t.q = fai_tensor_bshd(in->q.data, p.q_dtype, Sq, Hq, p.head_dim);
+    t.q = fai_tensor_bshd(in->q.data, p.q_dtype, p.seq_q, p.heads_q, p.head_dim);
     t.k = fai_tensor_bshd(in->k.data, p.k_dtype, p.k_rows, p.heads_kv, p.head_dim);
-    t.v = fai_tensor_bshd(in->v.data, p.v_dtype, p.k_rows, p.heads_kv, Dv);
-    t.o = fai_tensor_bshd(o, a->out_dtype, Sq, Hq, Dv);
-    if (want_lse) {
-        t.lse.data = lse;
-        t.lse.dtype = FAI_DTYPE_F32;
-        t.lse.stride_batch = Hq * Sq;
-        t.lse.stride_head = Sq;
-        t.lse.stride_seq = 1;
-    }
+    t.v = fai_tensor_bshd(in->v.data, p.v_dtype, p.k_rows, p.heads_kv, p.head_dim_v);
+    t.o = fai_tensor_bshd(o, a->out_dtype, p.seq_q, p.heads_q, p.head_dim_v);
+    if (want_lse) t.lse = fai_run_lse_tensor(lse, p.heads_q, p.seq_q);
     t.mask = p.mask;
     t.block_table = p.paged ? in->block_table.data : NULL;
     t.block_table_stride = 0;

@@ -6,6 +6,7 @@
  * few fastest and the planner's own choice meet again in interleaved rounds, so that a burst of
  * noise hits them alike, and the winner is the best median of those rounds. */
 #include "fai_cli.h"
+#include "fai_stats.h"
 #include "fai_shape.h"
 
 #include <stdio.h>
@@ -88,11 +89,6 @@ static int parse_options(int argc, char **argv, const char *used, tune_options *
     return 0;
 }
 
-static int compare_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median ms of `runs` runs of a plan with this tile (after one warmup); -1 on failure. */
 static double time_tile(const fai_shape_data *data, const tune_options *opt, fai_pool *pool,
                         int64_t tile_q, int64_t tile_kv) {
@@ -114,7 +110,7 @@ static double time_tile(const fai_shape_data *data, const tune_options *opt, fai
             ms[r] = (fai_now_seconds() - start) * 1e3;
         }
         if (r == opt->runs) {
-            qsort(ms, (size_t)r, sizeof *ms, compare_double);
+            qsort(ms, (size_t)r, sizeof *ms, fai_compare_double);
             median = r % 2 ? ms[r / 2] : 0.5 * (ms[r / 2 - 1] + ms[r / 2]);
         }
     }
@@ -184,7 +180,7 @@ static void final_rounds(const fai_shape_data *data, const tune_options *opt, fa
         for (int c = 0; c < finalists; c++)
             rounds[c][r] = time_tile(data, opt, pool, list[c].tile_q, list[c].tile_kv);
     for (int c = 0; c < finalists; c++) {
-        qsort(rounds[c], FINAL_ROUNDS, sizeof(double), compare_double);
+        qsort(rounds[c], FINAL_ROUNDS, sizeof(double), fai_compare_double);
         list[c].final_ms = rounds[c][FINAL_ROUNDS / 2];
     }
 }

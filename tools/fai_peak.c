@@ -7,6 +7,7 @@
  * code is compiled per function with target attributes and chosen by __builtin_cpu_supports,
  * so the tool itself still runs on the baseline ISA. */
 #include "fai_peak.h"
+#include "fai_stats.h"
 #include "fai_shape.h"
 
 #include <pthread.h>
@@ -239,11 +240,6 @@ static double probe_pass(probe_kind kind, int64_t threads, float *buffer, size_t
     return started == threads ? fai_now_seconds() - start : -1.0;
 }
 
-static int compare_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median wall seconds of PASSES passes; -1 when a pass failed. */
 static double probe_median(probe_kind kind, int64_t threads, float *buffer, size_t floats) {
     double seconds[PASSES];
@@ -251,7 +247,7 @@ static double probe_median(probe_kind kind, int64_t threads, float *buffer, size
         seconds[p] = probe_pass(kind, threads, buffer, floats);
         if (seconds[p] < 0) return -1.0;
     }
-    qsort(seconds, PASSES, sizeof seconds[0], compare_double);
+    qsort(seconds, PASSES, sizeof seconds[0], fai_compare_double);
     return seconds[PASSES / 2];
 }
 

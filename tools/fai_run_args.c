@@ -2,6 +2,7 @@
 /* realpath is POSIX.1-2008 with XSI */
 #define _XOPEN_SOURCE 700
 #include "fai_run_args.h"
+#include "fai_shape.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -504,7 +505,62 @@ int fai_run_check_block_table(fai_run_args *a, const fai_run_inputs *in, const f
     return 0;
 }
 
+int fai_run_plan(fai_run_args *a, const fai_run_inputs *in, const fai_run_problem *p,
+                 fai_plan **plan) {
+    *plan = NULL;
+    const fai_status status = fai_plan_create(&p->problem, plan);
+    if (status != FAI_OK) {
+        const char *why = fai_last_error();
+        return fai_run_fail(a, "%s", why && *why ? why : fai_status_string(status));
+    }
+    /* pages that hold keys must be inside the pool (the library checks too; this names the file
+     * and the entry); after planning, which has validated the lengths */
+    if (fai_run_check_block_table(a, in, p)) {
+        fai_plan_free(*plan);
+        *plan = NULL;
+        return 2;
+    }
+    return 0;
+}
+
 /* -- outputs ----------------------------------------------------------------------------------- */
+
+int fai_run_alloc_outputs(fai_run_args *a, const fai_run_problem *p, int with_lse, void **o,
+                          float **lse) {
+    *o = NULL;
+    *lse = NULL;
+    size_t o_count = 1, lse_count = 1;
+    const int bad = fai_run_mul_size(&o_count, p->batch) || fai_run_mul_size(&o_count, p->seq_q) ||
+                    fai_run_mul_size(&o_count, p->heads_q) ||
+                    fai_run_mul_size(&o_count, p->head_dim_v) || o_count > SIZE_MAX / 4 ||
+                    fai_run_mul_size(&lse_count, p->batch) ||
+                    fai_run_mul_size(&lse_count, p->heads_q) ||
+                    fai_run_mul_size(&lse_count, p->seq_q) || lse_count > SIZE_MAX / 4;
+    if (bad)
+        return fai_run_fail(a, "the output [%lld, %lld, %lld, %lld] is too large",
+                            (long long)p->batch, (long long)p->seq_q, (long long)p->heads_q,
+                            (long long)p->head_dim_v);
+    const size_t o_bytes = o_count * fai_shape_dtype_bytes(a->out_dtype);
+    *o = fai_run_alloc(o_bytes);
+    if (with_lse) *lse = fai_run_alloc(lse_count * sizeof(float));
+    if (!*o || (with_lse && !*lse)) {
+        free(*o), free(*lse);
+        *o = NULL, *lse = NULL;
+        return fai_run_fail(a, "out of memory (an output of %zu bytes)", o_bytes);
+    }
+    return 0;
+}
+
+fai_tensor fai_run_lse_tensor(float *lse, int64_t heads, int64_t seq) {
+    fai_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = lse;
+    t.dtype = FAI_DTYPE_F32;
+    t.stride_batch = heads * seq;
+    t.stride_head = seq;
+    t.stride_seq = 1;
+    return t;
+}
 
 int fai_run_write_outputs(fai_run_args *a, const fai_run_problem *p, const void *o,
                           const float *lse) {

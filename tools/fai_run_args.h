@@ -92,6 +92,19 @@ int fai_run_load(fai_run_args *args, fai_run_inputs *inputs, fai_run_problem *pr
 int fai_run_check_block_table(fai_run_args *args, const fai_run_inputs *inputs,
                               const fai_run_problem *problem);
 
+/* Plans the problem (a refusal names the field) and checks the block table. Returns 0 with *plan
+ * to free, or 2 after a failure (*plan NULL). */
+int fai_run_plan(fai_run_args *args, const fai_run_inputs *inputs, const fai_run_problem *problem,
+                 fai_plan **plan);
+
+/* O [B, Sq, Hq, Dv] in args->out_dtype and, with with_lse, LSE [B, Hq, Sq] f32, zeroed. Returns 0,
+ * or 2 after a failure (too large, out of memory; nothing left allocated). Release with free(). */
+int fai_run_alloc_outputs(fai_run_args *args, const fai_run_problem *problem, int with_lse,
+                          void **o, float **lse);
+
+/* The view of an LSE buffer [B, heads, seq] as fai_tensors.lse. */
+fai_tensor fai_run_lse_tensor(float *lse, int64_t heads, int64_t seq);
+
 /* Writes O (in args->out_dtype, shape [B, Sq, Hq, Dv]) and, when --lse was given, LSE (f32
  * [B, Hq, Sq]) to temporary files, then renames both into place: both or neither. Returns 0, or
  * 2 after a failure. */

@@ -143,27 +143,15 @@ int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const c
     return 0;
 }
 
-/* Whether arg is one of the shape flags. */
-static int is_shape_flag(const char *arg) {
-    static const char *const flags[] = {"--b",        "--hq",        "--hkv",
-                                        "--sq",       "--skv",       "--d",
-                                        "--dv",       "--causal",    "--causal-top-left",
-                                        "--window",   "--page-size", "--q-dtype",
-                                        "--kv-dtype", "--out-dtype"};
-    for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++)
-        if (!strcmp(arg, flags[f])) return 1;
-    return 0;
-}
-
 int fai_shape_from_args(int argc, char **argv, char *used, fai_shape *shape, const char *cmd) {
-    int named = 0, flagged = 0;
-    for (int i = 1; i < argc; i++) {
-        for (int s = 0; s < fai_shape_count; s++)
-            named |= !strcmp(argv[i], fai_shape_table[s].name);
-        flagged |= is_shape_flag(argv[i]);
-    }
-    *shape = named || !flagged ? fai_shape_table[0] : fai_shape_custom_base;
-    return fai_shape_parse(argc, argv, used, shape, cmd);
+    /* a name replaces the base whatever it is; with neither a name nor a flag, P1 */
+    *shape = fai_shape_custom_base;
+    if (fai_shape_parse(argc, argv, used, shape, cmd)) return -1;
+    int consumed = 0;
+    for (int i = 1; i < argc; i++)
+        consumed |= used[i];
+    if (!consumed) *shape = fai_shape_table[0];
+    return 0;
 }
 
 void fai_shape_problem(const fai_shape *shape, fai_problem *pb, int32_t *seqlens_kv) {
@@ -238,7 +226,7 @@ static void *alloc_cache(size_t bytes) {
     return memory;
 }
 
-static size_t dtype_bytes(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }
+size_t fai_shape_dtype_bytes(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }
 
 int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data) {
     memset(data, 0, sizeof *data);
@@ -253,10 +241,10 @@ int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data 
     const int64_t kv_rows = paged ? pb->num_pages * shape->page_size : shape->b * shape->skv;
     const size_t k_count = (size_t)(kv_rows * shape->hkv * shape->d);
     const size_t v_count = (size_t)(kv_rows * shape->hkv * dv);
-    data->q = malloc(q_count * dtype_bytes(shape->q_dtype) + 1);
-    data->k = alloc_cache(k_count * dtype_bytes(shape->kv_dtype) + 1);
-    data->v = alloc_cache(v_count * dtype_bytes(shape->kv_dtype) + 1);
-    data->o = malloc(o_count * dtype_bytes(shape->out_dtype) + 1);
+    data->q = malloc(q_count * fai_shape_dtype_bytes(shape->q_dtype) + 1);
+    data->k = alloc_cache(k_count * fai_shape_dtype_bytes(shape->kv_dtype) + 1);
+    data->v = alloc_cache(v_count * fai_shape_dtype_bytes(shape->kv_dtype) + 1);
+    data->o = malloc(o_count * fai_shape_dtype_bytes(shape->out_dtype) + 1);
     data->lse = malloc((size_t)(shape->b * shape->hq * shape->sq) * sizeof(float) + 1);
     if (!data->q || !data->k || !data->v || !data->o || !data->lse) return -1;
     uint64_t state = seed;
@@ -315,7 +303,7 @@ double fai_shape_flops(const fai_plan *plan, const fai_shape *shape) {
 double fai_shape_kv_bytes(const fai_shape *shape) {
     const int64_t dv = shape->dv ? shape->dv : shape->d;
     return (double)shape->b * (double)shape->skv * (double)shape->hkv * (double)(shape->d + dv) *
-           (double)dtype_bytes(shape->kv_dtype);
+           (double)fai_shape_dtype_bytes(shape->kv_dtype);
 }
 
 double fai_now_seconds(void) {

@@ -1,8 +1,9 @@
 /* fai_mpi_attention: K/V sharded by sequence, the same Q on every rank.
  *
- *   -- Step 1 --  local checks, and the positions of the shard (when the queries are placed from
- *                 the whole sequence's length, the ranks first agree on it: MAX of each
- *                 sequence's kv_start + shard length)
+ *   -- Step 1 --  local checks, the positions of the shard and its plan; the ranks agree on the
+ *                 outcome and on what they must hold alike (when the queries are placed from
+ *                 the whole sequence's length, they then agree on it, MAX of each sequence's
+ *                 kv_start + shard length, and the positions and the plan follow)
  *   -- Step 2 --  fai on the shard, into an f32 partial O and LSE
  *   -- Step 3 --  the ranks agree on the outcome (MPI_Allreduce), then exchange the partials
  *                 (MPI_Allgather, or MPI_Gather to a root) and merge them in rank order */
@@ -20,6 +21,7 @@ typedef struct shard_call {
     const int32_t *kv_start, *q_start;
     fai_mpi__part_shape shape;
     int32_t *q_pos, *kv_pos; /* [batch]: what the plan is given */
+    fai_plan *plan;          /* the shard's plan, with its positions */
     int64_t *kv_end;         /* [batch]: the shard's end, then the agreed sequence length */
     float *part;             /* this rank's partial result */
     float *gathered;         /* size parts, on the ranks that merge */
@@ -71,6 +73,39 @@ static void describe_call(const shard_call *call, fai_mpi__signature *sig) {
 
 /* -- Step 1 -- */
 
+/* Query and key positions of every sequence. Positions are only ever compared with each other,
+ * so a sequence whose queries would start before 0 moves up whole. */
+static void place_shard(shard_call *call) {
+    const fai_problem *pb = call->local;
+    for (int64_t b = 0; b < pb->batch; b++) {
+        int64_t q_begin = call->q_start ? call->q_start[b]
+                          : pb->causal == FAI_CAUSAL_TOP_LEFT
+                              ? 0
+                              : call->kv_end[b] - query_length(pb, b);
+        const int64_t shift = q_begin < 0 ? -q_begin : 0;
+        q_begin += shift;
+        const int64_t kv_begin = call->kv_start[b] + shift;
+        if (q_begin > INT32_MAX || kv_begin > INT32_MAX) {
+            fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
+                                  "sequence %lld: positions %lld (queries) and %lld (keys) "
+                                  "exceed int32",
+                                  (long long)b, (long long)q_begin, (long long)kv_begin);
+            return;
+        }
+        call->q_pos[b] = (int32_t)q_begin;
+        call->kv_pos[b] = (int32_t)kv_begin;
+    }
+}
+
+/* The shard's plan: its problem with the positions, into f32 partials. */
+static void plan_shard(shard_call *call) {
+    fai_problem pb = *call->local;
+    pb.o_dtype = FAI_DTYPE_F32;
+    pb.q_positions = call->q_pos;
+    pb.kv_positions = call->kv_pos;
+    fai_mpi__outcome_fai(&call->outcome, fai_plan_create(&pb, &call->plan));
+}
+
 static void check_arguments(shard_call *call) {
     fai_mpi__outcome *out = &call->outcome;
     const fai_problem *pb = call->local;
@@ -87,18 +122,17 @@ static void check_arguments(shard_call *call) {
                               "local->%s is set: fai_mpi_attention fills the positions from "
                               "kv_start and q_start",
                               pb->q_positions ? "q_positions" : "kv_positions");
+    else if (pb->o_dtype != FAI_DTYPE_F32 && pb->o_dtype != FAI_DTYPE_F16 &&
+             pb->o_dtype != FAI_DTYPE_BF16) /* the shard's own plan writes f32 partials */
+        fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG,
+                              "local->o_dtype = %d is not f32, f16 or bf16 (FAI_DTYPE_*)",
+                              (int)pb->o_dtype);
     else if (call->root < FAI_MPI_ALL_RANKS || call->root >= call->size)
         fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "root = %d is outside [-1, %d)", call->root,
                               call->size);
     else if (pb->batch < 0 || pb->batch > INT32_MAX)
         fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "batch = %lld is outside [0, 2^31)",
                               (long long)pb->batch);
-    if (out->status != FAI_OK) return;
-    /* the shard's problem as fai sees it (the positions only move its diagonal): a rank's own
-     * bad field is reported as such, before the ranks compare what they hold */
-    fai_plan *plan = NULL;
-    fai_mpi__outcome_fai(out, fai_plan_create(pb, &plan));
-    fai_plan_free(plan);
     if (out->status != FAI_OK) return;
     const size_t batch = (size_t)pb->batch;
     call->q_pos = fai_mpi__alloc(sizeof(int32_t) * batch);
@@ -124,6 +158,15 @@ static void check_arguments(shard_call *call) {
         const int64_t len = key_length(pb, b);
         call->kv_end[b] = len > 0 ? call->kv_start[b] + len : 0;
     }
+    /* a rank's own bad field is reported as such, before the ranks compare what they hold */
+    if (call->q_start) { /* the positions are known: the shard's plan itself */
+        place_shard(call);
+        if (out->status == FAI_OK) plan_shard(call);
+    } else { /* they wait for the agreed lengths, and only move the diagonal: plan without */
+        fai_plan *plan = NULL;
+        fai_mpi__outcome_fai(out, fai_plan_create(pb, &plan));
+        fai_plan_free(plan);
+    }
 }
 
 /* Without q_start the queries are placed from the whole sequence's length, which no rank knows
@@ -135,30 +178,6 @@ static fai_status agree_sequence_lengths(shard_call *call) {
                                  MPI_MAX, call->comm);
     call->stats.wait_seconds += MPI_Wtime() - t0;
     return fai_mpi__check_mpi(rc, "MPI_Allreduce");
-}
-
-/* Query and key positions of every sequence. Positions are only ever compared with each other,
- * so a sequence whose queries would start before 0 moves up whole. */
-static void place_shard(shard_call *call) {
-    const fai_problem *pb = call->local;
-    for (int64_t b = 0; b < pb->batch; b++) {
-        int64_t q_begin = call->q_start ? call->q_start[b]
-                          : pb->causal == FAI_CAUSAL_TOP_LEFT
-                              ? 0
-                              : call->kv_end[b] - query_length(pb, b);
-        const int64_t shift = q_begin < 0 ? -q_begin : 0;
-        q_begin += shift;
-        const int64_t kv_begin = call->kv_start[b] + shift;
-        if (q_begin > INT32_MAX || kv_begin > INT32_MAX) {
-            fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
-                                  "sequence %lld: positions %lld (queries) and %lld (keys) "
-                                  "exceed int32",
-                                  (long long)b, (long long)q_begin, (long long)kv_begin);
-            return;
-        }
-        call->q_pos[b] = (int32_t)q_begin;
-        call->kv_pos[b] = (int32_t)kv_begin;
-    }
 }
 
 /* -- Step 2 -- */
@@ -196,19 +215,11 @@ static int outputs_ok(shard_call *call) {
 }
 
 static void run_shard(shard_call *call) {
-    fai_problem pb = *call->local;
-    pb.o_dtype = FAI_DTYPE_F32;
-    pb.q_positions = call->q_pos;
-    pb.kv_positions = call->kv_pos;
-    fai_plan *plan = NULL;
-    const fai_status status = fai_plan_create(&pb, &plan);
-    if (status != FAI_OK) {
-        fai_mpi__outcome_fai(&call->outcome, status);
-        return;
-    }
-    call->shape.batch = pb.cu_seqlens_q ? 1 : pb.batch;
-    call->shape.seq = pb.seq_q;
-    call->shape.heads = pb.heads_q;
+    const fai_problem *pb = call->local;
+    fai_plan *plan = call->plan;
+    call->shape.batch = pb->cu_seqlens_q ? 1 : pb->batch;
+    call->shape.seq = pb->seq_q;
+    call->shape.heads = pb->heads_q;
     void *ws = NULL;
     const size_t ws_size = fai_plan_workspace_size(plan);
     if (outputs_ok(call) && allocate_parts(call)) {
@@ -227,7 +238,6 @@ static void run_shard(shard_call *call) {
         }
     }
     free(ws);
-    fai_plan_free(plan);
 }
 
 /* -- Step 3 -- */
@@ -252,9 +262,13 @@ static fai_status attend(shard_call *call) {
     describe_call(call, &sig);
     /* the arguments and the signature first: the collectives that follow depend on them */
     fai_status status = fai_mpi__agree(call->comm, &call->outcome, &sig, &call->stats.wait_seconds);
-    if (status == FAI_OK && !call->q_start) status = agree_sequence_lengths(call);
     if (status != FAI_OK) return status;
-    place_shard(call);
+    if (!call->q_start) {
+        status = agree_sequence_lengths(call);
+        if (status != FAI_OK) return status;
+        place_shard(call);
+        if (call->outcome.status == FAI_OK) plan_shard(call);
+    }
     if (call->outcome.status == FAI_OK) run_shard(call);
     status = fai_mpi__agree(call->comm, &call->outcome, NULL, &call->stats.wait_seconds);
     if (status != FAI_OK) return status;
@@ -279,6 +293,7 @@ fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int3
     fai_mpi__outcome_init(&call.outcome);
     fai_status status = fai_mpi__comm_rank_size(comm, &call.rank, &call.size);
     if (status == FAI_OK) status = attend(&call);
+    fai_plan_free(call.plan);
     free(call.q_pos);
     free(call.kv_pos);
     free(call.kv_end);

@@ -40,11 +40,6 @@ struct fai_pool {
     void *arg;
 };
 
-typedef struct helper_start {
-    fai_pool *pool;
-    int64_t index;
-} helper_start;
-
 static int64_t now_nanoseconds(void) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -92,10 +87,9 @@ static void leave_run(fai_pool *pool) {
     }
 }
 
-static void *helper_main(void *start_arg) {
-    helper_start start = *(helper_start *)start_arg;
-    free(start_arg);
-    fai_pool *pool = start.pool;
+/* A helper's loop. Helpers have no fixed place in a run: each takes the next index as it joins. */
+static void *helper_main(void *pool_arg) {
+    fai_pool *pool = pool_arg;
     uint_fast64_t seen = 0;
     for (;;) {
         seen = wait_for_run(pool, seen);
@@ -154,10 +148,7 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
     atomic_init(&pool->finished, 0);
     atomic_init(&pool->caller_sleeping, 0);
     for (int64_t i = 1; i < threads; i++) {
-        helper_start *start = malloc(sizeof *start);
-        if (start) start->pool = pool, start->index = i;
-        if (!start || pthread_create(&pool->threads[i], NULL, helper_main, start) != 0) {
-            free(start);
+        if (pthread_create(&pool->threads[i], NULL, helper_main, pool) != 0) {
             pool->size = i; /* join only the threads started */
             fai_pool_free(pool);
             return fai__fail(FAI_ERR_NO_MEMORY, "could not start thread %lld of %lld", (long long)i,

@@ -1,6 +1,8 @@
 /* Data, reference and comparison for the MPI tests. */
 #include "test_mpi_util.h"
 
+#include "fai_oracle.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,52 +15,9 @@ void test_fill(float *values, int64_t count, uint64_t seed) {
     }
 }
 
-/* f32 -> f16 bits for values exact in f16 (normal numbers and zero, as test_fill makes) */
-static uint16_t exact_half(float value) {
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
-    if ((bits & 0x7fffffffu) == 0) return sign;
-    const int exponent = (int)((bits >> 23) & 0xff) - 127 + 15;
-    return (uint16_t)(sign | (uint16_t)(exponent << 10) | (uint16_t)((bits >> 13) & 0x3ffu));
-}
-
-static float half_value(uint16_t h) {
-    const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-    float value;
-    if (exponent == 0)
-        value = ldexpf((float)mantissa, -24);
-    else if (exponent == 31)
-        value = mantissa ? NAN : INFINITY;
-    else
-        value = ldexpf((float)(mantissa | 0x400), exponent - 25);
-    return (h & 0x8000) ? -value : value;
-}
-
-size_t test_dtype_size(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }
-
 void test_encode(void *dst, fai_dtype dtype, const float *src, int64_t count) {
-    for (int64_t i = 0; i < count; i++) {
-        if (dtype == FAI_DTYPE_F32) {
-            ((float *)dst)[i] = src[i];
-        } else if (dtype == FAI_DTYPE_F16) {
-            ((uint16_t *)dst)[i] = exact_half(src[i]);
-        } else {
-            uint32_t bits;
-            memcpy(&bits, &src[i], sizeof bits);
-            ((uint16_t *)dst)[i] = (uint16_t)(bits >> 16);
-        }
-    }
-}
-
-float test_decode(const void *src, fai_dtype dtype, int64_t index) {
-    if (dtype == FAI_DTYPE_F32) return ((const float *)src)[index];
-    const uint16_t h = ((const uint16_t *)src)[index];
-    if (dtype == FAI_DTYPE_F16) return half_value(h);
-    const uint32_t bits = (uint32_t)h << 16;
-    float value;
-    memcpy(&value, &bits, sizeof value);
-    return value;
+    for (int64_t i = 0; i < count; i++)
+        fai_oracle_store(dst, dtype, i, src[i]);
 }
 
 void *test_alloc(size_t bytes) {
@@ -106,7 +65,7 @@ double test_o_excess(const void *o, fai_dtype o_dtype, int low_precision_inputs,
                                                     : 0.0;
     double worst = -INFINITY;
     for (int64_t i = 0; i < count; i++) {
-        const double want = ref[i], got = test_decode(o, o_dtype, i);
+        const double want = ref[i], got = fai_oracle_load(o, o_dtype, i);
         const double allowed = tolerance * fmax(1.0, fabs(want)) + step * fabs(want);
         const double excess = isnan(got) ? INFINITY : fabs(got - want) - allowed;
         if (excess > worst) worst = excess;

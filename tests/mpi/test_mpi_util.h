@@ -7,6 +7,7 @@
 #define FAI_TEST_MPI_UTIL_H
 
 #include "fai_mpi.h"
+#include "fai_oracle.h"
 #include "test_util.h"
 
 #include <stdint.h>
@@ -17,11 +18,10 @@ extern int test_rank, test_size; /* MPI_COMM_WORLD, set by the runner */
  * numbers and the reference sees exactly the sharded runs' inputs. */
 void test_fill(float *values, int64_t count, uint64_t seed);
 
-/* Stores f32 values (exact in dtype) as dtype; reads dtype elements back as f32. */
+/* Stores f32 values as dtype (exact for test_fill's values; the oracle's conversions). Element
+ * sizes: fai_oracle_dtype_size. */
 void test_encode(void *dst, fai_dtype dtype, const float *src, int64_t count);
-float test_decode(const void *src, fai_dtype dtype, int64_t index);
 
-size_t test_dtype_size(fai_dtype dtype);
 void *test_alloc(size_t bytes); /* zeroed; never NULL for 0 bytes; aborts when out of memory */
 
 /* Runs fai on one process: problem and tensors as given, O replaced by f32 [B, Sq, Hq, Dv] in

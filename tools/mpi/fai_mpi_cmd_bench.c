@@ -15,6 +15,7 @@
  * and prints it beside the measured step. Figures are medians over --runs of each run's value;
  * the step is the slowest rank's, the parts are averaged over the ranks. */
 #include "fai_mpi_tool.h"
+#include "fai_stats.h"
 #include "fai_shape.h"
 
 #include <math.h>
@@ -114,16 +115,6 @@ static int parse_options(int argc, char **argv, bench_options *o) {
 /* -- measurement helpers -------------------------------------------------------------------------
  */
 
-static int compare_doubles(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *values, int count) {
-    qsort(values, (size_t)count, sizeof *values, compare_doubles);
-    return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
-}
-
 static double max_over_ranks(double value) {
     MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return value;
@@ -168,7 +159,7 @@ static double time_ring_exchange(size_t bytes, int steps, int runs) {
     }
     free(out);
     free(in);
-    return median(times, runs);
+    return fai_median(times, runs);
 }
 
 static void calibrate(link_model *link) {
@@ -194,9 +185,9 @@ static void record_run(run_samples *s, int r, double step_seconds, const fai_mpi
 
 /* The medians over the runs into the result. */
 static void summarize_runs(run_samples *s, int runs, bench_result *res) {
-    res->step = median(s->step, runs), res->compute = median(s->compute, runs);
-    res->wait = median(s->wait, runs), res->exchange = median(s->exchange, runs);
-    res->merge = median(s->merge, runs);
+    res->step = fai_median(s->step, runs), res->compute = fai_median(s->compute, runs);
+    res->wait = fai_median(s->wait, runs), res->exchange = fai_median(s->exchange, runs);
+    res->merge = fai_median(s->merge, runs);
 }
 
 /* -- decode: K/V sharded, the same Q -------------------------------------------------------------
@@ -272,7 +263,7 @@ static double time_local_shard(decode_setup *d, int runs) {
     }
     free(ws);
     fai_plan_free(plan);
-    return median(times, runs);
+    return fai_median(times, runs);
 }
 
 /* The merge of R parts into O alone, as the library lays them out. */
@@ -296,7 +287,7 @@ static double time_merge(decode_setup *d, int runs) {
         times[r] = mean_over_ranks(MPI_Wtime() - t0);
     }
     free(views);
-    return median(times, runs);
+    return fai_median(times, runs);
 }
 
 /* The exchange of fai_mpi_attention alone: the agreements and the allgather of the partials. */
@@ -313,7 +304,7 @@ static double time_decode_exchange(decode_setup *d, int runs) {
                       MPI_FLOAT, MPI_COMM_WORLD);
         times[r] = max_over_ranks(MPI_Wtime() - t0);
     }
-    return median(times, runs);
+    return fai_median(times, runs);
 }
 
 static int bench_decode(const fai_shape *single, const bench_options *o, const link_model *link,
@@ -372,7 +363,7 @@ static int bench_ring(const fai_shape *single, const bench_options *o, const lin
     /* the longest block, which sets each step's transfer */
     const int64_t dv = shape.dv ? shape.dv : shape.d;
     const double row_bytes =
-        (double)(shape.hkv * (shape.d + dv)) * (shape.kv_dtype == FAI_DTYPE_F32 ? 4.0 : 2.0);
+        (double)(shape.hkv * (shape.d + dv)) * (double)fai_shape_dtype_bytes(shape.kv_dtype);
     const double block = max_over_ranks((double)(shape.b * z.rows) * row_bytes);
     res->comm_alone = ranks_ > 1 ? time_ring_exchange((size_t)block, ranks_ - 1, o->runs) : 0.0;
 

@@ -7,6 +7,7 @@
  * each rank's rows gathered on rank 0). Rank 0 writes O and LSE, all or nothing. The ranks agree
  * on every failure, so every rank exits with the same status and rank 0 prints the one line. */
 #include "fai_mpi_tool.h"
+#include "fai_shape.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -42,13 +43,9 @@ int fai_mpi_tool_agree(int rc, fai_run_args *a) {
 /* What `fai run` would refuse, refused alike: planning the whole problem names the field. */
 static int check_whole(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p) {
     fai_plan *plan = NULL;
-    const fai_status st = fai_plan_create(&p->problem, &plan);
+    const int rc = fai_run_plan(a, in, p, &plan);
     fai_plan_free(plan);
-    if (st != FAI_OK) {
-        const char *why = fai_last_error();
-        return fai_run_fail(a, "%s", why && *why ? why : fai_status_string(st));
-    }
-    return fai_run_check_block_table(a, in, p);
+    return rc;
 }
 
 static int check_ring(fai_run_args *a, const fai_run_problem *p) {
@@ -76,36 +73,6 @@ static int check_ring(fai_run_args *a, const fai_run_problem *p) {
     return 0;
 }
 
-/* O [B, Sq, Hq, Dv] in the output dtype and LSE [B, Hq, Sq], on the rank that writes them. */
-static int alloc_outputs(fai_run_args *a, const fai_run_problem *p, void **o, float **lse) {
-    size_t o_count = 1, lse_count = 1;
-    const int bad = fai_run_mul_size(&o_count, p->batch) || fai_run_mul_size(&o_count, p->seq_q) ||
-                    fai_run_mul_size(&o_count, p->heads_q) ||
-                    fai_run_mul_size(&o_count, p->head_dim_v) || o_count > SIZE_MAX / 4 ||
-                    fai_run_mul_size(&lse_count, p->batch) ||
-                    fai_run_mul_size(&lse_count, p->heads_q) ||
-                    fai_run_mul_size(&lse_count, p->seq_q) || lse_count > SIZE_MAX / 4;
-    if (bad)
-        return fai_run_fail(a, "the output [%lld, %lld, %lld, %lld] is too large",
-                            (long long)p->batch, (long long)p->seq_q, (long long)p->heads_q,
-                            (long long)p->head_dim_v);
-    *o = fai_run_alloc(o_count * (a->out_dtype == FAI_DTYPE_F32 ? 4 : 2));
-    *lse = fai_run_alloc(lse_count * sizeof(float));
-    if (!*o || !*lse) return fai_run_fail(a, "out of memory (output of %zu elements)", o_count);
-    return 0;
-}
-
-static fai_tensor lse_tensor(float *lse, int64_t heads, int64_t seq) {
-    fai_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = lse;
-    t.dtype = FAI_DTYPE_F32;
-    t.stride_batch = heads * seq;
-    t.stride_head = seq;
-    t.stride_seq = 1;
-    return t;
-}
-
 /* -- K/V sharded, Q whole ------------------------------------------------------------------------
  */
 
@@ -115,11 +82,13 @@ static int run_kv_sharded(fai_run_args *a, fai_run_inputs *in, const fai_run_pro
     void *o = NULL;
     float *lse = NULL;
     int rc = fai_mpi_kv_shard_make(a, in, p, rank, size, &s);
-    if (!rc && rank == 0) rc = alloc_outputs(a, p, &o, &lse);
+    if (!rc && rank == 0)
+        rc = fai_run_alloc_outputs(a, p, a->value[FAI_RUN_OPT_LSE] != NULL, &o, &lse);
     rc = fai_mpi_tool_agree(rc, a);
     if (!rc) {
         s.tensors.o = fai_tensor_bshd(o, a->out_dtype, p->seq_q, p->heads_q, p->head_dim_v);
-        if (a->value[FAI_RUN_OPT_LSE]) s.tensors.lse = lse_tensor(lse, p->heads_q, p->seq_q);
+        if (a->value[FAI_RUN_OPT_LSE])
+            s.tensors.lse = fai_run_lse_tensor(lse, p->heads_q, p->seq_q);
         /* the queries are placed by the library, as fai run places them, from the agreed length */
         if (fai_mpi_attention(MPI_COMM_WORLD, &s.problem, s.kv_start, NULL, &s.tensors, 0, NULL) !=
             FAI_OK)
@@ -166,7 +135,7 @@ static void place_rows(const fai_run_problem *p, const fai_mpi_zigzag *z, const 
 static int gather_rows(fai_run_args *a, const fai_run_problem *p, const void *o_local,
                        const float *lse_local, int rank, int size, void *o, float *lse) {
     const int64_t S = p->seq_q, B = p->batch, Hq = p->heads_q;
-    const size_t o_row = (size_t)(Hq * p->head_dim_v) * (a->out_dtype == FAI_DTYPE_F32 ? 4 : 2);
+    const size_t o_row = (size_t)(Hq * p->head_dim_v) * fai_shape_dtype_bytes(a->out_dtype);
     if (B * S > INT_MAX || B * Hq * S > INT_MAX)
         return fai_run_fail(a, "--ring: %lld rows are more than one gather can take",
                             (long long)(B * S));
@@ -212,13 +181,10 @@ static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *
     int rc = 0;
     if (fai_mpi_zigzag_layout(p->seq_q, size, rank, &z) != FAI_OK)
         rc = fai_run_fail(a, "--ring: %s", fai_mpi_last_error());
-    const size_t q_row = (size_t)(p->heads_q * p->head_dim) * (p->q_dtype == FAI_DTYPE_F32 ? 4 : 2);
-    const size_t k_row =
-        (size_t)(p->heads_kv * p->head_dim) * (p->k_dtype == FAI_DTYPE_F32 ? 4 : 2);
-    const size_t v_row =
-        (size_t)(p->heads_kv * p->head_dim_v) * (p->v_dtype == FAI_DTYPE_F32 ? 4 : 2);
-    const size_t o_row =
-        (size_t)(p->heads_q * p->head_dim_v) * (a->out_dtype == FAI_DTYPE_F32 ? 4 : 2);
+    const size_t q_row = (size_t)(p->heads_q * p->head_dim) * fai_shape_dtype_bytes(p->q_dtype);
+    const size_t k_row = (size_t)(p->heads_kv * p->head_dim) * fai_shape_dtype_bytes(p->k_dtype);
+    const size_t v_row = (size_t)(p->heads_kv * p->head_dim_v) * fai_shape_dtype_bytes(p->v_dtype);
+    const size_t o_row = (size_t)(p->heads_q * p->head_dim_v) * fai_shape_dtype_bytes(a->out_dtype);
     void *q = NULL, *k = NULL, *v = NULL, *o_local = NULL, *o = NULL;
     float *lse_local = NULL, *lse = NULL;
     if (!rc) {
@@ -233,7 +199,7 @@ static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *
     fai_npy_free(&in->q); /* the rank keeps its chunks only */
     fai_npy_free(&in->k);
     fai_npy_free(&in->v);
-    if (!rc && rank == 0) rc = alloc_outputs(a, p, &o, &lse);
+    if (!rc && rank == 0) rc = fai_run_alloc_outputs(a, p, 1, &o, &lse);
     rc = fai_mpi_tool_agree(rc, a);
     if (!rc) {
         fai_problem local = p->problem;
@@ -244,7 +210,7 @@ static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *
         t.k = fai_tensor_bshd(k, p->k_dtype, z.rows, p->heads_kv, p->head_dim);
         t.v = fai_tensor_bshd(v, p->v_dtype, z.rows, p->heads_kv, p->head_dim_v);
         t.o = fai_tensor_bshd(o_local, a->out_dtype, z.rows, p->heads_q, p->head_dim_v);
-        t.lse = lse_tensor(lse_local, p->heads_q, z.rows);
+        t.lse = fai_run_lse_tensor(lse_local, p->heads_q, z.rows);
         if (fai_mpi_ring_attention(MPI_COMM_WORLD, &local, p->seq_q, &t, NULL) != FAI_OK)
             rc = fai_run_fail(a, "%s", fai_mpi_last_error());
     }

@@ -2,11 +2,10 @@
  * of each sequence's pages when they are paged (the rank's pool then holds only the pages its
  * table refers to), and the mask columns of those keys. */
 #include "fai_mpi_tool.h"
+#include "fai_shape.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static size_t dtype_bytes(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }
 
 static int out_of_memory(fai_run_args *a, size_t bytes) {
     return fai_run_fail(a, "out of memory (a shard buffer of %zu bytes)", bytes);
@@ -24,8 +23,8 @@ static int shard_dense(fai_run_args *a, const fai_run_inputs *in, const fai_run_
         lens[b] = rest < 0 ? 0 : rest < len ? rest : len;
         s->seqlens_kv[b] = (int32_t)lens[b];
     }
-    const size_t k_row = (size_t)(p->heads_kv * p->head_dim) * dtype_bytes(p->k_dtype);
-    const size_t v_row = (size_t)(p->heads_kv * p->head_dim_v) * dtype_bytes(p->v_dtype);
+    const size_t k_row = (size_t)(p->heads_kv * p->head_dim) * fai_shape_dtype_bytes(p->k_dtype);
+    const size_t v_row = (size_t)(p->heads_kv * p->head_dim_v) * fai_shape_dtype_bytes(p->v_dtype);
     const size_t rows = (size_t)(p->batch * len);
     s->k = fai_run_alloc(rows * k_row);
     s->v = fai_run_alloc(rows * v_row);
@@ -79,8 +78,10 @@ static int shard_paged(fai_run_args *a, const fai_run_inputs *in, const fai_run_
             if (local_of[g] < 0) local_of[g] = pages++;
             s->table[b * width + i] = local_of[g];
         }
-    const size_t k_page = (size_t)(ps * p->heads_kv * p->head_dim) * dtype_bytes(p->k_dtype);
-    const size_t v_page = (size_t)(ps * p->heads_kv * p->head_dim_v) * dtype_bytes(p->v_dtype);
+    const size_t k_page =
+        (size_t)(ps * p->heads_kv * p->head_dim) * fai_shape_dtype_bytes(p->k_dtype);
+    const size_t v_page =
+        (size_t)(ps * p->heads_kv * p->head_dim_v) * fai_shape_dtype_bytes(p->v_dtype);
     s->k = fai_run_alloc((size_t)pages * k_page);
     s->v = fai_run_alloc((size_t)pages * v_page);
     int rc = 0;
