@@ -23,6 +23,7 @@ static inline fvec v_fma(fvec a, fvec b, fvec c) { return _mm256_fmadd_ps(a, b, 
 static inline fvec v_mul(fvec a, fvec b) { return _mm256_mul_ps(a, b); }
 static inline fvec v_add(fvec a, fvec b) { return _mm256_add_ps(a, b); }
 static inline fvec v_sub(fvec a, fvec b) { return _mm256_sub_ps(a, b); }
+/* max(a, b) with NaN in b propagated (x86 returns the second operand when either is NaN) */
 static inline fvec v_max(fvec a, fvec b) { return _mm256_max_ps(a, b); }
 static inline fvec v_min(fvec a, fvec b) { return _mm256_min_ps(a, b); }
 static inline fvec v_round(fvec a) {
@@ -43,6 +44,7 @@ static inline float v_hsum(fvec v) {
     const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
     return _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
 }
+/* NaN in v may or may not show, by lane: the softmax keeps NaN out of the vectors it reduces */
 static inline float v_hmax(fvec v) {
     const __m128 half = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 quarter = _mm_max_ps(half, _mm_movehl_ps(half, half));

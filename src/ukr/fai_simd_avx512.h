@@ -42,6 +42,7 @@ static inline fvec v_select(fmask mask, fvec yes, fvec no) {
     return _mm512_mask_blend_ps(mask, no, yes);
 }
 static inline float v_hsum(fvec v) { return _mm512_reduce_add_ps(v); }
+/* NaN in v may or may not show, by lane: the softmax keeps NaN out of the vectors it reduces */
 static inline float v_hmax(fvec v) { return _mm512_reduce_max_ps(v); }
 static inline fvec v_load_f16(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));

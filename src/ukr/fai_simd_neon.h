@@ -35,6 +35,7 @@ static inline fmask v_lt(fvec a, fvec b) { return vcltq_f32(a, b); }
 static inline fmask v_eq(fvec a, fvec b) { return vceqq_f32(a, b); }
 static inline fvec v_select(fmask mask, fvec yes, fvec no) { return vbslq_f32(mask, yes, no); }
 static inline float v_hsum(fvec v) { return vaddvq_f32(v); }
+/* NaN in any lane gives NaN */
 static inline float v_hmax(fvec v) { return vmaxvq_f32(v); }
 static inline fvec v_load_f16(const uint16_t *p) {
     return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));

@@ -132,7 +132,13 @@ static void qk_simd(float *s_t, int64_t ld_s, const float *q_t, const float *k, 
     }
 }
 
-/* -- stage 2: online softmax, W query rows at a time --------------------------------------- */
+/* -- stage 2: online softmax, W query rows at a time ---------------------------------------
+ * NaN costs nothing in the key loops: the tile max skips NaN scores (x86's max returns its
+ * second operand, the running max, when either is NaN), a NaN score still gives P = NaN and so
+ * a NaN sum, and the sum then turns the row's max into NaN once per tile. A NaN max marks the
+ * row from then on (it wins the next tile's max and the split-KV merge), so a row whose visible
+ * scores are all NaN never reads as "saw nothing" (max -inf). NEON's max keeps NaN from either
+ * operand: there the row goes NaN at once, with the same result. */
 static void softmax_simd(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *row_max,
                          float *row_sum, float *row_alpha) {
     const fvec minus_inf = v_set1(-INFINITY);
@@ -140,8 +146,8 @@ static void softmax_simd(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *
         const fvec old_max = v_load(row_max + i0);
         fvec tile_max = minus_inf;
         for (int64_t j = 0; j < n; j++)
-            tile_max = v_max(tile_max, v_load(s_t + j * ld_s + i0));
-        const fvec new_max = v_max(old_max, tile_max);
+            tile_max = v_max(v_load(s_t + j * ld_s + i0), tile_max);
+        const fvec new_max = v_max(tile_max, old_max); /* a NaN max (second operand) stays */
         /* rows that have seen nothing keep max -inf: subtract 0 instead, so P = exp(-inf) = 0 */
         const fmask empty = v_eq(new_max, minus_inf);
         const fvec shift = v_select(empty, v_zero(), new_max);
@@ -153,9 +159,11 @@ static void softmax_simd(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *
             sum = v_add(sum, p);
         }
         const fvec alpha = v_select(empty, v_set1(1.0f), v_exp(v_sub(old_max, shift)));
+        const fvec new_sum = v_fma(v_load(row_sum + i0), alpha, sum);
         v_store(row_alpha + i0, alpha);
-        v_store(row_sum + i0, v_fma(v_load(row_sum + i0), alpha, sum));
-        v_store(row_max + i0, new_max);
+        v_store(row_sum + i0, new_sum);
+        /* sum x 0 + max: NaN where the sum is NaN (the sum is never infinite: P <= 1) */
+        v_store(row_max + i0, v_fma(new_sum, v_zero(), new_max));
     }
 }
 
@@ -431,21 +439,31 @@ static void pv_rows_simd(float *o, int64_t ld_o, const float *p, int64_t ld_n, i
 }
 
 /* The online softmax on row-major scores (decode tiles): one row at a time, W keys per vector;
- * columns [n, ld_n) hold -inf. */
+ * columns [n, ld_n) hold -inf. NaN as in softmax_simd: the max skips NaN scores, their P and so
+ * the sum are NaN, and a NaN sum makes the row's max NaN. */
 static void softmax_rows_simd(float *s, int64_t ld_n, int64_t m, float *row_max, float *row_sum,
                               float *row_alpha) {
     for (int64_t i = 0; i < m; i++) {
         float *row = s + i * ld_n;
         fvec tile_max = v_set1(-INFINITY);
         for (int64_t j = 0; j < ld_n; j += W)
-            tile_max = v_max(tile_max, v_load(row + j));
+            tile_max = v_max(v_load(row + j), tile_max);
         const float old_max = row_max[i], top = v_hmax(tile_max);
-        /* a NaN score (NEON's max keeps it) must not read as "nothing visible" */
+        /* a NaN top (NEON's max keeps NaN) or a NaN old max (the comparison fails) wins */
         const float new_max = top > old_max || isnan(top) ? top : old_max;
-        if (new_max == -INFINITY) { /* nothing visible yet */
-            for (int64_t j = 0; j < ld_n; j += W)
-                v_store(row + j, v_zero());
+        if (new_max == -INFINITY) {
+            /* nothing visible yet, unless a score is NaN: scores here are -inf (P = 0) or NaN
+             * (P = NaN, which reaches O through PV) */
+            fvec sum = v_zero();
+            for (int64_t j = 0; j < ld_n; j += W) {
+                const fvec x = v_load(row + j);
+                const fvec p = v_select(v_eq(x, x), v_zero(), x);
+                v_store(row + j, p);
+                sum = v_add(sum, p);
+            }
             row_alpha[i] = 1.0f;
+            row_sum[i] += v_hsum(sum);
+            if (isnan(row_sum[i])) row_max[i] = row_sum[i];
             continue;
         }
         const fvec shift = v_set1(new_max);
@@ -458,7 +476,7 @@ static void softmax_rows_simd(float *s, int64_t ld_n, int64_t m, float *row_max,
         const float alpha = old_max == new_max ? 1.0f : expf(old_max - new_max);
         row_alpha[i] = alpha;
         row_sum[i] = row_sum[i] * alpha + v_hsum(sum);
-        row_max[i] = new_max;
+        row_max[i] = isnan(row_sum[i]) ? row_sum[i] : new_max;
     }
 }
 

@@ -35,7 +35,8 @@ uint16_t fai__f32_to_f16_sat(float value) {
     const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
     const uint32_t abs_bits = bits & 0x7fffffffu;
     if (abs_bits > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
-    if (abs_bits >= 0x477ff000u) return (uint16_t)(sign | 0x7bffu); /* rounds past 65504 */
+    if (abs_bits == 0x7f800000u) return (uint16_t)(sign | 0x7c00u); /* Inf is a result, kept */
+    if (abs_bits >= 0x477ff000u) return (uint16_t)(sign | 0x7bffu); /* finite, rounds past 65504 */
     if (abs_bits >= 0x38800000u) {                                  /* normal f16 */
         const uint32_t exponent = (abs_bits >> 23) - 112;
         uint32_t mantissa = abs_bits & 0x7fffffu;

@@ -8,7 +8,8 @@
 
 float fai__f16_to_f32(uint16_t bits);
 float fai__bf16_to_f32(uint16_t bits);
-/* Round to nearest even; finite values beyond the f16 range saturate to +-65504; NaN stays NaN. */
+/* Round to nearest even; finite values beyond the f16 range saturate to +-65504; +-Inf stays
+ * +-Inf and NaN stays NaN (a non-finite result is never hidden as a finite one). */
 uint16_t fai__f32_to_f16_sat(float value);
 /* Round to nearest even; NaN stays a (quiet) NaN. */
 uint16_t fai__f32_to_bf16(float value);

@@ -8,6 +8,11 @@
  *   where wr is clamped to 0 when causal, and the explicit mask keeps it;
  *   s_j = scale * q.k_j (+ add mask), P = softmax over the visible keys, O = P V,
  *   LSE = log sum exp s_j. No visible key (or all ADD = -inf): O = 0, LSE = -inf.
+ * Non-finite values follow IEEE arithmetic in double: a visible NaN logit, or a +inf one (whose
+ * P is exp(inf - inf)), makes the row's O and LSE NaN; visible logits that are all -inf make a
+ * row like a fully masked one (LSE = log 0 = -inf, O = 0); Inf or NaN in V reaches O through
+ * P V wherever P is not 0, and through 0 x Inf = NaN where it is. Q rows and K/V positions a
+ * row cannot see never enter it.
  * Everything is computed in double from the exactly decoded inputs; softmax is the plain
  * two-pass max / sum form, with no tiling and no online rescaling.
  */
@@ -418,7 +423,8 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
                             dot += qd[d] * kd[j * D + d];
                         s[j] = scale * dot + add;
                         vis[j] = 1;
-                        if (s[j] > m) m = s[j];
+                        /* a NaN logit makes the max NaN for good, and so the whole row */
+                        if (s[j] > m || isnan(s[j])) m = s[j];
                     }
                     if (m == -INFINITY) {
                         out->row_state[orow] = FAI_ORACLE_ROW_MASKED;

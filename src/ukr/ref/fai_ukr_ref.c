@@ -49,6 +49,9 @@ static void qk_ref(float *s_t, int64_t ld_s, const float *q_t, const float *k, i
     }
 }
 
+/* NaN as in the SIMD tables: the max skips NaN scores (the comparison fails), a NaN score
+ * still gives P = NaN and a NaN sum, and a NaN sum makes the row's max NaN, which then stays
+ * (it fails every later comparison) and marks the row as one that saw a NaN. */
 static void softmax_ref(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *row_max,
                         float *row_sum, float *row_alpha) {
     for (int64_t i = 0; i < m; i++) {
@@ -57,22 +60,18 @@ static void softmax_ref(float *s_t, int64_t ld_s, int64_t m, int64_t n, float *r
             if (s_t[j * ld_s + i] > tile_max) tile_max = s_t[j * ld_s + i];
         const float old_max = row_max[i];
         const float new_max = tile_max > old_max ? tile_max : old_max;
-        if (new_max == -INFINITY) { /* nothing visible yet: keep the row empty */
-            for (int64_t j = 0; j < n; j++)
-                s_t[j * ld_s + i] = 0.0f;
-            row_alpha[i] = 1.0f;
-            continue;
-        }
+        /* nothing visible yet: subtract 0, so -inf gives P = 0 and NaN stays NaN */
+        const float shift = new_max == -INFINITY ? 0.0f : new_max;
         float sum = 0.0f;
         for (int64_t j = 0; j < n; j++) {
-            const float p = expf(s_t[j * ld_s + i] - new_max);
+            const float p = expf(s_t[j * ld_s + i] - shift);
             s_t[j * ld_s + i] = p;
             sum += p;
         }
         const float alpha = old_max == new_max ? 1.0f : expf(old_max - new_max);
         row_alpha[i] = alpha;
         row_sum[i] = row_sum[i] * alpha + sum;
-        row_max[i] = new_max;
+        row_max[i] = isnan(row_sum[i]) ? row_sum[i] : new_max;
     }
 }
 
