@@ -232,7 +232,13 @@ typedef struct fai_tensors {
     /* Optional LSE output, f32: element (b, h, i) at data[b*stride_batch + h*stride_head +
      * i*stride_seq] ([B, Hq, Sq] is stride_batch = Hq*Sq, stride_head = Sq, stride_seq = 1);
      * for packed queries i is the packed row and stride_batch is ignored. data NULL skips it.
-     * Fully masked rows and rows past the length get -inf. */
+     * Fully masked rows and rows past the length get -inf.
+     * NaN and Inf: positions a row cannot see never reach it. A NaN score the row sees (from
+     * Q, K or an additive mask) makes its O and LSE NaN, also when all its visible scores are
+     * NaN (never the 0 / -inf of a masked row); a +Inf score does the same, -Inf scores weigh
+     * 0 (all -Inf: an empty row, 0 / -inf). Inf or NaN in V reaches O, not the LSE, of the rows
+     * that weigh that key above 0. f16 output saturates finite values at +-65504 and keeps
+     * +-Inf and NaN. */
     fai_tensor lse;
     fai_mask mask;              /* used when the plan's mask_kind is not NONE */
     const int32_t *block_table; /* paged only: [batch, pages_per_seq] */
@@ -414,8 +420,9 @@ FAI_API const char *fai_tuning_path(void);
  * cascades, chunked contexts, sequence-parallel attention) into the result over their union:
  *     m = max_p LSE_p,  w_p = e^(LSE_p - m),  O = sum_p w_p O_p / sum_p w_p,  LSE = m + log sum w_p
  * A part with LSE = -inf (its keys were all masked) contributes nothing; a row where every part
- * is -inf gets O = 0 and LSE = -inf. Accumulates in double; the parts may be f32, f16 or bf16,
- * and so may the output.
+ * is -inf gets O = 0 and LSE = -inf. A part whose LSE is NaN makes the row's O and LSE NaN, and
+ * Inf or NaN in a part's O reaches the row (f16 output keeps +-Inf, as fai_run does).
+ * Accumulates in double; the parts may be f32, f16 or bf16, and so may the output.
  * o_parts[p] and o_out are [batch, seq, heads, head_dim] by their strides (stride_batch is used
  * as given: for packed rows pass batch = 1); lse_parts[p] and lse_out are f32 with element
  * (b, i, h) at data[b*stride_batch + i*stride_seq + h*stride_head] (lse_out.data NULL skips it).
