@@ -1,6 +1,7 @@
 /* Chooses the micro-kernel table once per process: the best this CPU runs, or the one FAI_ISA
- * names (ref, avx2, avx512, neon; auto or unset: the best), so every table can be tested on one
- * machine. */
+ * names (amx, avx512, avx2, neon, ref, amx-emu; auto or unset: the best), so every table can be
+ * tested on one machine. amx-emu (the matrix-engine logic with emulated tiles, for testing) is
+ * never chosen unless named. */
 #include "arch/fai_cpuid.h"
 #include "fai_internal.h"
 
@@ -14,9 +15,10 @@ typedef struct isa_table {
     fai_cntx cntx;
 } isa_table;
 
-/* Best first. */
-static isa_table tables[] = {
-    {"avx512", 0, {0}}, {"avx2", 0, {0}}, {"neon", 0, {0}}, {"ref", 1, {0}}};
+/* Best first; the automatic choice stops at ref, which every CPU runs. */
+enum { AMX, AVX512, AVX2, NEON, REF, AMX_EMU };
+static isa_table tables[] = {{"amx", 0, {0}},  {"avx512", 0, {0}}, {"avx2", 0, {0}},
+                             {"neon", 0, {0}}, {"ref", 1, {0}},    {"amx-emu", 1, {0}}};
 #define TABLE_COUNT (sizeof tables / sizeof tables[0])
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -24,19 +26,32 @@ static void init_tables(void) {
     const fai_cpu_features *cpu = fai__cpu_features();
     (void)cpu;
 #if defined(FAI_HAVE_AVX512)
-    tables[0].available = cpu->avx512f && cpu->avx2 && cpu->fma && cpu->f16c;
-    if (tables[0].available) fai__cntx_init_avx512(&tables[0].cntx);
-    if (tables[0].available && cpu->avx512bf16) fai__cntx_add_avx512_bf16(&tables[0].cntx);
+    tables[AVX512].available = cpu->avx512f && cpu->avx2 && cpu->fma && cpu->f16c;
+    if (tables[AVX512].available) fai__cntx_init_avx512(&tables[AVX512].cntx);
+    if (tables[AVX512].available && cpu->avx512bf16)
+        fai__cntx_add_avx512_bf16(&tables[AVX512].cntx);
+    /* the tile unit needs the kernel's grant first: asked here, once, before any thread runs a
+     * plan made with this table */
+    tables[AMX].available =
+        tables[AVX512].available && cpu->avx512bw && cpu->avx512bf16 && fai__amx_enable();
+    if (tables[AMX].available) {
+        tables[AMX].cntx = tables[AVX512].cntx;
+        fai__cntx_add_amx(&tables[AMX].cntx);
+        tables[AMX].cntx.name = "amx";
+    }
 #endif
 #if defined(FAI_HAVE_AVX2)
-    tables[1].available = cpu->avx2 && cpu->fma && cpu->f16c;
-    if (tables[1].available) fai__cntx_init_avx2(&tables[1].cntx);
+    tables[AVX2].available = cpu->avx2 && cpu->fma && cpu->f16c;
+    if (tables[AVX2].available) fai__cntx_init_avx2(&tables[AVX2].cntx);
 #endif
 #if defined(FAI_HAVE_NEON)
-    tables[2].available = cpu->neon;
-    if (tables[2].available) fai__cntx_init_neon(&tables[2].cntx);
+    tables[NEON].available = cpu->neon;
+    if (tables[NEON].available) fai__cntx_init_neon(&tables[NEON].cntx);
 #endif
-    fai__cntx_init_ref(&tables[3].cntx);
+    fai__cntx_init_ref(&tables[REF].cntx);
+    fai__cntx_init_ref(&tables[AMX_EMU].cntx);
+    fai__cntx_add_amx_emu(&tables[AMX_EMU].cntx);
+    tables[AMX_EMU].cntx.name = "amx-emu";
 }
 
 const fai_cntx *fai__cntx_by_name(const char *name) {
@@ -50,7 +65,7 @@ const fai_cntx *fai__cntx_select(void) {
     pthread_once(&tables_once, init_tables);
     const char *forced = getenv("FAI_ISA");
     if (!forced || !*forced || !strcmp(forced, "auto")) {
-        for (size_t i = 0; i < TABLE_COUNT; i++)
+        for (size_t i = 0; i <= REF; i++)
             if (tables[i].available) return &tables[i].cntx;
     }
     for (size_t i = 0; i < TABLE_COUNT; i++) {
@@ -61,7 +76,7 @@ const fai_cntx *fai__cntx_select(void) {
                   forced);
         return NULL;
     }
-    fai__fail(FAI_ERR_ISA_UNAVAILABLE, "FAI_ISA = %s is not one of ref, avx2, avx512, neon, auto",
-              forced);
+    fai__fail(FAI_ERR_ISA_UNAVAILABLE,
+              "FAI_ISA = %s is not one of amx, avx512, avx2, neon, ref, amx-emu, auto", forced);
     return NULL;
 }

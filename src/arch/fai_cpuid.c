@@ -1,10 +1,16 @@
 /* CPU feature detection, run once and cached. */
+/* syscall(2) for the AMX permission request */
+#define _DEFAULT_SOURCE
 #include "arch/fai_cpuid.h"
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__linux__) && (defined(__x86_64__) || defined(__i386__))
+#include <sys/syscall.h>
+#endif
 
 static fai_cpu_features features;
 static pthread_once_t features_once = PTHREAD_ONCE_INIT;
@@ -35,6 +41,10 @@ static void detect(void) {
     features.avx512vl = zmm_state && ((ebx >> 31) & 1);
     __cpuid_count(7, 1, eax, ebx, ecx, edx);
     features.avx512bf16 = features.avx512f && ((eax >> 5) & 1);
+    /* leaf 7 EDX: bit 22 AMX-BF16, bit 24 AMX-TILE; XCR0 bits 17-18: XTILECFG, XTILEDATA */
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    const int tile_state = (xcr0 & 0x60000) == 0x60000;
+    features.amx_bf16 = tile_state && features.avx512bf16 && ((edx >> 22) & 1) && ((edx >> 24) & 1);
 }
 #elif defined(__aarch64__)
 static void detect(void) { features.neon = 1; /* Advanced SIMD is mandatory on AArch64 */ }
@@ -97,4 +107,23 @@ const fai_cache_sizes *fai__cache_sizes(void) {
 const fai_cpu_features *fai__cpu_features(void) {
     pthread_once(&features_once, detect);
     return &features;
+}
+
+static int amx_permitted;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void request_amx(void) {
+    const char *env = getenv("FAI_AMX");
+    if (env && !strcmp(env, "0")) return;
+    if (!fai__cpu_features()->amx_bf16) return;
+#if defined(__linux__) && defined(__x86_64__) && defined(SYS_arch_prctl)
+    /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18); the grant covers every thread of
+     * the process, so asking once before any thread touches a tile is enough */
+    amx_permitted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#endif
+}
+
+int fai__amx_enable(void) {
+    pthread_once(&amx_once, request_amx);
+    return amx_permitted;
 }

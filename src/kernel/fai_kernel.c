@@ -116,7 +116,10 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
     for (int64_t r = 0; r < rows; r++)
         sc->row_ptrs[r] =
             fai__q_row(plan, &t->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
-    if (plan->direct_kv)
+    if (plan->mx)
+        cntx->mx_pack_q((uint16_t *)sc->q_tile, plan->mx_q_parts, sc->row_ptrs, rows, ld_s, d,
+                        plan->d_pad, t->q.dtype);
+    else if (plan->direct_kv)
         cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
     else if (plan->bf16_qk)
         cntx->pack_q_bf16((uint16_t *)sc->q_tile, ld_s, sc->row_ptrs, rows, d);
@@ -126,8 +129,62 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
         sc->row_max[r] = -INFINITY;
         sc->row_sum[r] = 0.0f;
     }
-    memset(sc->o_acc, 0, (size_t)(rows * ld_o) * sizeof(float));
+    /* the matrix engine's accumulator tiles cover the padded rows too */
+    const int64_t o_rows = plan->mx ? ld_s : rows;
+    memset(sc->o_acc, 0, (size_t)(o_rows * ld_o) * sizeof(float));
     FAI_LAP(FAI_STAGE_PACK_Q);
+}
+
+/* The four stages of one kv tile on the matrix engine: the K tile packed into pairs, S = Q K^T
+ * on tiles, masks and the online softmax on the vector unit (P as bf16 hi + lo), O rescaled,
+ * the V tile packed into pairs, O += P V on tiles. */
+static void run_tile_mx(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                        const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
+                        const unit_scratch *sc) {
+    const fai_cntx *cntx = plan->cntx;
+    const int64_t rows = unit->q_len * unit->heads, b = unit->batch;
+    const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v;
+    const int64_t m_pad = plan->ld_s, ld_n = plan->ld_n, ld_o = plan->ld_o, d_pad = plan->d_pad;
+    const int64_t n_pad = fai__ceil_div(n, 32) * 32;
+    /* the operands in the unit's scratch (layout_mx_slot in fai_plan.c); P follows S */
+    uint16_t *k = (uint16_t *)sc->k_tile, *v = (uint16_t *)sc->v_tile;
+    uint16_t *p = (uint16_t *)(sc->s_tile + m_pad * ld_n);
+
+    fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+    cntx->mx_pack_k(k, plan->mx_k_parts, sc->row_ptrs, n, n_pad, d, d_pad, t->k.dtype);
+    FAI_LAP(FAI_STAGE_PACK_KV);
+    cntx->mx_qk(sc->s_tile, ld_n, (const uint16_t *)sc->q_tile, plan->mx_q_parts, k,
+                plan->mx_k_parts, m_pad, n_pad, d_pad);
+    FAI_LAP(FAI_STAGE_QK);
+
+    const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
+    /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
+     * scale and masks that only remove keys; else S is scaled first, as the other tables do */
+    float scale = plan->scale;
+    if (plan->pb.mask_kind == FAI_MASK_ADD || !(scale > 0.0f && scale < 1e30f)) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < n; c++)
+                sc->s_tile[r * ld_n + c] *= scale;
+        scale = 1.0f;
+    }
+    if (masked) apply_masks(plan, t, unit, band, band_partial, key_begin, n, sc->s_tile, ld_n, 1);
+    cntx->mx_softmax(sc->s_tile, ld_n, rows, m_pad, n, n_pad, scale, sc->row_max, sc->row_sum,
+                     sc->row_alpha, p);
+    FAI_LAP(FAI_STAGE_SOFTMAX);
+    cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
+    FAI_LAP(FAI_STAGE_RESCALE);
+
+    fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+    /* a masked tile needs the exact (sparse) PV only where V holds Inf or NaN */
+    const int v_parts = plan->mx_v_parts;
+    const int v_finite =
+        cntx->mx_pack_v(v, v_parts, sc->row_ptrs, n, n_pad, dv, ld_o, t->v.dtype, masked);
+    FAI_LAP(FAI_STAGE_PACK_KV);
+    if (masked && !v_finite)
+        cntx->mx_pv_sparse(sc->o_acc, ld_o, p, v, v_parts, rows, n, m_pad, n_pad, dv, ld_o);
+    else
+        cntx->mx_pv(sc->o_acc, ld_o, p, v, v_parts, m_pad, n_pad, ld_o);
+    FAI_LAP(FAI_STAGE_PV);
 }
 
 /* Step 2 of a unit, for one of its valid kv tiles (an offset into its range): the four stages,
@@ -149,6 +206,10 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                                fai__band_hi(&band, first_row) >= key_begin + n - 1);
 
     FAI_LAP(FAI_STAGE_OTHER);
+    if (plan->mx) {
+        run_tile_mx(plan, t, unit, &band, band_partial, key_begin, n, sc);
+        return;
+    }
     /* decode reads K and V rows in place, prefetching FAI_PREFETCH_ROWS ahead: the row
      * lists run that far into the next tile */
     const int64_t rest = seq->kv_len - key_begin - n;
@@ -319,6 +380,7 @@ void KERNEL_RUN_WORKER(const fai_plan *plan, const fai_tensors *t, int64_t worke
     for (int64_t k = 0; k < slot_count; k++)
         slots[k] = carve_scratch(plan, ws + (size_t)k * plan->ws.slot);
     const fai_worker *worker = &plan->worker[worker_index];
+    if (plan->mx) plan->cntx->mx_enter();
     for (int64_t u = worker->unit_begin; u < worker->unit_end;) {
         const fai_unit *unit = &plan->units[u];
         if (unit->parts > 1) {
@@ -350,4 +412,5 @@ void KERNEL_RUN_WORKER(const fai_plan *plan, const fai_tensors *t, int64_t worke
             finish_unit(plan, t, &plan->units[u + k], &slots[k]);
         u += count;
     }
+    if (plan->mx) plan->cntx->mx_leave();
 }

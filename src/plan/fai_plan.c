@@ -39,20 +39,29 @@ static void limit_threads(fai_plan *plan) {
 
 static size_t align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
-static fai_status layout_workspace(fai_plan *plan) {
-    const int64_t width = plan->cntx->simd_width;
-    plan->ld_s = fai__ceil_div(plan->tile_rows, width) * width;
-    plan->ld_o = fai__ceil_div(plan->head_dim_v, width) * width;
-    plan->ld_q = fai__ceil_div(plan->pb.head_dim, width) * width;
-    plan->direct_kv = plan->tile_rows <= FAI_DIRECT_KV_MAX_ROWS;
-    plan->ld_n = fai__ceil_div(plan->tile_kv, width) * width;
-    plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
-                    plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0;
+/* The matrix engine's per-unit scratch (see fai_mx_body.h): Q hi/lo [m_pad, d_pad], K pairs
+ * hi/lo [d_pad / 2, n_pad, 2], V pairs hi/lo [n_pad / 2, dv_pad, 2], S [m_pad, ld_n] f32 with P
+ * hi/lo [m_pad, n_pad] after it, O [m_pad, dv_pad] f32. */
+static void layout_mx_slot(fai_plan *plan, size_t *offset) {
+    const size_t m_pad = (size_t)plan->ld_s, n_pad = (size_t)plan->ld_n;
+    const size_t d_pad = (size_t)plan->d_pad, dv_pad = (size_t)plan->ld_o;
+    const size_t half = sizeof(uint16_t);
+    fai_ws_layout *ws = &plan->ws;
+    ws->q_tile = *offset, *offset += align64(m_pad * d_pad * half * (size_t)plan->mx_q_parts);
+    ws->k_tile = *offset, *offset += align64(n_pad * d_pad * half * (size_t)plan->mx_k_parts);
+    ws->v_tile = *offset, *offset += align64(n_pad * dv_pad * half * (size_t)plan->mx_v_parts);
+    ws->s_tile = *offset, *offset += align64(m_pad * n_pad * (sizeof(float) + 2 * half));
+    ws->o_acc = *offset, *offset += align64(m_pad * dv_pad * sizeof(float));
+}
+
+/* The vector tables' per-unit scratch: Q^T, packed K and V tiles, S^T and O (f32); decode
+ * tiles read K and V in place and keep Q and S row-major. */
+static void layout_vector_slot(fai_plan *plan, size_t *offset_io) {
     const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
     const size_t d = (size_t)plan->pb.head_dim, ld_o = (size_t)plan->ld_o;
     const size_t ld_s = (size_t)plan->ld_s;
     fai_ws_layout *ws = &plan->ws;
-    size_t offset = 0;
+    size_t offset = *offset_io;
     /* Q^T [d, ld_s], or Q [rows, ld_q] when K and V are read directly */
     const size_t q_floats = plan->direct_kv ? rows * (size_t)plan->ld_q : d * ld_s;
     ws->q_tile = offset, offset += align64(q_floats * sizeof(float));
@@ -64,10 +73,54 @@ static fai_status layout_workspace(fai_plan *plan) {
     const size_t s_floats = plan->direct_kv ? rows * (size_t)plan->ld_n : keys * ld_s;
     ws->s_tile = offset, offset += align64(s_floats * sizeof(float));
     ws->o_acc = offset, offset += align64(rows * ld_o * sizeof(float)); /* O [rows, ld_o] */
+    *offset_io = offset;
+}
+
+/* Whether the matrix engine takes the plan: a table with one, prefill tiles (decode streams K
+ * and V and is bound by memory), and 16-bit K and V (f32 K/V would need three passes of each
+ * product for f32 accuracy; they stay on the FMA tables). */
+static int use_matrix_engine(const fai_plan *plan) {
+    const fai_problem *pb = &plan->pb;
+    return plan->cntx->mx_qk && !plan->direct_kv && pb->k_dtype != FAI_DTYPE_F32 &&
+           pb->v_dtype != FAI_DTYPE_F32;
+}
+
+/* bf16 parts that hold a dtype exactly: its significand in slices of 8 bits */
+static int mx_parts(fai_dtype dtype) {
+    return dtype == FAI_DTYPE_BF16 ? 1 : dtype == FAI_DTYPE_F16 ? 2 : 3;
+}
+
+static fai_status layout_workspace(fai_plan *plan) {
+    const int64_t width = plan->cntx->simd_width;
+    plan->ld_s = fai__ceil_div(plan->tile_rows, width) * width;
+    plan->ld_o = fai__ceil_div(plan->head_dim_v, width) * width;
+    plan->ld_q = fai__ceil_div(plan->pb.head_dim, width) * width;
+    plan->direct_kv = plan->tile_rows <= FAI_DIRECT_KV_MAX_ROWS;
+    plan->ld_n = fai__ceil_div(plan->tile_kv, width) * width;
+    plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
+                    plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0;
+    plan->mx = use_matrix_engine(plan);
+    if (plan->mx) {
+        plan->bf16_qk = 0;
+        plan->ld_s = fai__ceil_div(plan->tile_rows, 32) * 32;
+        plan->ld_o = fai__ceil_div(plan->head_dim_v, 32) * 32;
+        plan->ld_n = fai__ceil_div(plan->tile_kv, 32) * 32;
+        plan->d_pad = fai__ceil_div(plan->pb.head_dim, 32) * 32;
+        plan->mx_q_parts = mx_parts(plan->pb.q_dtype);
+        plan->mx_k_parts = mx_parts(plan->pb.k_dtype);
+        plan->mx_v_parts = mx_parts(plan->pb.v_dtype);
+    }
+    const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
+    const size_t ld_o = (size_t)plan->ld_o, ld_s = (size_t)plan->ld_s;
+    fai_ws_layout *ws = &plan->ws;
+    size_t offset = 0;
+    if (plan->mx)
+        layout_mx_slot(plan, &offset);
+    else
+        layout_vector_slot(plan, &offset);
     ws->row_max = offset, offset += align64(ld_s * sizeof(float));
     ws->row_sum = offset, offset += align64(ld_s * sizeof(float));
     ws->row_alpha = offset, offset += align64(ld_s * sizeof(float));
-    /* row pointers of a Q tile or a kv tile */
     /* row pointers of a Q tile, or of a kv tile and the rows prefetched past it */
     const size_t pointers = keys + FAI_PREFETCH_ROWS > rows ? keys + FAI_PREFETCH_ROWS : rows;
     ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));

@@ -91,6 +91,44 @@ typedef struct fai_cntx {
     void (*qk_bf16)(float *s_t, int64_t ld_s, const uint16_t *q_pairs, const void *const *k_rows,
                     int64_t n, int64_t d, float scale);
 
+    /* Optional: the matrix engine (a tile unit: Intel AMX, or its emulation), NULL elsewhere.
+     * QK and PV run on tiles of bf16 operands, held in `parts` bf16 parts where the input is not
+     * bf16 (f16: 2, f32: 3; each part follows the one before in memory); the softmax and the
+     * rescale stay on the vector unit. Layouts: see ukr/amx/fai_mx_body.h (m_pad, n_pad, d_pad,
+     * dv_pad multiples of 32; S row-major [m_pad, ld_n]; O row-major [m_pad, ld_o] like the other
+     * prefill tables' accumulator, so rescale_o, the split-KV merge and the final store are
+     * shared; P as hi + lo, [m_pad, n_pad] each).
+     *   mx_enter / mx_leave: configure this thread's tiles before a worker's first tile
+     *     instruction, and release them after its last.
+     *   mx_pack_q: m Q rows into Q [m_pad, d_pad].
+     *   mx_pack_k: n K rows into key pairs [d_pad / 2, n_pad, 2].
+     *   mx_pack_v: n V rows into value pairs [n_pad / 2, dv_pad, 2]; with check_finite, returns
+     *     0 if a value is Inf or NaN.
+     *   mx_qk: S = Q K^T, unscaled.
+     *   mx_softmax: the online softmax of the raw scores with scale > 0 folded in, writing P;
+     *     row_max, row_sum and row_alpha as softmax leaves them (the max may trail the true max
+     *     by a bounded amount: O and l use the same one).
+     *   mx_pv: O += P V.
+     *   mx_pv_sparse: the same where only nonzero P may reach O (a masked tile whose V holds Inf
+     *     or NaN). */
+    void (*mx_enter)(void);
+    void (*mx_leave)(void);
+    void (*mx_pack_q)(uint16_t *q, int parts, const void *const *rows, int64_t m, int64_t m_pad,
+                      int64_t d, int64_t d_pad, fai_dtype dtype);
+    void (*mx_pack_k)(uint16_t *k, int parts, const void *const *rows, int64_t n, int64_t n_pad,
+                      int64_t d, int64_t d_pad, fai_dtype dtype);
+    int (*mx_pack_v)(uint16_t *v, int parts, const void *const *rows, int64_t n, int64_t n_pad,
+                     int64_t dv, int64_t dv_pad, fai_dtype dtype, int check_finite);
+    void (*mx_qk)(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,
+                  int k_parts, int64_t m_pad, int64_t n_pad, int64_t d_pad);
+    void (*mx_softmax)(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
+                       float scale, float *row_max, float *row_sum, float *row_alpha, uint16_t *p);
+    void (*mx_pv)(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, int v_parts,
+                  int64_t m_pad, int64_t n_pad, int64_t dv_pad);
+    void (*mx_pv_sparse)(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, int v_parts,
+                         int64_t m, int64_t n, int64_t m_pad, int64_t n_pad, int64_t dv,
+                         int64_t dv_pad);
+
     /* The softmax's exp over n values (n a multiple of simd_width), for accuracy tests. */
     void (*exp_array)(float *dst, const float *src, int64_t n);
 } fai_cntx;
@@ -100,13 +138,15 @@ void fai__cntx_init_avx2(fai_cntx *cntx);
 void fai__cntx_init_avx512(fai_cntx *cntx);
 void fai__cntx_init_neon(fai_cntx *cntx);
 void fai__cntx_add_avx512_bf16(fai_cntx *cntx);
+void fai__cntx_add_amx(fai_cntx *cntx);     /* the tile unit itself */
+void fai__cntx_add_amx_emu(fai_cntx *cntx); /* the same logic with emulated tiles */
 
 /* The table chosen for this CPU (FAI_ISA may force one); NULL and a message if FAI_ISA names a
  * table this build or CPU cannot run. */
 const fai_cntx *fai__cntx_select(void);
 
-/* The table of one ISA by name ("ref", "avx2", "avx512", "neon"), or NULL if this build or CPU
- * cannot run it. For tests that compare tables. */
+/* The table of one ISA by name ("amx", "avx512", "avx2", "neon", "ref", "amx-emu"), or NULL if this
+ * build or CPU cannot run it. For tests that compare tables. */
 const fai_cntx *fai__cntx_by_name(const char *name);
 
 #endif

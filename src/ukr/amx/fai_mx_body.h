@@ -1,0 +1,321 @@
+/* The matrix-engine micro-kernels (the seed's Cube stages on a CPU's tile unit), written once
+ * against a tile vocabulary (TILE_LOAD / TILE_STORE / TILE_ZERO / TILE_DP over eight tiles of
+ * 16 x 64 bytes: fai_tile_amx.h, or its emulation fai_tile_emu.h) and a vector vocabulary
+ * (fai_mxv_avx512.h, or the portable fai_mxv_portable.h) for the softmax and the packing.
+ *
+ * Layouts (bf16 unless said; m_pad, n_pad, d_pad, dv_pad multiples of 32):
+ *     Q     [m_pad, d_pad]         query rows (A of QK), rows past m and columns past d zero
+ *     K     [d_pad / 2, n_pad, 2]  key pairs (B of QK): pair p of key j at (p n_pad + j) 2
+ *     S     [m_pad, ld_n] f32      raw scores Q K^T (row-major: rows are query rows)
+ *     P     [m_pad, n_pad]         probabilities (A of PV), keys past n zero
+ *     V     [n_pad / 2, dv_pad, 2] value pairs (B of PV): keys 2p, 2p + 1 of column x at
+ *                                  (p dv_pad + x) 2
+ *     O     [m_pad, ld_o] f32      the accumulator, ld_o >= dv_pad
+ * An operand that is not bf16 already is held in bf16 parts, each the truncated rest of the
+ * ones before: f16 as hi + lo and f32 as hi + mid + lo, both exactly; P as hi + lo (2^-16
+ * relative, against bf16's 2^-9). Each part follows the one before in memory. The products of a
+ * pass are exact in f32 (bf16 x bf16); QK sums every pass down to 2^-24 relative (an f32
+ * product's rounding, which large logits need), PV the passes down to 2^-16 (P's own). */
+#include "fai_internal.h"
+#include "util/fai_half.h"
+
+#include <math.h>
+#include <string.h>
+
+#define TILE 16      /* rows of a tile, and f32 columns of an accumulator tile */
+#define PAIR_COLS 32 /* bf16 elements of a tile row: the reduction step of one TILE_DP */
+
+/* How far the row max may run ahead of the one P is computed against: P <= e^8 (about 3000),
+ * which bf16 and f32 hold with room to spare, while O is rescaled only when the max grows by
+ * more (rarely after the first tiles). The final O / l and LSE = m + log l are exact whatever
+ * m was used, as long as O and l used the same. */
+#define LAZY_MAX_GROWTH 8.0f
+
+/* 2^f for f in [-1/2, 1/2], degree 5 (Taylor in f ln 2): relative error below 3e-6, under the
+ * 2^-16 of P's hi + lo. */
+static const float exp2_poly[6] = {1.0f,          0.693147182f,   0.240226507f,
+                                   0.0555041087f, 0.00961812911f, 0.00133335581f};
+
+static void mx_enter(void) { tile_enter(); }
+static void mx_leave(void) { tile_leave(); }
+
+/* One value split as the vector split does (parts after hi 0 for Inf and NaN). */
+static inline void split_one(float x, uint16_t *out, int parts, int64_t part_stride) {
+    float rest = x;
+    for (int part = 0; part < parts; part++) {
+        uint32_t bits;
+        memcpy(&bits, &rest, sizeof bits);
+        if (part == parts - 1 && part > 0) {
+            out[part * part_stride] = isfinite(x) ? fai__f32_to_bf16(rest) : 0;
+            break;
+        }
+        const uint32_t top = bits & 0xffff0000u;
+        float top_value;
+        memcpy(&top_value, &top, sizeof top_value);
+        out[part * part_stride] = part > 0 && !isfinite(x) ? 0 : (uint16_t)(bits >> 16);
+        rest -= top_value;
+    }
+}
+
+/* count elements of a row of dtype into `parts` bf16 parts, part_stride elements apart: 1 part
+ * for bf16 (copied), 2 (hi, lo) or 3 (hi, mid, lo). */
+static void split_row(uint16_t *out, int parts, int64_t part_stride, const void *row, int64_t count,
+                      fai_dtype dtype) {
+    if (parts == 1) {
+        memcpy(out, row, (size_t)count * sizeof(uint16_t));
+        return;
+    }
+    uint16_t *mid = parts == 3 ? out + part_stride : NULL;
+    uint16_t *lo = out + (parts - 1) * part_stride;
+    int64_t x = 0;
+    for (; x + 2 * W <= count; x += 2 * W)
+        v_split_store_inputs(v_load_any(row, x, dtype), v_load_any(row, x + W, dtype), out + x,
+                             mid ? mid + x : NULL, lo + x);
+    for (; x < count; x++)
+        split_one(fai__load_element(row, x, dtype), out + x, parts, part_stride);
+}
+
+static void zero_parts(uint16_t *out, int parts, int64_t part_stride, int64_t count) {
+    for (int part = 0; part < parts; part++)
+        memset(out + part * part_stride, 0, (size_t)count * sizeof(uint16_t));
+}
+
+/* Q rows into Q [m_pad, d_pad], each part m_pad * d_pad elements after the last. */
+static void mx_pack_q(uint16_t *q, int parts, const void *const *rows, int64_t m, int64_t m_pad,
+                      int64_t d, int64_t d_pad, fai_dtype dtype) {
+    const int64_t part_stride = m_pad * d_pad;
+    for (int64_t i = 0; i < m_pad; i++) {
+        uint16_t *out = q + i * d_pad;
+        const int64_t filled = i < m ? d : 0;
+        if (filled) split_row(out, parts, part_stride, rows[i], d, dtype);
+        zero_parts(out + filled, parts, part_stride, d_pad - filled);
+    }
+}
+
+/* K rows into key pairs [d_pad / 2, n_pad, 2] (each part n_pad * d_pad elements after the
+ * last): 16 keys x 16 pairs at a time, a transpose of 32-bit words. bf16 rows with whole blocks
+ * are read in place; the rest (conversions, the last keys and columns) goes through a
+ * zero-padded block. */
+static void mx_pack_k(uint16_t *k, int parts, const void *const *rows, int64_t n, int64_t n_pad,
+                      int64_t d, int64_t d_pad, fai_dtype dtype) {
+    uint16_t block[3][TILE][PAIR_COLS];
+    const uint32_t *src[3][TILE];
+    const int64_t part_stride = n_pad * d_pad, element = (int64_t)fai__dtype_size(dtype);
+    for (int64_t j0 = 0; j0 < n_pad; j0 += TILE) {
+        for (int64_t x0 = 0; x0 < d_pad; x0 += PAIR_COLS) {
+            const int direct = parts == 1 && j0 + TILE <= n && x0 + PAIR_COLS <= d;
+            for (int j = 0; j < TILE; j++) {
+                if (direct) {
+                    src[0][j] = (const uint32_t *)((const uint16_t *)rows[j0 + j] + x0);
+                    continue;
+                }
+                const int64_t count = j0 + j >= n ? 0 : d - x0 < PAIR_COLS ? d - x0 : PAIR_COLS;
+                const int64_t block_stride = (int64_t)(sizeof block[0] / sizeof(uint16_t));
+                if (count)
+                    split_row(block[0][j], parts, block_stride,
+                              (const char *)rows[j0 + j] + x0 * element, count, dtype);
+                zero_parts(block[0][j] + count, parts, block_stride, PAIR_COLS - count);
+                for (int part = 0; part < parts; part++)
+                    src[part][j] = (const uint32_t *)block[part][j];
+            }
+            const int64_t at = (x0 / 2) * n_pad + j0; /* in 32-bit pairs */
+            for (int part = 0; part < parts; part++)
+                v_transpose16_u32(src[part], (uint32_t *)(k + part * part_stride) + at, n_pad);
+        }
+    }
+}
+
+/* V rows into value pairs [n_pad / 2, dv_pad, 2] (each part n_pad * dv_pad elements after the
+ * last). With check_finite, returns 0 when a value is Inf or NaN (else 1 without looking). */
+static int mx_pack_v(uint16_t *v, int parts, const void *const *rows, int64_t n, int64_t n_pad,
+                     int64_t dv, int64_t dv_pad, fai_dtype dtype, int check_finite) {
+    enum { ROW = FAI_MAX_HEAD_DIM + PAIR_COLS };
+    uint16_t staged[2][3][ROW]; /* two rows, their parts */
+    const int direct = parts == 1 && dv == dv_pad;
+    const int64_t part_stride = n_pad * dv_pad;
+    int nonfinite = 0;
+    for (int64_t j = 0; j < n_pad; j += 2) {
+        const uint16_t *a[3], *b[3];
+        if (direct && j + 1 < n) {
+            a[0] = rows[j];
+            b[0] = rows[j + 1];
+        } else {
+            for (int r = 0; r < 2; r++) {
+                const int64_t count = j + r < n ? dv : 0;
+                if (count) split_row(staged[r][0], parts, ROW, rows[j + r], dv, dtype);
+                zero_parts(staged[r][0] + count, parts, ROW, dv_pad - count);
+            }
+            for (int part = 0; part < parts; part++) {
+                a[part] = staged[0][part];
+                b[part] = staged[1][part];
+            }
+        }
+        for (int64_t x = 0; x < dv_pad; x += PAIR_COLS) {
+            if (check_finite)
+                nonfinite |= v_nonfinite32_bf16(a[0] + x) | v_nonfinite32_bf16(b[0] + x);
+            for (int part = 0; part < parts; part++)
+                v_interleave32_u16(v + part * part_stride + j * dv_pad + 2 * x, a[part] + x,
+                                   b[part] + x);
+        }
+    }
+    return !nonfinite;
+}
+
+/* The passes of a product of split operands: the parts i of one and j of the other with
+ * i + j <= 2, each part being 2^-8 of the one before: what is left out is below 2^-24 relative,
+ * the rounding of an f32 product. */
+#define MAX_PASS_LEVEL 2
+
+/* S [m_pad, ld_n] = Q K^T, in 32 x 32 blocks: accumulators 0-3, Q in tiles 4-5, K in 6-7. */
+static void mx_qk(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,
+                  int k_parts, int64_t m_pad, int64_t n_pad, int64_t d_pad) {
+    const int64_t q_stride = d_pad * 2, k_stride = n_pad * 4, s_stride = ld_n * 4;
+    const int64_t q_part = m_pad * d_pad, k_part = n_pad * d_pad;
+    for (int64_t i0 = 0; i0 < m_pad; i0 += 2 * TILE) {
+        for (int64_t j0 = 0; j0 < n_pad; j0 += 2 * TILE) {
+            TILE_ZERO(0);
+            TILE_ZERO(1);
+            TILE_ZERO(2);
+            TILE_ZERO(3);
+            for (int64_t x = 0; x < d_pad; x += PAIR_COLS) {
+                const int64_t q_at = i0 * d_pad + x, k_at = ((x / 2) * n_pad + j0) * 2;
+                for (int qi = 0; qi < q_parts; qi++) {
+                    const uint16_t *qa = q + qi * q_part + q_at;
+                    TILE_LOAD(4, qa, q_stride);
+                    TILE_LOAD(5, qa + TILE * d_pad, q_stride);
+                    for (int kj = 0; kj < k_parts && qi + kj <= MAX_PASS_LEVEL; kj++) {
+                        const uint16_t *kb = k + kj * k_part + k_at;
+                        TILE_LOAD(6, kb, k_stride);
+                        TILE_LOAD(7, kb + 2 * TILE, k_stride);
+                        TILE_DP(0, 4, 6);
+                        TILE_DP(1, 4, 7);
+                        TILE_DP(2, 5, 6);
+                        TILE_DP(3, 5, 7);
+                    }
+                }
+            }
+            float *out = s + i0 * ld_n + j0;
+            TILE_STORE(0, out, s_stride);
+            TILE_STORE(1, out + TILE, s_stride);
+            TILE_STORE(2, out + TILE * ld_n, s_stride);
+            TILE_STORE(3, out + TILE * ld_n + TILE, s_stride);
+        }
+    }
+}
+
+/* The online softmax on raw scores S [m_pad, ld_n] (masked entries -inf), with the scale (> 0)
+ * folded into the exponent: for each row i < m, over keys j < n, m' = the running max of
+ * scale * s (held back while it grows by less than LAZY_MAX_GROWTH), P = e^(scale s - m') split
+ * into P hi and lo [m_pad, n_pad] (keys [n, n_pad) and rows [m, m_pad) zero), and row_sum,
+ * row_alpha, row_max as the other tables' softmax leaves them; a NaN a row sees makes its max
+ * NaN. S's columns [n, n_pad) are overwritten. */
+static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
+                       float scale, float *row_max, float *row_sum, float *row_alpha, uint16_t *p) {
+    uint16_t *p_hi = p, *p_lo = p + m_pad * n_pad;
+    const float log2e = 1.44269504088896341f;
+    const fvec scale_log2e = v_set1(scale * log2e), lowest = v_set1(-200.0f);
+    for (int64_t i = 0; i < m; i++) {
+        float *row = s + i * ld_n;
+        uint16_t *hi = p_hi + i * n_pad, *lo = p_lo + i * n_pad;
+        for (int64_t j = n; j < n_pad; j++)
+            row[j] = -INFINITY;
+        fvec top_vec = v_set1(-INFINITY);
+        for (int64_t j = 0; j < n_pad; j += W)
+            top_vec = v_max(v_load(row + j), top_vec); /* NaN scores are passed over here */
+        const float top = v_hmax(top_vec) * scale, old_max = row_max[i];
+        const float new_max = top > old_max + LAZY_MAX_GROWTH ? top : old_max;
+        /* nothing visible yet: the scores are -inf (P = 0) or NaN (P = NaN, which then reaches
+         * O through PV and the row's sum) */
+        const float shift = new_max == -INFINITY ? 0.0f : new_max * log2e;
+        const fvec minus_shift = v_set1(-shift);
+        fvec sum = v_set1(0.0f);
+        for (int64_t j = 0; j < n_pad; j += 2 * W) {
+            const fvec ta = v_fma(v_load(row + j), scale_log2e, minus_shift);
+            const fvec tb = v_fma(v_load(row + j + W), scale_log2e, minus_shift);
+            const fvec a = v_exp2_poly(v_max(lowest, ta), exp2_poly);
+            const fvec b = v_exp2_poly(v_max(lowest, tb), exp2_poly);
+            sum = v_add(sum, v_add(a, b));
+            v_split_store(a, b, hi + j, lo + j);
+        }
+        const float alpha = old_max == new_max ? 1.0f : expf(old_max - new_max);
+        row_alpha[i] = alpha;
+        row_sum[i] = row_sum[i] * alpha + v_hsum(sum);
+        row_max[i] = isnan(row_sum[i]) ? row_sum[i] : new_max;
+    }
+    for (int64_t i = m; i < m_pad; i++) {
+        memset(p_hi + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));
+        memset(p_lo + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));
+        row_alpha[i] = 1.0f;
+    }
+}
+
+/* O [m_pad, ld_o] += P V in 32 x 32 blocks: accumulators 0-3, P in tiles 4-5, V in 6-7; P is
+ * hi + lo (2^-16 relative), and V's parts pass as above: P_hi V_hi + P_lo V_hi (+ P_hi V_lo). */
+static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, int v_parts,
+                  int64_t m_pad, int64_t n_pad, int64_t dv_pad) {
+    const int64_t p_stride = n_pad * 2, v_stride = dv_pad * 4, o_stride = ld_o * 4;
+    const int64_t p_part = m_pad * n_pad, v_part = n_pad * dv_pad;
+    for (int64_t i0 = 0; i0 < m_pad; i0 += 2 * TILE) {
+        for (int64_t x0 = 0; x0 < dv_pad; x0 += 2 * TILE) {
+            float *out = o + i0 * ld_o + x0;
+            TILE_LOAD(0, out, o_stride);
+            TILE_LOAD(1, out + TILE, o_stride);
+            TILE_LOAD(2, out + TILE * ld_o, o_stride);
+            TILE_LOAD(3, out + TILE * ld_o + TILE, o_stride);
+            for (int64_t j = 0; j < n_pad; j += PAIR_COLS) {
+                const int64_t p_at = i0 * n_pad + j, v_at = ((j / 2) * dv_pad + x0) * 2;
+                for (int vj = 0; vj < v_parts && vj < 2; vj++) {
+                    const uint16_t *vb = v + vj * v_part + v_at;
+                    TILE_LOAD(6, vb, v_stride);
+                    TILE_LOAD(7, vb + 2 * TILE, v_stride);
+                    for (int pi = 0; pi < 2 && pi + vj <= 1; pi++) {
+                        const uint16_t *pa = p + pi * p_part + p_at;
+                        TILE_LOAD(4, pa, p_stride);
+                        TILE_LOAD(5, pa + TILE * n_pad, p_stride);
+                        TILE_DP(0, 4, 6);
+                        TILE_DP(1, 4, 7);
+                        TILE_DP(2, 5, 6);
+                        TILE_DP(3, 5, 7);
+                    }
+                }
+            }
+            TILE_STORE(0, out, o_stride);
+            TILE_STORE(1, out + TILE, o_stride);
+            TILE_STORE(2, out + TILE * ld_o, o_stride);
+            TILE_STORE(3, out + TILE * ld_o + TILE, o_stride);
+        }
+    }
+}
+
+/* PV for a masked tile whose V holds Inf or NaN: only the nonzero P reach O (0 x Inf would be
+ * NaN in a tile product), in f32 from the packed operands. Rare; plain loops. */
+static void mx_pv_sparse(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, int v_parts,
+                         int64_t m, int64_t n, int64_t m_pad, int64_t n_pad, int64_t dv,
+                         int64_t dv_pad) {
+    const int64_t p_part = m_pad * n_pad, v_part = n_pad * dv_pad;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            const float weight =
+                fai__bf16_to_f32(p[i * n_pad + j]) + fai__bf16_to_f32(p[p_part + i * n_pad + j]);
+            if (weight == 0.0f) continue;
+            const int64_t at = (j / 2) * dv_pad * 2 + (j % 2);
+            for (int64_t x = 0; x < dv; x++) {
+                float value = 0.0f;
+                for (int part = 0; part < v_parts; part++)
+                    value += fai__bf16_to_f32(v[part * v_part + at + 2 * x]);
+                o[i * ld_o + x] += weight * value;
+            }
+        }
+}
+
+static void add_mx_entries(fai_cntx *cntx) {
+    cntx->mx_enter = mx_enter;
+    cntx->mx_leave = mx_leave;
+    cntx->mx_pack_q = mx_pack_q;
+    cntx->mx_pack_k = mx_pack_k;
+    cntx->mx_pack_v = mx_pack_v;
+    cntx->mx_qk = mx_qk;
+    cntx->mx_softmax = mx_softmax;
+    cntx->mx_pv = mx_pv;
+    cntx->mx_pv_sparse = mx_pv_sparse;
+}

@@ -1,0 +1,124 @@
+/* The vector vocabulary of fai_mx_body.h on AVX-512 (F, BW, DQ, BF16): the operations of
+ * fai_simd_avx512.h and the few the matrix engine's packing and softmax add. Each computes what
+ * its fai_mxv_portable.h counterpart computes. */
+#ifndef FAI_MXV_AVX512_H
+#define FAI_MXV_AVX512_H
+
+#include "fai.h"
+#include "ukr/fai_simd_avx512.h"
+
+#define W FAI_SIMD_WIDTH
+
+/* 2^t for t >= -200 (or NaN): 2^f for f = t - round(t) by the polynomial c (degree 5, c[0]
+ * first), scaled by 2^round(t) with vscalefps (which also underflows to 0 where it must). */
+static inline fvec v_exp2_poly(fvec t, const float c[6]) {
+    const fvec k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const fvec f = _mm512_sub_ps(t, k);
+    fvec p = _mm512_set1_ps(c[5]);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[4]));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[3]));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[2]));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[1]));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[0]));
+    return _mm512_scalef_ps(p, k);
+}
+
+/* the odd 16-bit words of a then b: the bf16 truncations of 32 f32 values, in order */
+static inline __m512i bf16_trunc32(fvec a, fvec b) {
+    const __m512i odd =
+        _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                         25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(_mm512_castps_si512(a), odd, _mm512_castps_si512(b));
+}
+
+static inline fvec bf16_trunc_f32(fvec a) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* Splits 2 x W values x (a, then b) into bf16 hi = x truncated and lo = x - hi rounded to nearest
+ * even, 2W of each, in order: hi + lo is x to 2^-16 relative. */
+static inline void v_split_store(fvec a, fvec b, uint16_t *hi, uint16_t *lo) {
+    _mm512_storeu_si512(hi, bf16_trunc32(a, b));
+    const fvec lo_a = _mm512_sub_ps(a, bf16_trunc_f32(a));
+    const fvec lo_b = _mm512_sub_ps(b, bf16_trunc_f32(b));
+    _mm512_storeu_si512(lo, (__m512i)_mm512_cvtne2ps_pbh(lo_b, lo_a));
+}
+
+/* The same for input values, into two parts (mid NULL) or three (hi, mid = the rest truncated,
+ * lo = what is left: exact for f32): the parts after hi are 0 for Inf and NaN, so that hi alone
+ * carries them. */
+static inline void v_split_store_inputs(fvec a, fvec b, uint16_t *hi, uint16_t *mid, uint16_t *lo) {
+    _mm512_storeu_si512(hi, bf16_trunc32(a, b));
+    /* fpclass 0x99: quiet NaN, +Inf, -Inf, signalling NaN */
+    const __mmask16 finite_a = (__mmask16)~_mm512_fpclass_ps_mask(a, 0x99);
+    const __mmask16 finite_b = (__mmask16)~_mm512_fpclass_ps_mask(b, 0x99);
+    fvec rest_a = _mm512_maskz_sub_ps(finite_a, a, bf16_trunc_f32(a));
+    fvec rest_b = _mm512_maskz_sub_ps(finite_b, b, bf16_trunc_f32(b));
+    if (mid) {
+        _mm512_storeu_si512(mid, bf16_trunc32(rest_a, rest_b));
+        rest_a = _mm512_sub_ps(rest_a, bf16_trunc_f32(rest_a));
+        rest_b = _mm512_sub_ps(rest_b, bf16_trunc_f32(rest_b));
+    }
+    _mm512_storeu_si512(lo, (__m512i)_mm512_cvtne2ps_pbh(rest_b, rest_a));
+}
+
+/* Loads W elements of a row of dtype as f32. */
+static inline fvec v_load_any(const void *row, int64_t x, fai_dtype dtype) {
+    if (dtype == FAI_DTYPE_F32) return _mm512_loadu_ps((const float *)row + x);
+    if (dtype == FAI_DTYPE_F16) return v_load_f16((const uint16_t *)row + x);
+    return v_load_bf16((const uint16_t *)row + x);
+}
+
+/* dst[p * dst_stride + j] = rows[j][p] for 16 rows of 16 32-bit words. */
+static inline void v_transpose16_u32(const uint32_t *const *rows, uint32_t *dst,
+                                     int64_t dst_stride) {
+    __m512i r[16], t[16];
+    for (int j = 0; j < 16; j++)
+        r[j] = _mm512_loadu_si512(rows[j]);
+    for (int j = 0; j < 16; j += 2) { /* 2 x 2 blocks of words */
+        t[j] = _mm512_unpacklo_epi32(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_epi32(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) { /* 4 x 4 blocks */
+        r[j] = _mm512_unpacklo_epi64(t[j], t[j + 2]);
+        r[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 2]);
+        r[j + 2] = _mm512_unpacklo_epi64(t[j + 1], t[j + 3]);
+        r[j + 3] = _mm512_unpackhi_epi64(t[j + 1], t[j + 3]);
+    }
+    /* r[4b + c] now holds, in 128-bit lane L, words p = 4L + c of rows 4b .. 4b + 3 */
+    for (int c = 0; c < 4; c++) {
+        /* lanes (L0, L1) of rows 0-3 and 4-7, then of 8-11 and 12-15 */
+        const __m512i a0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44);
+        const __m512i a1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+        const __m512i b0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+        const __m512i b1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+        /* word p = 4L + c of all 16 rows: lane L of blocks 0, 1, 2, 3 */
+        t[c] = _mm512_shuffle_i32x4(a0, b0, 0x88);      /* L = 0 */
+        t[4 + c] = _mm512_shuffle_i32x4(a0, b0, 0xdd);  /* L = 1 */
+        t[8 + c] = _mm512_shuffle_i32x4(a1, b1, 0x88);  /* L = 2 */
+        t[12 + c] = _mm512_shuffle_i32x4(a1, b1, 0xdd); /* L = 3 */
+    }
+    for (int p = 0; p < 16; p++)
+        _mm512_storeu_si512(dst + p * dst_stride, t[p]);
+}
+
+/* dst[2x] = a[x], dst[2x + 1] = b[x] for x < 32. */
+static inline void v_interleave32_u16(uint16_t *dst, const uint16_t *a, const uint16_t *b) {
+    const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(b);
+    const __m512i first =
+        _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                         37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
+    _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(va, first, vb));
+    _mm512_storeu_si512(dst + 32, _mm512_permutex2var_epi16(va, second, vb));
+}
+
+/* Nonzero when one of 32 bf16 values is Inf or NaN. */
+static inline int v_nonfinite32_bf16(const uint16_t *p) {
+    const __m512i exponent = _mm512_set1_epi16(0x7f80);
+    const __m512i x = _mm512_and_si512(_mm512_loadu_si512(p), exponent);
+    return _mm512_cmpeq_epi16_mask(x, exponent) != 0;
+}
+
+#endif
