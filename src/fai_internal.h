@@ -73,7 +73,10 @@ int64_t fai__band_hi(const fai_band *band, int64_t i); /* clipped to <= kv_len -
 /* Per-thread scratch, carved from the caller's workspace (64-byte aligned segments). */
 typedef struct fai_ws_layout {
     size_t q_tile, k_tile, v_tile, s_tile, o_acc, row_max, row_sum, row_alpha, kv_rows;
-    size_t slot;       /* bytes of one unit's scratch, a multiple of 64 */
+    size_t slot; /* bytes of one unit's scratch, a multiple of 64 */
+    /* the matrix engine's packed K/V cache after the slots: its state, then its tiles */
+    size_t mx_cache, mx_cache_k_bytes, mx_cache_tile_bytes;
+    size_t mx_flags;   /* in a matrix-engine slot: whether the unit's Q is finite */
     size_t per_thread; /* bytes of one thread's slice: FAI_LOCKSTEP_UNITS slots when decoding */
     /* after the threads' slices: the split units' partial results and completion counters */
     size_t partials, partial_bytes; /* offset, and bytes of one slot: O [rows, ld_o], m, l */
@@ -111,6 +114,10 @@ struct fai_plan {
     int mx;
     int mx_q_parts, mx_k_parts, mx_v_parts;
     int64_t d_pad;
+    /* The packed K/V cache of the matrix engine: kv tiles [0, mx_cache_tiles) of one (batch,
+     * kv head) stay packed in the thread's workspace, so the q tiles of a sequence after the
+     * first reuse them instead of packing them again (0: no cache; see fai_kernel.c). */
+    int64_t mx_cache_tiles;
     fai_unit *units;
     int64_t unit_count;
     int64_t total_weight;

@@ -45,6 +45,8 @@ typedef struct unit_scratch {
     float *row_sum;   /* [rows] running sum l */
     float *row_alpha; /* [rows] exp(m_old - m_new) of the last tile */
     const void **row_ptrs;
+    unsigned char *mx_cache; /* the thread's packed K/V cache (slot 0 only), or NULL */
+    int *mx_q_finite;        /* the matrix engine: 0 when the unit's Q holds Inf or NaN */
 } unit_scratch;
 
 static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
@@ -58,6 +60,8 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
     sc.row_sum = (float *)(ws + plan->ws.row_sum);
     sc.row_alpha = (float *)(ws + plan->ws.row_alpha);
     sc.row_ptrs = (const void **)(ws + plan->ws.kv_rows);
+    sc.mx_cache = NULL;
+    sc.mx_q_finite = (int *)(ws + plan->ws.mx_flags);
     return sc;
 }
 
@@ -117,8 +121,8 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
         sc->row_ptrs[r] =
             fai__q_row(plan, &t->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
     if (plan->mx)
-        cntx->mx_pack_q((uint16_t *)sc->q_tile, plan->mx_q_parts, sc->row_ptrs, rows, ld_s, d,
-                        plan->d_pad, t->q.dtype);
+        *sc->mx_q_finite = cntx->mx_pack_q((uint16_t *)sc->q_tile, plan->mx_q_parts, sc->row_ptrs,
+                                           rows, ld_s, d, plan->d_pad, t->q.dtype);
     else if (plan->direct_kv)
         cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
     else if (plan->bf16_qk)
@@ -133,6 +137,22 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
     const int64_t o_rows = plan->mx ? ld_s : rows;
     memset(sc->o_acc, 0, (size_t)(o_rows * ld_o) * sizeof(float));
     FAI_LAP(FAI_STAGE_PACK_Q);
+}
+
+/* The matrix engine's packed K/V cache in a thread's workspace (layout_mx_cache in
+ * fai_plan.c): which (batch, kv head) its tiles belong to, a state per tile (0 not packed yet,
+ * else MX_PACKED and whether K or V holds Inf or NaN), and the tiles, each its K pairs then its
+ * V pairs.
+ * Reset at the start of every worker: the tensors may differ from run to run. */
+enum { MX_PACKED = 1, MX_K_NONFINITE = 2, MX_V_NONFINITE = 4 };
+
+typedef struct mx_cache_head {
+    int64_t batch, head_kv;
+} mx_cache_head;
+
+static unsigned char *mx_cache_tile(const fai_plan *plan, unsigned char *cache, int64_t tile) {
+    const size_t states = (64 + (size_t)plan->mx_cache_tiles + 63) & ~(size_t)63;
+    return cache + states + (size_t)tile * plan->ws.mx_cache_tile_bytes;
 }
 
 /* The four stages of one kv tile on the matrix engine: the K tile packed into pairs, S = Q K^T
@@ -150,14 +170,47 @@ static void run_tile_mx(const fai_plan *plan, const fai_tensors *t, const fai_un
     uint16_t *k = (uint16_t *)sc->k_tile, *v = (uint16_t *)sc->v_tile;
     uint16_t *p = (uint16_t *)(sc->s_tile + m_pad * ld_n);
 
-    fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-    cntx->mx_pack_k(k, plan->mx_k_parts, sc->row_ptrs, n, n_pad, d, d_pad, t->k.dtype);
+    const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
+    const int64_t tile_index = key_begin / plan->tile_kv;
+    /* Inf or NaN in an operand with parts needs the exact QK (see mx_qk_exact) */
+    const int split = plan->mx_q_parts > 1 || plan->mx_k_parts > 1;
+    int state = 0; /* as the cache's: MX_PACKED, with MX_K_NONFINITE and MX_V_NONFINITE */
+    if (sc->mx_cache && tile_index < plan->mx_cache_tiles) {
+        mx_cache_head *head = (mx_cache_head *)sc->mx_cache;
+        unsigned char *states = sc->mx_cache + sizeof *head;
+        if (head->batch != b || head->head_kv != unit->head_kv) {
+            head->batch = b;
+            head->head_kv = unit->head_kv;
+            memset(states, 0, (size_t)plan->mx_cache_tiles);
+        }
+        k = (uint16_t *)mx_cache_tile(plan, sc->mx_cache, tile_index);
+        v = (uint16_t *)((unsigned char *)k + plan->ws.mx_cache_k_bytes);
+        if (!states[tile_index]) {
+            fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+            const int k_finite = cntx->mx_pack_k(k, plan->mx_k_parts, sc->row_ptrs, n, n_pad, d,
+                                                 d_pad, t->k.dtype, 1);
+            fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+            const int v_finite = cntx->mx_pack_v(v, plan->mx_v_parts, sc->row_ptrs, n, n_pad, dv,
+                                                 ld_o, t->v.dtype, 1);
+            states[tile_index] = (unsigned char)(MX_PACKED | (k_finite ? 0 : MX_K_NONFINITE) |
+                                                 (v_finite ? 0 : MX_V_NONFINITE));
+        }
+        state = states[tile_index];
+    } else {
+        fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+        if (!cntx->mx_pack_k(k, plan->mx_k_parts, sc->row_ptrs, n, n_pad, d, d_pad, t->k.dtype,
+                             split))
+            state = MX_K_NONFINITE;
+    }
     FAI_LAP(FAI_STAGE_PACK_KV);
-    cntx->mx_qk(sc->s_tile, ld_n, (const uint16_t *)sc->q_tile, plan->mx_q_parts, k,
-                plan->mx_k_parts, m_pad, n_pad, d_pad);
+    if (split && (!*sc->mx_q_finite || (state & MX_K_NONFINITE)))
+        cntx->mx_qk_exact(sc->s_tile, ld_n, (const uint16_t *)sc->q_tile, plan->mx_q_parts, k,
+                          plan->mx_k_parts, rows, n, m_pad, n_pad, d, d_pad);
+    else
+        cntx->mx_qk(sc->s_tile, ld_n, (const uint16_t *)sc->q_tile, plan->mx_q_parts, k,
+                    plan->mx_k_parts, m_pad, n_pad, d_pad);
     FAI_LAP(FAI_STAGE_QK);
 
-    const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
     /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
      * scale and masks that only remove keys; else S is scaled first, as the other tables do */
     float scale = plan->scale;
@@ -174,13 +227,17 @@ static void run_tile_mx(const fai_plan *plan, const fai_tensors *t, const fai_un
     cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
     FAI_LAP(FAI_STAGE_RESCALE);
 
-    fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-    /* a masked tile needs the exact (sparse) PV only where V holds Inf or NaN */
+    /* V holding Inf or NaN takes the exact (sparse) PV: in a tile product 0 x Inf would be NaN
+     * where a key weighs 0 (masked), and a P's lo part of 0 would turn an Inf it carries into
+     * NaN */
     const int v_parts = plan->mx_v_parts;
-    const int v_finite =
-        cntx->mx_pack_v(v, v_parts, sc->row_ptrs, n, n_pad, dv, ld_o, t->v.dtype, masked);
-    FAI_LAP(FAI_STAGE_PACK_KV);
-    if (masked && !v_finite)
+    int v_finite = !(state & MX_V_NONFINITE);
+    if (!(state & MX_PACKED)) {
+        fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+        v_finite = cntx->mx_pack_v(v, v_parts, sc->row_ptrs, n, n_pad, dv, ld_o, t->v.dtype, 1);
+        FAI_LAP(FAI_STAGE_PACK_KV);
+    }
+    if (!v_finite)
         cntx->mx_pv_sparse(sc->o_acc, ld_o, p, v, v_parts, rows, n, m_pad, n_pad, dv, ld_o);
     else
         cntx->mx_pv(sc->o_acc, ld_o, p, v, v_parts, m_pad, n_pad, ld_o);
@@ -264,7 +321,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     } else {
         const int v_finite = cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
         FAI_LAP(FAI_STAGE_PACK_KV);
-        /* a masked tile needs the exact (sparse) PV only where V holds Inf or NaN */
+        /* V holding Inf or NaN takes the exact (sparse) PV: in a tile product 0 x Inf would be NaN
+         * where a key weighs 0 (masked), and a P's lo part of 0 would turn an Inf it carries into
+         * NaN */
         cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked && !v_finite);
     }
     FAI_LAP(FAI_STAGE_PV);
@@ -379,6 +438,10 @@ void KERNEL_RUN_WORKER(const fai_plan *plan, const fai_tensors *t, int64_t worke
     const int64_t slot_count = plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS;
     for (int64_t k = 0; k < slot_count; k++)
         slots[k] = carve_scratch(plan, ws + (size_t)k * plan->ws.slot);
+    if (plan->mx_cache_tiles > 0) {
+        slots[0].mx_cache = ws + plan->ws.mx_cache;
+        ((mx_cache_head *)slots[0].mx_cache)->batch = -1; /* nothing packed for this run yet */
+    }
     const fai_worker *worker = &plan->worker[worker_index];
     if (plan->mx) plan->cntx->mx_enter();
     for (int64_t u = worker->unit_begin; u < worker->unit_end;) {

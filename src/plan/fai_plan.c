@@ -52,6 +52,7 @@ static void layout_mx_slot(fai_plan *plan, size_t *offset) {
     ws->v_tile = *offset, *offset += align64(n_pad * dv_pad * half * (size_t)plan->mx_v_parts);
     ws->s_tile = *offset, *offset += align64(m_pad * n_pad * (sizeof(float) + 2 * half));
     ws->o_acc = *offset, *offset += align64(m_pad * dv_pad * sizeof(float));
+    ws->mx_flags = *offset, *offset += 64;
 }
 
 /* The vector tables' per-unit scratch: Q^T, packed K and V tiles, S^T and O (f32); decode
@@ -83,6 +84,32 @@ static int use_matrix_engine(const fai_plan *plan) {
     const fai_problem *pb = &plan->pb;
     return plan->cntx->mx_qk && !plan->direct_kv && pb->k_dtype != FAI_DTYPE_F32 &&
            pb->v_dtype != FAI_DTYPE_F32;
+}
+
+/* The packed K/V cache pays when some sequence has more than one q tile (or a group is cut into
+ * slices): the units after the first of a kv head then find its tiles packed. It holds the first
+ * tiles of a sequence, up to this many bytes per thread. */
+#define MX_CACHE_BYTES (INT64_C(8) << 20)
+
+static void layout_mx_cache(fai_plan *plan, size_t *offset) {
+    const size_t half = sizeof(uint16_t);
+    const size_t n_pad = (size_t)plan->ld_n;
+    fai_ws_layout *ws = &plan->ws;
+    int64_t max_kv = 0, reuse = plan->group_slice < plan->group;
+    for (int64_t b = 0; b < plan->pb.batch; b++) {
+        if (plan->seqs[b].kv_len > max_kv) max_kv = plan->seqs[b].kv_len;
+        reuse |= plan->seqs[b].q_len > plan->tile_q;
+    }
+    ws->mx_cache_k_bytes = align64(n_pad * (size_t)plan->d_pad * half * (size_t)plan->mx_k_parts);
+    ws->mx_cache_tile_bytes = ws->mx_cache_k_bytes +
+                              align64(n_pad * (size_t)plan->ld_o * half * (size_t)plan->mx_v_parts);
+    const int64_t most = MX_CACHE_BYTES / (int64_t)ws->mx_cache_tile_bytes;
+    const int64_t tiles = fai__ceil_div(max_kv, plan->tile_kv);
+    plan->mx_cache_tiles = !reuse ? 0 : tiles < most ? tiles : most;
+    ws->mx_cache = *offset;
+    if (plan->mx_cache_tiles > 0)
+        *offset += align64(64 + (size_t)plan->mx_cache_tiles) +
+                   (size_t)plan->mx_cache_tiles * ws->mx_cache_tile_bytes;
 }
 
 /* bf16 parts that hold a dtype exactly: its significand in slices of 8 bits */
@@ -126,6 +153,7 @@ static fai_status layout_workspace(fai_plan *plan) {
     ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));
     ws->slot = offset;
     ws->per_thread = offset * (plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS);
+    if (plan->mx) layout_mx_cache(plan, &ws->per_thread);
     int64_t total;
     if (!fai__mul_ok((int64_t)ws->per_thread, plan->threads, &total))
         return fai__fail(FAI_ERR_OVERFLOW, "workspace of %" PRId64 " threads overflows",

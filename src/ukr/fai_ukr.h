@@ -100,11 +100,15 @@ typedef struct fai_cntx {
      * shared; P as hi + lo, [m_pad, n_pad] each).
      *   mx_enter / mx_leave: configure this thread's tiles before a worker's first tile
      *     instruction, and release them after its last.
-     *   mx_pack_q: m Q rows into Q [m_pad, d_pad].
-     *   mx_pack_k: n K rows into key pairs [d_pad / 2, n_pad, 2].
+     *   mx_pack_q: m Q rows into Q [m_pad, d_pad]; returns 0 if Q holds Inf or NaN.
+     *   mx_pack_k: n K rows into key pairs [d_pad / 2, n_pad, 2]; with check_finite, returns 0
+     *     if a value is Inf or NaN.
      *   mx_pack_v: n V rows into value pairs [n_pad / 2, dv_pad, 2]; with check_finite, returns
      *     0 if a value is Inf or NaN.
      *   mx_qk: S = Q K^T, unscaled.
+     *   mx_qk_exact: the same in plain f32 for the first m rows and n keys, for tiles where Q
+     *     or K holds Inf or NaN and one of them has parts (Inf x 0 between parts would be NaN
+     *     where the exact score is -Inf).
      *   mx_softmax: the online softmax of the raw scores with scale > 0 folded in, writing P;
      *     row_max, row_sum and row_alpha as softmax leaves them (the max may trail the true max
      *     by a bounded amount: O and l use the same one).
@@ -113,14 +117,17 @@ typedef struct fai_cntx {
      *     or NaN). */
     void (*mx_enter)(void);
     void (*mx_leave)(void);
-    void (*mx_pack_q)(uint16_t *q, int parts, const void *const *rows, int64_t m, int64_t m_pad,
-                      int64_t d, int64_t d_pad, fai_dtype dtype);
-    void (*mx_pack_k)(uint16_t *k, int parts, const void *const *rows, int64_t n, int64_t n_pad,
-                      int64_t d, int64_t d_pad, fai_dtype dtype);
+    int (*mx_pack_q)(uint16_t *q, int parts, const void *const *rows, int64_t m, int64_t m_pad,
+                     int64_t d, int64_t d_pad, fai_dtype dtype);
+    int (*mx_pack_k)(uint16_t *k, int parts, const void *const *rows, int64_t n, int64_t n_pad,
+                     int64_t d, int64_t d_pad, fai_dtype dtype, int check_finite);
     int (*mx_pack_v)(uint16_t *v, int parts, const void *const *rows, int64_t n, int64_t n_pad,
                      int64_t dv, int64_t dv_pad, fai_dtype dtype, int check_finite);
     void (*mx_qk)(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,
                   int k_parts, int64_t m_pad, int64_t n_pad, int64_t d_pad);
+    void (*mx_qk_exact)(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,
+                        int k_parts, int64_t m, int64_t n, int64_t m_pad, int64_t n_pad, int64_t d,
+                        int64_t d_pad);
     void (*mx_softmax)(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
                        float scale, float *row_max, float *row_sum, float *row_alpha, uint16_t *p);
     void (*mx_pv)(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, int v_parts,

@@ -80,9 +80,18 @@ static void zero_parts(uint16_t *out, int parts, int64_t part_stride, int64_t co
         memset(out + part * part_stride, 0, (size_t)count * sizeof(uint16_t));
 }
 
-/* Q rows into Q [m_pad, d_pad], each part m_pad * d_pad elements after the last. */
-static void mx_pack_q(uint16_t *q, int parts, const void *const *rows, int64_t m, int64_t m_pad,
-                      int64_t d, int64_t d_pad, fai_dtype dtype) {
+/* Nonzero when one of count bf16 values (count a multiple of 32) is Inf or NaN. */
+static int any_nonfinite(const uint16_t *values, int64_t count) {
+    int nonfinite = 0;
+    for (int64_t x = 0; x < count; x += PAIR_COLS)
+        nonfinite |= v_nonfinite32_bf16(values + x);
+    return nonfinite;
+}
+
+/* Q rows into Q [m_pad, d_pad], each part m_pad * d_pad elements after the last. Returns 0 when
+ * Q holds Inf or NaN (see mx_qk_exact), else 1. */
+static int mx_pack_q(uint16_t *q, int parts, const void *const *rows, int64_t m, int64_t m_pad,
+                     int64_t d, int64_t d_pad, fai_dtype dtype) {
     const int64_t part_stride = m_pad * d_pad;
     for (int64_t i = 0; i < m_pad; i++) {
         uint16_t *out = q + i * d_pad;
@@ -90,14 +99,15 @@ static void mx_pack_q(uint16_t *q, int parts, const void *const *rows, int64_t m
         if (filled) split_row(out, parts, part_stride, rows[i], d, dtype);
         zero_parts(out + filled, parts, part_stride, d_pad - filled);
     }
+    return !any_nonfinite(q, part_stride);
 }
 
 /* K rows into key pairs [d_pad / 2, n_pad, 2] (each part n_pad * d_pad elements after the
  * last): 16 keys x 16 pairs at a time, a transpose of 32-bit words. bf16 rows with whole blocks
  * are read in place; the rest (conversions, the last keys and columns) goes through a
- * zero-padded block. */
-static void mx_pack_k(uint16_t *k, int parts, const void *const *rows, int64_t n, int64_t n_pad,
-                      int64_t d, int64_t d_pad, fai_dtype dtype) {
+ * zero-padded block. With check_finite, returns 0 when K holds Inf or NaN, else 1. */
+static int mx_pack_k(uint16_t *k, int parts, const void *const *rows, int64_t n, int64_t n_pad,
+                     int64_t d, int64_t d_pad, fai_dtype dtype, int check_finite) {
     uint16_t block[3][TILE][PAIR_COLS];
     const uint32_t *src[3][TILE];
     const int64_t part_stride = n_pad * d_pad, element = (int64_t)fai__dtype_size(dtype);
@@ -123,6 +133,7 @@ static void mx_pack_k(uint16_t *k, int parts, const void *const *rows, int64_t n
                 v_transpose16_u32(src[part], (uint32_t *)(k + part * part_stride) + at, n_pad);
         }
     }
+    return !check_finite || !any_nonfinite(k, part_stride);
 }
 
 /* V rows into value pairs [n_pad / 2, dv_pad, 2] (each part n_pad * dv_pad elements after the
@@ -201,6 +212,30 @@ static void mx_qk(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const 
             TILE_STORE(3, out + TILE * ld_n + TILE, s_stride);
         }
     }
+}
+
+/* S = Q K^T in f32 from the operands' parts summed back (exact: for Inf and NaN the hi part
+ * carries the value and the others are 0), for tiles where Q or K holds Inf or NaN and one of
+ * them has parts: a pass of hi and lo parts could otherwise meet as Inf x 0 = NaN where the
+ * exact product is -Inf (a key the row then ignores). Rare; plain loops. */
+static void mx_qk_exact(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,
+                        int k_parts, int64_t m, int64_t n, int64_t m_pad, int64_t n_pad, int64_t d,
+                        int64_t d_pad) {
+    const int64_t q_part = m_pad * d_pad, k_part = n_pad * d_pad;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float sum = 0.0f;
+            for (int64_t x = 0; x < d; x++) {
+                float qx = 0.0f, kx = 0.0f;
+                for (int part = 0; part < q_parts; part++)
+                    qx += fai__bf16_to_f32(q[part * q_part + i * d_pad + x]);
+                const int64_t at = ((x / 2) * n_pad + j) * 2 + x % 2;
+                for (int part = 0; part < k_parts; part++)
+                    kx += fai__bf16_to_f32(k[part * k_part + at]);
+                sum += qx * kx;
+            }
+            s[i * ld_n + j] = sum;
+        }
 }
 
 /* The online softmax on raw scores S [m_pad, ld_n] (masked entries -inf), with the scale (> 0)
@@ -315,6 +350,7 @@ static void add_mx_entries(fai_cntx *cntx) {
     cntx->mx_pack_k = mx_pack_k;
     cntx->mx_pack_v = mx_pack_v;
     cntx->mx_qk = mx_qk;
+    cntx->mx_qk_exact = mx_qk_exact;
     cntx->mx_softmax = mx_softmax;
     cntx->mx_pv = mx_pv;
     cntx->mx_pv_sparse = mx_pv_sparse;
