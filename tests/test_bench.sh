@@ -72,6 +72,18 @@ assert all(w[k] > 0 for k in ("after_run_us", "after_idle_us", "one_thread_after
                               "one_thread_after_idle_us")), w
 PY
 
+# the shape flags change every named shape, not only the first
+"$fai" bench P2 D1 --sq 2 --skv 40 --q-dtype bf16 --kv-dtype bf16 --out-dtype bf16 --runs 1 \
+    --threads 1 --json --no-peaks >"$tmp/named"
+python3 - "$tmp/named" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert [(r["b"], r["hq"]) for r in rows] == [(2, 16), (8, 32)], rows
+for r in rows:
+    assert (r["q_dtype"], r["kv_dtype"], r["out_dtype"]) == ("bf16", "bf16", "bf16"), r
+    assert (r["sq"], r["skv"]) == (2, 40) and r["check"] == "ok", r
+PY
+
 # bad options: exit 2, one line on stderr, nothing on stdout
 for bad in "--bogus" "--threads 0" "--runs x" "--pieces 0" "--hq 3 --hkv 2"; do
     status=0

@@ -161,6 +161,8 @@ static int build_shapes(bench_options *opt, int argc, char **argv, const char *u
             bases[base_count++] = &fai_shape_table[s];
     for (int s = 0; s < base_count && !status; s++) {
         fai_shape shape = *bases[s];
+        /* the parser skips what it has marked used: every shape takes all the flags afresh */
+        memset(scratch, 0, (size_t)argc + 1);
         status = fai_shape_parse(flag_count, flags, scratch, &shape, "bench");
         snprintf(shape.name, sizeof shape.name, "%s",
                  same_geometry(&shape, bases[s]) ? bases[s]->name : "custom");
