@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 
 
 def npy(descr, shape, payload=None, fortran=False, version=1, header=None, fill=0.25):
@@ -166,6 +167,7 @@ CASES = [
      BASE, "heads"),
     ("head_dim zero",
      {"q.npy": f32((2, 4, 2, 0)), "k.npy": f32((2, 6, 1, 0))}, BASE, "head_dim"),
+    ("a device that never ends", {}, with_arg(BASE, "--q", "/dev/zero"), "magic"),
     ("missing --v", {}, without(BASE, "--v"), "--v"),
     ("missing --out", {}, without(BASE, "--out"), "--out"),
     ("missing value at the end", {}, BASE + ["--lse"], "--lse"),
@@ -318,6 +320,51 @@ def sanity(fai):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def streams(fai):
+    """Inputs from pipes are read up to the end of the array their header declares and no
+    further: a writer that goes on after the array is cut off, and the run succeeds."""
+    d = tempfile.mkdtemp(prefix="fai_fifo_")
+    problems = []
+    try:
+        for fname, data in GOOD.items():
+            with open(os.path.join(d, fname), "wb") as f:
+                f.write(data)
+        fifo = os.path.join(d, "q.fifo")
+        os.mkfifo(fifo)
+        tail_limit = 256 << 20  # what an unbounded reader would take, well short of trouble
+        outcome = {}
+
+        def writer():
+            written = 0
+            try:
+                with open(fifo, "wb") as f:
+                    f.write(GOOD["q.npy"])
+                    chunk = bytes(1 << 20)
+                    while written < tail_limit:
+                        f.write(chunk)
+                        written += len(chunk)
+                outcome["cut"] = False
+            except BrokenPipeError:
+                outcome["cut"] = True
+            outcome["tail"] = written
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        r = run(fai, d, with_arg(BASE, "--q", "q.fifo"))
+        if r.returncode != 0:
+            problems.append("q from a pipe: exit %d, stderr %r" % (r.returncode, r.stderr))
+            # the writer blocks until someone opens the other end: unblock it
+            with open(fifo, "rb") as f:
+                f.read()
+        thread.join(timeout=60)
+        if not outcome.get("cut"):
+            problems.append("q from a pipe: read on past the array (%d bytes after it)"
+                            % outcome.get("tail", -1))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return problems
+
+
 def main():
     if len(sys.argv) != 2:
         print("usage: test_run_badinput.py /path/to/fai")
@@ -327,11 +374,11 @@ def main():
         print("test_run_badinput: %s is not an executable" % fai)
         return 1
     passed = failed = 0
-    for why in sanity(fai):
+    for why in sanity(fai) + streams(fai):
         print("FAIL sanity: %s" % why)
         failed += 1
     if not failed:
-        print("ok   sanity (good inputs succeed, --help)")
+        print("ok   sanity (good inputs succeed, --help, inputs from pipes)")
         passed += 1
     for name, files, args, needle in CASES:
         reasons = []

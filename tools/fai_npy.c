@@ -422,13 +422,29 @@ static int parse_head(const unsigned char *buf, size_t len, header *h, char *err
     h->count = zero ? 0 : (size_t)prod;
     h->nbytes = h->count * esize;
     h->data_offset = pre + hlen;
-    const size_t avail = len - h->data_offset;
-    if (avail < h->nbytes)
-        return fail(err, errlen,
-                    "truncated data: shape %s of %s needs %zu bytes after the header, the file "
-                    "has %zu",
-                    shape_text, fai_npy_dtype_name(h->dtype), h->nbytes, avail);
     return 0;
+}
+
+/* Whether buf[0, len) holds the whole payload the header announces. */
+static int check_payload(const header *h, size_t len, char *err, size_t errlen) {
+    const size_t avail = len - h->data_offset;
+    if (avail >= h->nbytes) return 0;
+    char shape_text[FAI_NPY_MAX_RANK * 22 + 8];
+    fai_npy_format_shape(shape_text, sizeof shape_text, h->rank, h->shape);
+    return fail(err, errlen,
+                "truncated data: shape %s of %s needs %zu bytes after the header, the file has "
+                "%zu",
+                shape_text, fai_npy_dtype_name(h->dtype), h->nbytes, avail);
+}
+
+/* The end of the header as a preamble in buf[0, len) declares it, or 0 when buf does not hold a
+ * preamble of a known version (parse_head then says why). */
+static size_t declared_header_end(const unsigned char *buf, size_t len) {
+    if (len < 10 || memcmp(buf, npy_magic, sizeof npy_magic) != 0 || buf[7] != 0) return 0;
+    if (buf[6] == 1) return 10 + ((size_t)buf[8] | (size_t)buf[9] << 8);
+    if ((buf[6] != 2 && buf[6] != 3) || len < 12) return 0;
+    return 12 +
+           ((size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24);
 }
 
 static void *alloc_aligned(size_t n) {
@@ -451,7 +467,9 @@ int fai_npy_parse(const void *buf, size_t len, fai_npy *out, char *err, size_t e
     memset(out, 0, sizeof *out);
     if (!buf && len) return fail(err, errlen, "no buffer");
     header h;
-    if (parse_head((const unsigned char *)buf, len, &h, err, errlen)) return -1;
+    if (parse_head((const unsigned char *)buf, len, &h, err, errlen) ||
+        check_payload(&h, len, err, errlen))
+        return -1;
     void *mem = alloc_aligned(h.nbytes);
     if (!mem) return fail(err, errlen, "out of memory for %zu bytes", h.nbytes);
     if (h.nbytes) memcpy(mem, (const unsigned char *)buf + h.data_offset, h.nbytes);
@@ -469,46 +487,45 @@ void fai_npy_free(fai_npy *array) {
 
 /* -- files ------------------------------------------------------------------------------------- */
 
-/* Reads all of fd into an aligned buffer; *cap is its size, *len the bytes read. */
-static unsigned char *read_all(int fd, size_t hint, size_t *len, int *error) {
-    size_t cap = hint + 1 > 4096 ? hint + 1 : 4096;
-    unsigned char *buf = alloc_aligned(cap);
-    size_t n = 0;
-    *error = 0;
-    if (!buf) {
-        *error = ENOMEM;
-        return NULL;
-    }
-    for (;;) {
-        if (n == cap) {
-            if (cap > SIZE_MAX / 2) {
-                free(buf);
-                *error = ENOMEM;
-                return NULL;
-            }
-            unsigned char *bigger = alloc_aligned(cap * 2);
+/* A growing, aligned read buffer. */
+typedef struct reader {
+    int fd;
+    size_t hint; /* a regular file's size: the buffer may grow to it at once */
+    unsigned char *buf;
+    size_t cap, len;
+    int error; /* errno of a failed read or allocation */
+} reader;
+
+/* Reads until the buffer holds `want` bytes or the file ends. The buffer grows to at most twice
+ * what has arrived (or the file's size) and never past `want`, so a stream is read, and memory
+ * taken, no further than the array it holds. Returns 0, or -1 with r->error set. */
+static int fill_to(reader *r, size_t want) {
+    while (r->len < want) {
+        if (r->len == r->cap) {
+            size_t cap = r->cap > SIZE_MAX / 2 ? SIZE_MAX : r->cap * 2;
+            if (cap < 4096) cap = 4096;
+            if (cap < r->hint) cap = r->hint;
+            if (cap > want) cap = want;
+            unsigned char *bigger = alloc_aligned(cap);
             if (!bigger) {
-                free(buf);
-                *error = ENOMEM;
-                return NULL;
+                r->error = ENOMEM;
+                return -1;
             }
-            memcpy(bigger, buf, n);
-            free(buf);
-            buf = bigger;
-            cap *= 2;
+            if (r->len) memcpy(bigger, r->buf, r->len);
+            free(r->buf);
+            r->buf = bigger;
+            r->cap = cap;
         }
-        const ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0) {
+        const ssize_t n = read(r->fd, r->buf + r->len, r->cap - r->len);
+        if (n < 0) {
             if (errno == EINTR) continue;
-            *error = errno;
-            free(buf);
-            return NULL;
+            r->error = errno;
+            return -1;
         }
-        if (r == 0) break;
-        n += (size_t)r;
+        if (n == 0) break;
+        r->len += (size_t)n;
     }
-    *len = n;
-    return buf;
+    return 0;
 }
 
 int fai_npy_load(const char *path, fai_npy *out, char *err, size_t errlen) {
@@ -528,19 +545,29 @@ int fai_npy_load(const char *path, fai_npy *out, char *err, size_t errlen) {
         close(fd);
         return fail(err, errlen, "%s: is a directory", where);
     }
-    const size_t hint = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size : 0;
-    size_t len = 0;
-    int e = 0;
-    unsigned char *buf = read_all(fd, hint, &len, &e);
-    close(fd);
-    if (!buf) return fail(err, errlen, "%s: cannot read: %s", where, strerror(e));
-
+    /* the preamble, then the header it declares, then the payload the header declares: a pipe
+     * or a device is read no further than one array, and one that holds none is refused after
+     * its first bytes */
+    reader r = {fd, S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size : 0, NULL, 0, 0, 0};
     header h;
+    int rc = fill_to(&r, 12);
+    const size_t header_end = rc ? 0 : declared_header_end(r.buf, r.len);
+    if (!rc && header_end) rc = fill_to(&r, header_end);
+    if (!rc && header_end && !parse_head(r.buf, r.len, &h, NULL, 0))
+        rc =
+            fill_to(&r, h.nbytes <= SIZE_MAX - h.data_offset ? h.data_offset + h.nbytes : SIZE_MAX);
+    close(fd);
+    if (rc) {
+        free(r.buf);
+        return fail(err, errlen, "%s: cannot read: %s", where, strerror(r.error));
+    }
     char why[512];
-    if (parse_head(buf, len, &h, why, sizeof why)) {
-        free(buf);
+    if (parse_head(r.buf, r.len, &h, why, sizeof why) ||
+        check_payload(&h, r.len, why, sizeof why)) {
+        free(r.buf);
         return fail(err, errlen, "%s: %s", where, why);
     }
+    unsigned char *buf = r.buf;
     /* keep the file's buffer; move the payload to its aligned start if the header's length is
      * not a multiple of the alignment (numpy's own files always are) */
     if (h.data_offset % NPY_ALIGN) memmove(buf, buf + h.data_offset, h.nbytes);
