@@ -11,7 +11,9 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
+# the tests' Python with numpy: the system's, or a virtual environment made under $(BUILD) once
 test: build
+	bash tests/python_env.sh $(BUILD)
 	cd $(BUILD) && ctest --output-on-failure -j 1
 
 # AArch64 cross build (gcc-aarch64-linux-gnu, libc6-dev-arm64-cross) whose tests run under qemu
