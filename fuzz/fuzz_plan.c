@@ -95,7 +95,8 @@ static int take_enum(fuzz_input *in, int count) {
 
 static float take_scale(fuzz_input *in) {
     const uint8_t selector = fuzz_u8(in);
-    if (selector < 160) return 0.0f;
+    if (selector < 150) return FAI_SCALE_DEFAULT;
+    if (selector < 160) return 0.0f; /* uniform attention */
     if (selector < 240) return (float)fuzz_range(in, -64, 64) / 16.0f;
     uint32_t bits = fuzz_u32(in); /* any float: NaN, Inf, subnormals */
     float value;

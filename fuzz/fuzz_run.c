@@ -169,7 +169,7 @@ static int row_sees(const fai_case *c, int64_t b, int64_t h, int64_t i, int64_t 
 static void poison_unseen_keys(fai_case *c) {
     const fai_problem *pb = &c->problem;
     const int64_t group = pb->heads_q / pb->heads_kv;
-    const int64_t dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+    const int64_t dv = fai_oracle_head_dim_v(pb);
     static const double values[] = {NAN, INFINITY, -INFINITY};
     int64_t poisoned = 0;
     for (int64_t b = 0; b < pb->batch; b++)
@@ -214,7 +214,7 @@ static double work_of(const fai_case_spec *s, const int32_t *lq, const int32_t *
         if (lq && lq[b] > sq) sq = lq[b];
         if (lk && lk[b] > skv) skv = lk[b];
     }
-    const int64_t dv = s->head_dim_v ? s->head_dim_v : s->head_dim;
+    const int64_t dv = s->head_dim_v;
     return (double)(s->batch ? s->batch : 1) * (double)s->heads_q * (double)(sq ? sq : 1) *
            (double)(skv > 8 ? skv : 8) * (double)(s->head_dim + dv);
 }
@@ -258,7 +258,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     s.split = f[F_SPLIT] % 3;
     s.lse = f[F_LSE] % 2;
     const int scale = f[F_SCALE];
-    s.scale = scale < 128 ? 0.0 : (double)(scale - 192) / 32.0 / sqrt((double)s.head_dim);
+    s.scale = scale < 128 ? FAI_CASE_SCALE_DEFAULT
+                          : (double)(scale - 192) / 32.0 / sqrt((double)s.head_dim);
     s.amplitude = 0.5 * (double)(1 + f[F_AMPLITUDE] % 4);
     /* explicit per-sequence lengths, for the modes that take them */
     int32_t lens_q[4], lens_kv[4];

@@ -48,6 +48,24 @@ extern "C" {
 /* Largest number of workers a plan may split its work into. */
 #define FAI_MAX_WORKERS 1024
 
+/* Defaults of fai_problem fields, as fai_problem_init sets them. Each is a value no computation
+ * of the field's quantity produces, so that a computed value is always taken as given: a scale
+ * that rounds to 0 is uniform attention, a head dimension of 0 is an error.
+ *
+ * FAI_SCALE_DEFAULT: scale = 1/sqrt(head_dim). A quiet NaN with its own payload (the bits
+ * FAI_SCALE_DEFAULT_BITS); any other NaN, or an infinity, is refused. Compare bits, not values,
+ * to test for it (a NaN equals nothing). The macro uses a GCC/Clang builtin; elsewhere, store
+ * the bits. */
+#define FAI_SCALE_DEFAULT_BITS UINT32_C(0x7fc00fa1)
+#define FAI_SCALE_DEFAULT (__builtin_nanf("0xfa1"))
+/* FAI_HEAD_DIM_V_DEFAULT: head_dim_v = head_dim. */
+#define FAI_HEAD_DIM_V_DEFAULT INT64_C(-1)
+/* FAI_WINDOW_UNBOUNDED: no limit on that side of the sliding window (FlashAttention's -1). */
+#define FAI_WINDOW_UNBOUNDED INT64_C(-1)
+/* FAI_AUTO: workers, threads, tile_q and tile_kv chosen by fai. These fields decide only how the
+ * work is run, never what is computed. */
+#define FAI_AUTO 0
+
 /* ---------------------------------------------------------------------------------------------
  * Status
  * ------------------------------------------------------------------------------------------- */
@@ -140,18 +158,22 @@ typedef struct fai_problem {
     int64_t heads_kv;   /* Hkv >= 1, divides Hq (GQA; Hkv == 1 is MQA) */
     int64_t seq_q;      /* Sq: padded query length, or packed rows with cu_seqlens_q */
     int64_t seq_kv;     /* Skv: padded key length, or packed rows with cu_seqlens_kv; unused
-                           when paged */
+                           (and not checked) when paged */
     int64_t head_dim;   /* D of Q and K, 1..FAI_MAX_HEAD_DIM */
-    int64_t head_dim_v; /* Dv of V and O, 1..FAI_MAX_HEAD_DIM; 0 means D */
+    int64_t head_dim_v; /* Dv of V and O, 1..FAI_MAX_HEAD_DIM, or FAI_HEAD_DIM_V_DEFAULT (the
+                           default): D */
 
     fai_dtype q_dtype, k_dtype, v_dtype, o_dtype;
 
-    float scale; /* multiplies Q K^T; 0 means 1/sqrt(D). Must be finite. */
+    /* Multiplies Q K^T: any finite value, 0 included (every visible key then weighs the same),
+     * or FAI_SCALE_DEFAULT (the default): 1/sqrt(D). */
+    float scale;
 
     fai_causal causal;
     /* Sliding window measured from the causal diagonal (bottom-right unless causal is TOP_LEFT):
      * query i sees keys j with  diag(i) - window_left <= j <= diag(i) + window_right.
-     * -1 leaves that side unbounded. With causal, window_right is 0 whatever is given. With
+     * FAI_WINDOW_UNBOUNDED (-1, the default) leaves that side unbounded; other negative values
+     * are refused. With causal, window_right is 0 whatever is given. With
      * q_positions / kv_positions (below) the diagonal is where the global positions meet. */
     int64_t window_left, window_right;
 
@@ -163,22 +185,22 @@ typedef struct fai_problem {
     const int32_t *cu_seqlens_kv; /* [batch + 1] or NULL; excludes seqlens_kv and paging */
 
     int64_t page_size;     /* 0: K/V are dense; >= 1: paged */
-    int64_t num_pages;     /* pages in each pool (paged only) */
-    int64_t pages_per_seq; /* width of the block table (paged only) */
+    int64_t num_pages;     /* pages in each pool (paged only; 0 when dense) */
+    int64_t pages_per_seq; /* width of the block table (paged only; 0 when dense) */
     /* Nonzero: fai_run does not check the block-table entries a run reads (they must then be
      * inside the pool: a bad entry is undefined behaviour). For callers that guarantee them and
      * want to save the check, which reads ceil(length / page_size) entries per sequence (`fai
      * bench` prints its cost). Everything else is checked regardless. */
     int trust_block_table;
 
-    /* Execution. workers: how many contiguous pieces the work is split into (0: one per online
-     * CPU); the result is bitwise identical for any number of threads running them. threads:
-     * how many threads run them (0: automatic: the pool's threads, fewer for small problems,
-     * where waking a thread costs more than it saves; 1: only the calling thread). */
+    /* Execution. workers: how many contiguous pieces the work is split into (FAI_AUTO: one per
+     * online CPU); the result is bitwise identical for any number of threads running them.
+     * threads: how many threads run them (FAI_AUTO: the pool's threads, fewer for small
+     * problems, where waking a thread costs more than it saves; 1: only the calling thread). */
     int64_t workers;
     int64_t threads;
     fai_split split; /* how the work is split (default AUTO) */
-    /* Tile shape override (0: the planner chooses): query positions and keys per tile. */
+    /* Tile shape override (FAI_AUTO: the planner chooses): query positions and keys per tile. */
     int64_t tile_q, tile_kv;
 
     /* Global positions, for a shard of a longer sequence (sequence-parallel attention across
@@ -196,9 +218,11 @@ typedef struct fai_problem {
     int ignore_tuning;
 } fai_problem;
 
-/* Fills a problem with the defaults: every count 0, dtypes Q f32, K/V f16, O f32, scale 0
- * (1/sqrt(D)), no causal mask, unbounded window (-1, -1), no mask tensor, dense KV, automatic
- * workers, threads and tiles. */
+/* Fills a problem with the defaults: every count 0, head_dim_v FAI_HEAD_DIM_V_DEFAULT (D),
+ * dtypes Q f32, K/V f16, O f32, scale FAI_SCALE_DEFAULT (1/sqrt(D)), no causal mask, window
+ * FAI_WINDOW_UNBOUNDED on both sides, no mask tensor, dense KV, FAI_AUTO workers, threads and
+ * tiles. A problem zeroed some other way is not a default one (its scale 0 and window (0, 0) are
+ * taken as given, its head_dim_v 0 is refused). */
 FAI_API void fai_problem_init(fai_problem *problem);
 
 /* ---------------------------------------------------------------------------------------------

@@ -46,10 +46,11 @@ static fai_status check_tensor(const char *name, const fai_tensor *tensor, fai_d
 
 static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table) {
     const fai_problem *pb = &plan->pb;
+    /* kv_rows: keys some query reads; K, V, the mask and the block table are needed only then */
     int64_t q_rows = 0, kv_rows = 0;
     for (int64_t b = 0; b < pb->batch; b++) {
         q_rows += plan->seqs[b].q_rows;
-        kv_rows += plan->seqs[b].kv_len;
+        if (plan->seqs[b].q_len > 0) kv_rows += plan->seqs[b].kv_len;
     }
     FAI_TRY(check_tensor("q", &t->q, pb->q_dtype, q_rows > 0));
     FAI_TRY(check_tensor("k", &t->k, pb->k_dtype, kv_rows > 0));

@@ -76,8 +76,9 @@ typedef struct fai_ws_layout {
     size_t slot; /* bytes of one unit's scratch, a multiple of 64 */
     /* the matrix engine's packed K/V cache after the slots: its state, then its tiles */
     size_t mx_cache, mx_cache_k_bytes, mx_cache_tile_bytes;
-    size_t mx_flags;   /* in a matrix-engine slot: whether the unit's Q is finite */
-    size_t per_thread; /* bytes of one thread's slice: FAI_LOCKSTEP_UNITS slots when decoding */
+    size_t mx_flags;    /* in a matrix-engine slot: whether the unit's Q is finite */
+    size_t mx_row_sums; /* and its rows' running sums, FAI_MX_SUM_LANES wide */
+    size_t per_thread;  /* bytes of one thread's slice: FAI_LOCKSTEP_UNITS slots when decoding */
     /* after the threads' slices: the split units' partial results and completion counters */
     size_t partials, partial_bytes; /* offset, and bytes of one slot: O [rows, ld_o], m, l */
     size_t counters;
@@ -152,6 +153,8 @@ void fai__choose_tile(fai_plan *plan);
 void fai__tuning_class(fai_plan *plan, int64_t max_q, int64_t max_kv);
 int fai__tuning_lookup(const fai_plan *plan, int64_t *tile_q, int64_t *tile_kv);
 fai_status fai__validate_problem(const fai_problem *pb);
+/* Dv and the scale a valid problem asks for, its defaults (fai.h) resolved. */
+void fai__problem_defaults(const fai_problem *pb, int64_t *head_dim_v, float *scale);
 fai_status fai__resolve_seqs(const fai_problem *pb, fai_seq *seqs);
 fai_status fai__build_units(fai_plan *plan);
 fai_status fai__split_units(fai_plan *plan);

@@ -169,7 +169,8 @@ TEST(plan_counts_out_of_range) {
     BAD_COUNT(head_dim, 0, "0");
     BAD_COUNT(head_dim, -8, "-8");
     BAD_COUNT(head_dim, FAI_MAX_HEAD_DIM + 1, "577");
-    BAD_COUNT(head_dim_v, -1, "-1");
+    BAD_COUNT(head_dim_v, 0, "0"); /* a computed 0 is no longer read as D */
+    BAD_COUNT(head_dim_v, -2, "-2");
     BAD_COUNT(head_dim_v, FAI_MAX_HEAD_DIM + 1, "577");
     BAD_COUNT(window_left, -2, "-2");
     BAD_COUNT(window_left, INT64_MIN, "-9223372036854775808");
@@ -237,7 +238,9 @@ TEST(plan_bad_dtypes) {
 TEST(plan_scale_not_finite) {
     fai_problem pb;
     base_problem(&pb);
-    pb.scale = NAN;
+    pb.scale = NAN; /* a NaN that is not FAI_SCALE_DEFAULT */
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "scale", "nan", NULL));
+    pb.scale = -NAN;
     CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "scale", "nan", NULL));
     pb.scale = INFINITY;
     CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "scale", "inf", NULL));

@@ -48,6 +48,7 @@ static void random_case(case_desc *c) {
     pb->heads_q = pb->heads_kv * rng_range(1, 4);
     pb->head_dim = rng_range(1, 16);
     pb->head_dim_v = rng_range(0, 16);
+    if (pb->head_dim_v == 0) pb->head_dim_v = FAI_HEAD_DIM_V_DEFAULT;
     pb->causal = (fai_causal)rng_range(0, 2);
     pb->window_left = rng_range(0, 1) ? -1 : rng_range(0, 12);
     pb->window_right = rng_range(0, 1) ? -1 : rng_range(0, 12);

@@ -160,7 +160,7 @@ static void small_spec(fai_case_spec *s, int decode) {
     s->split = FAI_SPLIT_AUTO;
     s->tile_q = 0;
     s->tile_kv = 16;
-    s->scale = 0.0;
+    s->scale = FAI_CASE_SCALE_DEFAULT;
     s->amplitude = 0.5;
 }
 
@@ -200,9 +200,7 @@ static void set_mask(fai_case *c, int64_t b, int64_t h, int64_t i, int64_t j, in
 static void poison_key(fai_case *c, int which, int64_t b, int64_t j, int64_t hk, int64_t d,
                        double value) {
     fai_tensor *t = which ? &c->tensors.v : &c->tensors.k;
-    const int64_t dims = which
-                             ? (c->problem.head_dim_v ? c->problem.head_dim_v : c->problem.head_dim)
-                             : c->problem.head_dim;
+    const int64_t dims = which ? fai_oracle_head_dim_v(&c->problem) : c->problem.head_dim;
     for (int64_t x = 0; x < dims; x++)
         if (d < 0 || x == d) fai_case_set(t, b, j, hk, x, value);
 }
@@ -532,7 +530,7 @@ TEST(robust_f16_output_saturates) {
         fai_case c;
         REQUIRE(fai_case_build(&c, &s, 3000 + (uint64_t)decode) == 0);
         const fai_problem *pb = &c.problem;
-        const int64_t dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+        const int64_t dv = fai_oracle_head_dim_v(pb);
         for (int64_t b = 0; b < pb->batch; b++)
             for (int64_t hk = 0; hk < pb->heads_kv; hk++)
                 for (int64_t j = 0; j < pb->seq_kv; j++)

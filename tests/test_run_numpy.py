@@ -120,7 +120,8 @@ def reference(c, q, k, v, mask, sq_len, skv_len):
 def case(name, **kw):
     c = dict(name=name, B=2, Sq=8, Skv=8, Hq=2, Hkv=2, D=16, Dv=None, q="f32", k="f32", v="f32",
              out="f32", causal=None, window=None, mask=None, scale=None, seqlens_q=False,
-             seqlens_kv=False, page=None, lse=True, threads=None, workers=None, bf16=False)
+             seqlens_kv=False, page=None, lse=True, threads=None, workers=None, bf16=False,
+             amp=1.0)
     c.update(kw)
     if c["Dv"] is None:
         c["Dv"] = c["D"]
@@ -165,6 +166,9 @@ CASES = [
          seqlens_q=True, mask=("add", 3)),
     case("paged_decode_f16", page=16, B=4, Sq=1, Skv=100, Hq=8, Hkv=2, D=64, k="f16", v="f16"),
     case("scale", scale=0.37, Sq=6, Skv=10),
+    # a scale of 0, or one that rounds to 0 in f32, weighs every visible key alike
+    case("scale_zero", scale=0.0, Sq=6, Skv=10, causal="br", amp=3.0),
+    case("scale_rounds_to_zero", scale=1e-50, Sq=6, Skv=10, amp=3.0),
     case("threads_workers", B=1, Sq=70, Skv=70, Hq=2, Hkv=1, D=64, causal="br", threads=2,
          workers=3),
     case("no_lse_window_mask", B=3, Sq=9, Skv=13, window=(2, -1), mask=("drop", 3),
@@ -200,9 +204,9 @@ def build(c, rng, d):
         if B > 2:
             skv_len[1] = 0
 
-    qx = rng.standard_normal((B, Sq, Hq, D))
-    kx = rng.standard_normal((B, Skv, Hkv, D))
-    vx = rng.standard_normal((B, Skv, Hkv, Dv))
+    qx = c["amp"] * rng.standard_normal((B, Sq, Hq, D))
+    kx = c["amp"] * rng.standard_normal((B, Skv, Hkv, D))
+    vx = c["amp"] * rng.standard_normal((B, Skv, Hkv, Dv))
     # garbage where the tool must not look: query rows past seqlens_q, keys past seqlens_kv
     for b in range(B):
         qx[b, sq_len[b]:] = GARBAGE

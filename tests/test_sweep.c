@@ -715,7 +715,7 @@ TEST(sweep_merge_states) {
         REQUIRE(fai_case_build(&c, &s, 1360 + (uint64_t)k) == 0);
         const fai_problem *pb = &c.problem;
         const int64_t B = pb->batch, Sq = pb->seq_q, Skv = pb->seq_kv, Hq = pb->heads_q;
-        const int64_t Dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+        const int64_t Dv = fai_oracle_head_dim_v(pb);
         float *po[PARTS], *pl[PARTS];
         unsigned char *keep[PARTS];
         fai_tensor to[PARTS], tl[PARTS];

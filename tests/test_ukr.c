@@ -301,3 +301,42 @@ TEST(ukr_bf16_qk_matches_reference) {
         free(s_ref), free(s_bf16);
     }
 }
+
+/* The output conversions: every table's store_row writes exactly the portable rounding's bits
+ * (round to nearest even, f16 saturating finite values only, Inf kept, NaN quiet) for values
+ * around each boundary, at every vector offset. */
+TEST(ukr_store_row_matches_portable_rounding) {
+    enum { N = 96 };
+    static const float specials[] = {0.0f,       -0.0f,       1.0f,        -1.5f,       65504.0f,
+                                     65519.0f,   65520.0f,    -65536.0f,   1e9f,        INFINITY,
+                                     -INFINITY,  NAN,         -NAN,        5.96e-8f,    2.98e-8f,
+                                     6.1e-5f,    1e-40f,      3.0e38f,     1.00390625f, 1.01171875f,
+                                     1.0078125f, 0.33333334f, 2.5000002f,  -7.0e-39f};
+    const size_t count = sizeof specials / sizeof *specials;
+    float src[N];
+    uint16_t got[N], want[N];
+    uint64_t state = 7;
+    for (int i = 0; i < N; i++)
+        src[i] = i < (int)count ? specials[i] : uniform(&state) * 70000.0f;
+    for (size_t t = 0; t < sizeof table_names / sizeof *table_names; t++) {
+        const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
+        if (!cntx) continue;
+        for (int dtype = FAI_DTYPE_F16; dtype <= FAI_DTYPE_BF16; dtype++)
+            for (int offset = 0; offset < 3; offset++) {
+                const float mul = offset == 2 ? 0.5f : 1.0f;
+                const int64_t dim = N - offset;
+                cntx->store_row(got, (fai_dtype)dtype, src + offset, dim, mul);
+                for (int64_t x = 0; x < dim; x++)
+                    fai__store_element(want, x, (fai_dtype)dtype, src[offset + x] * mul);
+                int same = 1;
+                for (int64_t x = 0; x < dim; x++)
+                    if (got[x] != want[x]) {
+                        if (same)
+                            printf("  %s dtype %d: %g -> 0x%04x, want 0x%04x\n", cntx->name, dtype,
+                                   (double)(src[offset + x] * mul), got[x], want[x]);
+                        same = 0;
+                    }
+                CHECK(same);
+            }
+    }
+}

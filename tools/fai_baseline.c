@@ -184,9 +184,10 @@ int fai_baseline_create(const fai_shape *shape, const fai_shape_data *data, int6
     bl->sq = shape->sq;
     bl->skv = shape->skv;
     bl->d = shape->d;
-    bl->dv = shape->dv ? shape->dv : shape->d;
+    bl->dv = shape->dv;
     bl->rows = bl->group * bl->sq;
-    bl->scale = data->problem.scale != 0.0f ? data->problem.scale : 1.0f / sqrtf((float)bl->d);
+    /* a problem that plans has a NaN scale only as FAI_SCALE_DEFAULT */
+    bl->scale = isnan(data->problem.scale) ? 1.0f / sqrtf((float)bl->d) : data->problem.scale;
     const int64_t pairs = bl->b * bl->hkv;
     bl->max_threads = max_threads < pairs ? max_threads : pairs;
     if (bl->max_threads < 1) bl->max_threads = 1;

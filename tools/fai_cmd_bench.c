@@ -415,16 +415,16 @@ static void json_number(const char *key, double value) {
 }
 
 static void json_shape_fields(const fai_shape *shape) {
-    printf(
-        "{\"shape\": \"%s\", \"q_dtype\": \"%s\", \"kv_dtype\": \"%s\", \"out_dtype\": \"%s\", "
-        "\"b\": %lld, \"hq\": %lld, \"hkv\": %lld, \"sq\": %lld, \"skv\": %lld, \"d\": %lld, "
-        "\"dv\": %lld, \"causal\": \"%s\", \"window_left\": %lld, \"window_right\": %lld, "
-        "\"page_size\": %lld",
-        shape->name, fai_oracle_dtype_name(shape->q_dtype), fai_oracle_dtype_name(shape->kv_dtype),
-        fai_oracle_dtype_name(shape->out_dtype), (long long)shape->b, (long long)shape->hq,
-        (long long)shape->hkv, (long long)shape->sq, (long long)shape->skv, (long long)shape->d,
-        (long long)(shape->dv ? shape->dv : shape->d), causal_name(shape->causal),
-        (long long)shape->window_left, (long long)shape->window_right, (long long)shape->page_size);
+    printf("{\"shape\": \"%s\", \"q_dtype\": \"%s\", \"kv_dtype\": \"%s\", \"out_dtype\": \"%s\", "
+           "\"b\": %lld, \"hq\": %lld, \"hkv\": %lld, \"sq\": %lld, \"skv\": %lld, \"d\": %lld, "
+           "\"dv\": %lld, \"causal\": \"%s\", \"window_left\": %lld, \"window_right\": %lld, "
+           "\"page_size\": %lld",
+           shape->name, fai_oracle_dtype_name(shape->q_dtype),
+           fai_oracle_dtype_name(shape->kv_dtype), fai_oracle_dtype_name(shape->out_dtype),
+           (long long)shape->b, (long long)shape->hq, (long long)shape->hkv, (long long)shape->sq,
+           (long long)shape->skv, (long long)shape->d, (long long)shape->dv,
+           causal_name(shape->causal), (long long)shape->window_left,
+           (long long)shape->window_right, (long long)shape->page_size);
 }
 
 static void json_peak_ratios(const fai_shape *shape, const bench_result *r, const fai_peak *p) {

@@ -243,8 +243,7 @@ static int64_t max_worker_weight(const fai_plan *plan, int64_t workers) {
 static void print_shape_line(const fai_shape *shape) {
     printf("shape %s: B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld%s%s\n", shape->name,
            (long long)shape->b, (long long)shape->hq, (long long)shape->hkv, (long long)shape->sq,
-           (long long)shape->skv, (long long)shape->d,
-           (long long)(shape->dv ? shape->dv : shape->d),
+           (long long)shape->skv, (long long)shape->d, (long long)shape->dv,
            shape->causal == FAI_CAUSAL_BOTTOM_RIGHT ? " causal"
            : shape->causal == FAI_CAUSAL_TOP_LEFT   ? " causal-top-left"
                                                     : "",
@@ -536,7 +535,7 @@ static void print_npu_text(const plan_options *options, const fai_shape *shape, 
     if (options->tile_d != aligned_d)
         printf("            embedBase %lld is not Align(head dim %lld, 16) = %lld\n",
                (long long)options->tile_d, (long long)shape->d, (long long)aligned_d);
-    if (shape->dv && shape->dv != shape->d)
+    if (shape->dv != shape->d)
         printf("            PV takes embedBase too: the seed's tile has one head dim (Dv = %lld)\n",
                (long long)shape->dv);
     print_npu_items(budget, options->task_num, input_bytes);

@@ -227,7 +227,8 @@ int fai_run_parse_args(int argc, char **argv, const char *command, int with_ring
     memset(a, 0, sizeof *a);
     a->command = command;
     a->with_ring = with_ring;
-    a->window_left = a->window_right = -1;
+    a->window_left = a->window_right = FAI_WINDOW_UNBOUNDED;
+    a->scale = FAI_SCALE_DEFAULT; /* --scale replaces it with any finite value, 0 included */
     a->out_dtype = FAI_DTYPE_F32;
     a->mask_opt = -1;
     const int rc = collect_values(argc, argv, a);
@@ -389,7 +390,10 @@ static int load_lengths(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p,
     pb->page_size = in->k.shape[1];
     pb->pages_per_seq = bt->shape[1];
     *seq_kv = 0;
-    if (pb->page_size > 0 && pb->pages_per_seq > INT64_MAX / pb->page_size)
+    if (pb->page_size == 0)
+        return fai_run_fail(a, "%s: page_size 0: a page pool holds at least one key per page",
+                            shape_of(a, FAI_RUN_OPT_K, &in->k, head, sizeof head));
+    if (pb->pages_per_seq > INT64_MAX / pb->page_size)
         return fai_run_fail(a, "%s: pages_per_seq %lld * page_size %lld overflows",
                             shape_of(a, FAI_RUN_OPT_BLOCK_TABLE, bt, head, sizeof head),
                             (long long)pb->pages_per_seq, (long long)pb->page_size);

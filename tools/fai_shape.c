@@ -79,7 +79,7 @@ int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const c
         {"--b", offsetof(fai_shape, b), 0},     {"--hq", offsetof(fai_shape, hq), 1},
         {"--hkv", offsetof(fai_shape, hkv), 1}, {"--sq", offsetof(fai_shape, sq), 0},
         {"--skv", offsetof(fai_shape, skv), 0}, {"--d", offsetof(fai_shape, d), 1},
-        {"--dv", offsetof(fai_shape, dv), 0},   {"--page-size", offsetof(fai_shape, page_size), 0},
+        {"--dv", offsetof(fai_shape, dv), 1},   {"--page-size", offsetof(fai_shape, page_size), 0},
     };
     /* the named shape first, wherever it stands, so that the flags change it */
     for (int i = 1; i < argc; i++)
@@ -230,7 +230,7 @@ size_t fai_shape_dtype_bytes(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 
 
 int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data) {
     memset(data, 0, sizeof *data);
-    const int64_t dv = shape->dv ? shape->dv : shape->d;
+    const int64_t dv = shape->dv;
     const int paged = shape->page_size > 0;
     data->seqlens_kv = calloc((size_t)shape->b + 1, sizeof(int32_t));
     if (!data->seqlens_kv) return -1;
@@ -296,12 +296,12 @@ void fai_shape_data_free(fai_shape_data *data) {
 double fai_shape_flops(const fai_plan *plan, const fai_shape *shape) {
     fai_plan_info info;
     if (fai_plan_get_info(plan, &info) != FAI_OK) return 0.0;
-    const int64_t dv = shape->dv ? shape->dv : shape->d;
+    const int64_t dv = shape->dv;
     return (double)info.visible_pairs * (double)(2 * shape->d + 2 * dv);
 }
 
 double fai_shape_kv_bytes(const fai_shape *shape) {
-    const int64_t dv = shape->dv ? shape->dv : shape->d;
+    const int64_t dv = shape->dv;
     return (double)shape->b * (double)shape->skv * (double)shape->hkv * (double)(shape->d + dv) *
            (double)fai_shape_dtype_bytes(shape->kv_dtype);
 }

@@ -307,8 +307,9 @@ def _causal(causal, causal_top_left):
 
 
 def _window(window):
+    unbounded = _lib.WINDOW_UNBOUNDED
     if window is None:
-        return -1, -1
+        return unbounded, unbounded
     try:
         left, right = window
     except (TypeError, ValueError):
@@ -316,7 +317,7 @@ def _window(window):
     sides = []
     for side in (left, right):
         if side is None:
-            sides.append(-1)
+            sides.append(unbounded)
             continue
         if isinstance(side, bool) or not isinstance(side, (int, np.integer)):
             _fail(f"window = {window!r}: expected two integers (-1 or None for unbounded)")
@@ -325,14 +326,20 @@ def _window(window):
 
 
 def _scale(scale):
+    """The float32 scale to give libfai, or None to keep fai_problem_init's default. A given
+    scale is used as given: one that rounds to 0 in float32 (0 itself, 1e-46) weighs every
+    visible key alike."""
     if scale is None:
-        return 0.0
-    s = float(scale)
-    if s == 0.0:
-        _fail("scale = 0 is not supported (the C API reads 0 as the default); pass None for "
-              "1/sqrt(head_dim)")
-    if not math.isfinite(s) or not math.isfinite(float(np.float32(s))):
-        _fail(f"scale = {scale!r} is not a finite float32")
+        return None
+    if isinstance(scale, bool):
+        _fail(f"scale = {scale!r}: expected a number (None: 1/sqrt(head_dim))")
+    try:
+        s = float(scale)
+    except (TypeError, ValueError):
+        _fail(f"scale = {scale!r}: expected a number (None: 1/sqrt(head_dim))")
+    with np.errstate(over="ignore"):
+        if not math.isfinite(s) or not math.isfinite(float(np.float32(s))):
+            _fail(f"scale = {scale!r} is not a finite float32 (None: 1/sqrt(head_dim))")
     return s
 
 
@@ -425,6 +432,9 @@ class Plan:
             head_dim_v = ints["head_dim"]
         if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, (int, np.integer)):
             _fail(f"head_dim_v = {head_dim_v!r}: expected an integer")
+        if head_dim_v < 1:  # libfai reads -1 as "head_dim": never pass a computed one on
+            _fail(f"head_dim_v = {int(head_dim_v)} is not a head dimension (>= 1; None: "
+                  "head_dim)")
         pb.batch = ints["batch"]
         pb.heads_q = ints["heads_q"]
         pb.heads_kv = ints["heads_kv"]
@@ -438,7 +448,9 @@ class Plan:
             names[field] = _dtype_name(dt)
             setattr(pb, field + "_dtype", _fai_dtype(names[field], field if field != "o"
                                                        else "out"))
-        pb.scale = _scale(scale)
+        given_scale = _scale(scale)
+        if given_scale is not None:
+            pb.scale = given_scale
         pb.causal = _causal(causal, causal_top_left)
         pb.window_left, pb.window_right = _window(window)
         key = mask_kind.lower() if isinstance(mask_kind, str) else mask_kind
@@ -807,6 +819,9 @@ def _infer(qv, kv, vv, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block
         if bt.ndim != 2 or bt.shape[0] != B:
             _fail(f"block_table has shape {list(bt.shape)}; expected [B, max_pages] with "
                   f"q's batch {B}")
+        if kv.shape[1] < 1:
+            _fail(f"k has shape {list(kv.shape)}: a page pool [num_pages, page_size, Hkv, D] "
+                  "needs page_size >= 1")
         shape.update(page_size=kv.shape[1], num_pages=kv.shape[0], pages_per_seq=bt.shape[1],
                      seq_kv=bt.shape[1] * kv.shape[1])
     return shape
@@ -827,6 +842,8 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     contiguous. Returns O [B, Sq, Hq, Dv] in q's dtype (or out_dtype, or into `out`), and with
     return_lse also LSE float32 [B, Hq, Sq]; torch tensors in give torch tensors out.
 
+    scale: the logit scale, used as given (0, or a value that rounds to 0 in float32, weighs
+    every visible key alike); None: 1/sqrt(D).
     causal: bottom-right aligned (query i sees keys j <= i + Skv - Sq); causal_top_left:
     PyTorch's is_causal. window=(left, right) around the same diagonal, -1/None unbounded.
     mask (bool/uint8, True attends), mask_drop (True is masked) or mask_add (float, added to the

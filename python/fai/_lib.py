@@ -41,6 +41,11 @@ SPLIT_AUTO, SPLIT_UNITS, SPLIT_GREEDY = 0, 1, 2
 MAX_HEAD_DIM = 576
 MAX_WORKERS = 1024
 
+# the defaults fai_problem_init sets (fai.h): values no computation of the field produces
+SCALE_DEFAULT_BITS = 0x7FC00FA1  # a NaN of its own: scale = 1/sqrt(head_dim)
+HEAD_DIM_V_DEFAULT = -1  # head_dim_v = head_dim
+WINDOW_UNBOUNDED = -1
+
 
 class Problem(ctypes.Structure):
     """fai_problem."""
@@ -255,7 +260,10 @@ def _check_layout():
     want = Problem()
     want.q_dtype, want.k_dtype, want.v_dtype, want.o_dtype = (DTYPE_F32, DTYPE_F16, DTYPE_F16,
                                                               DTYPE_F32)
-    want.window_left = want.window_right = -1
+    want.head_dim_v = HEAD_DIM_V_DEFAULT
+    ctypes.memmove(ctypes.addressof(want) + Problem.scale.offset,
+                   ctypes.byref(ctypes.c_uint32(SCALE_DEFAULT_BITS)), 4)
+    want.window_left = want.window_right = WINDOW_UNBOUNDED
     got = bytes(buf)
     if got[:size] != bytes(want) or got[size:] != bytes([0xA5] * 64):
         raise ImportError(

@@ -510,8 +510,10 @@ def test_library_errors_carry_the_message():
 
 @pytest.mark.parametrize("kwargs,match", [
     ({"causal": True, "causal_top_left": True}, "exclude each other"),
-    ({"scale": 0.0}, "scale = 0"),
     ({"scale": float("inf")}, "not a finite"),
+    ({"scale": float("nan")}, "not a finite"),
+    ({"scale": 1e39}, "not a finite float32"),
+    ({"scale": True}, "expected a number"),
     ({"window": (1, 2, 3)}, "window"),
     ({"window": (-5, 0)}, "window"),
     ({"mask": np.ones((2, 3), bool), "mask_add": np.zeros((2, 3), np.float32)},
@@ -571,6 +573,74 @@ def test_lengths_past_the_tensor():
     k = np.zeros((1, 3, 1, 8), np.float16)
     with pytest.raises(fai.FaiError, match="seqlens_kv"):
         fai.attention(q, k, k, seqlens_kv=[4])
+
+
+# -- defaults are never taken for computed values; zero sizes ------------------------------------
+
+@pytest.mark.parametrize("scale", [0.0, 1e-46, np.float32(0)])
+def test_scale_that_is_zero_weighs_keys_alike(scale):
+    rng = np.random.default_rng(40)
+    (q, k, v), refs = qkv(rng, 1, 3, 7, 2, 1, 16, dts=("float32",) * 3, amp=3.0)
+    o, lse = fai.attention(q, k, v, scale=scale, return_lse=True)
+    mean = np.repeat(refs[2].mean(axis=1, keepdims=True), 3, axis=1).repeat(2, axis=2)
+    assert np.allclose(o, mean, atol=1e-6)
+    assert np.allclose(lse, np.log(7.0), atol=1e-6)
+    # None is the default, 1/sqrt(D): far from uniform at these logits
+    assert not np.allclose(fai.attention(q, k, v), mean, atol=1e-2)
+    check((q, k, v), refs, ("float32",) * 3, scale=None)
+
+
+def test_v_with_no_columns_is_refused():
+    q = np.ones((1, 3, 1, 4), np.float32)
+    k = np.ones((1, 5, 1, 4), np.float32)
+    with pytest.raises(fai.FaiError, match="head_dim_v = 0"):
+        fai.attention(q, k, np.ones((1, 5, 1, 0), np.float32))
+    # through views of larger arrays, and an output view of no columns: nothing is written
+    vbig = np.ones((1, 5, 1, 8), np.float32)
+    obig = np.full((1, 3, 1, 8), 7.0, np.float32)
+    with pytest.raises(fai.FaiError, match="head_dim_v = 0"):
+        fai.attention(q, k, vbig[..., :0], out=obig[..., :0])
+    assert np.all(obig == 7.0)
+    with pytest.raises(fai.FaiError, match="head_dim_v = 0"):
+        fai.Plan(1, 1, 1, 3, 5, 4, 0)
+    with pytest.raises(fai.FaiError, match="head_dim_v = -1"):
+        fai.Plan(1, 1, 1, 3, 5, 4, -1)
+
+
+def test_q_and_k_with_no_columns_are_refused():
+    with pytest.raises(fai.FaiError, match="head_dim = 0"):
+        fai.attention(np.ones((1, 3, 1, 0), np.float32), np.ones((1, 5, 1, 0), np.float32),
+                      np.ones((1, 5, 1, 4), np.float32))
+
+
+def test_page_pool_of_empty_pages_is_refused():
+    q = np.ones((1, 1, 1, 4), np.float32)
+    pool = np.ones((3, 0, 1, 4), np.float32)
+    with pytest.raises(fai.FaiError, match="page_size >= 1"):
+        fai.attention(q, pool, pool, block_table=np.zeros((1, 2), np.int32), seqlens_kv=[0])
+    with pytest.raises(fai.FaiError, match="num_pages = 3 with page_size = 0"):
+        fai.Plan(1, 1, 1, 1, 0, 4, page_size=0, num_pages=3)
+
+
+def test_wide_block_table():
+    # a table whose capacity (pages x page size) is past int32: only the lengths count
+    rng = np.random.default_rng(41)
+    q = rng.standard_normal((1, 1, 2, 4)).astype(np.float32)
+    pool = rng.standard_normal((1, 65536, 1, 4)).astype(np.float32)
+    table = np.zeros((1, 32768), np.int32)
+    o = fai.attention(q, pool, pool, block_table=table, seqlens_kv=[10])
+    assert np.array_equal(o, fai.attention(q, pool[:, :10], pool[:, :10]))
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 2, 0), (2, 0, 2, 5), (2, 3, 2, 0)])
+def test_empty_extents(shape):
+    B, Sq, Hq, Skv = shape
+    rng = np.random.default_rng(42)
+    q = rng.standard_normal((B, Sq, Hq, 8)).astype(np.float32)
+    k = rng.standard_normal((B, Skv, 1, 8)).astype(np.float32)
+    o, lse = fai.attention(q, k, k[..., :6], return_lse=True)
+    assert o.shape == (B, Sq, Hq, 6) and lse.shape == (B, Hq, Sq)
+    assert np.all(o == 0) and np.all(np.isneginf(lse))
 
 
 # -- the ctypes structs against the C header --------------------------------------------------

@@ -47,6 +47,7 @@ typedef struct unit_scratch {
     const void **row_ptrs;
     unsigned char *mx_cache; /* the thread's packed K/V cache (slot 0 only), or NULL */
     int *mx_q_finite;        /* the matrix engine: 0 when the unit's Q holds Inf or NaN */
+    float *mx_row_sums;      /* and its rows' running sums [ld_s, FAI_MX_SUM_LANES] */
 } unit_scratch;
 
 static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
@@ -62,6 +63,7 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
     sc.row_ptrs = (const void **)(ws + plan->ws.kv_rows);
     sc.mx_cache = NULL;
     sc.mx_q_finite = (int *)(ws + plan->ws.mx_flags);
+    sc.mx_row_sums = (float *)(ws + plan->ws.mx_row_sums);
     return sc;
 }
 
@@ -133,6 +135,7 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
         sc->row_max[r] = -INFINITY;
         sc->row_sum[r] = 0.0f;
     }
+    if (plan->mx) memset(sc->mx_row_sums, 0, (size_t)(ld_s * FAI_MX_SUM_LANES) * sizeof(float));
     /* the matrix engine's accumulator tiles cover the padded rows too */
     const int64_t o_rows = plan->mx ? ld_s : rows;
     memset(sc->o_acc, 0, (size_t)(o_rows * ld_o) * sizeof(float));
@@ -221,7 +224,7 @@ static void run_tile_mx(const fai_plan *plan, const fai_tensors *t, const fai_un
         scale = 1.0f;
     }
     if (masked) apply_masks(plan, t, unit, band, band_partial, key_begin, n, sc->s_tile, ld_n, 1);
-    cntx->mx_softmax(sc->s_tile, ld_n, rows, m_pad, n, n_pad, scale, sc->row_max, sc->row_sum,
+    cntx->mx_softmax(sc->s_tile, ld_n, rows, m_pad, n, n_pad, scale, sc->row_max, sc->mx_row_sums,
                      sc->row_alpha, p);
     FAI_LAP(FAI_STAGE_SOFTMAX);
     cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
@@ -329,12 +332,28 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     FAI_LAP(FAI_STAGE_PV);
 }
 
+/* After a unit's last tile on the matrix engine: each row's sum from its lanes (in a fixed
+ * order), and a NaN sum (a NaN the row saw) makes the row's max NaN, as the other tables leave
+ * it. */
+static void end_tiles(const fai_plan *plan, const fai_unit *unit, const unit_scratch *sc) {
+    if (!plan->mx) return;
+    for (int64_t r = 0; r < unit->q_len * unit->heads; r++) {
+        const float *lanes = sc->mx_row_sums + r * FAI_MX_SUM_LANES;
+        float sum = 0.0f;
+        for (int lane = 0; lane < FAI_MX_SUM_LANES; lane++)
+            sum += lanes[lane];
+        sc->row_sum[r] = sum;
+        if (isnan(sum)) sc->row_max[r] = sum;
+    }
+}
+
 /* Runs the unit's kv tiles [tile_begin, tile_end) (offsets into its valid range). */
 static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                           int64_t tile_begin, int64_t tile_end, const unit_scratch *sc) {
     start_unit(plan, t, unit, sc);
     for (int64_t tile = tile_begin; tile < tile_end; tile++)
         run_tile(plan, t, unit, tile, sc);
+    end_tiles(plan, unit, sc);
 }
 
 /* O = O / l and LSE = m + log l from the scratch; rows that saw nothing get 0 and -inf, and so
@@ -470,6 +489,8 @@ void KERNEL_RUN_WORKER(const fai_plan *plan, const fai_tensors *t, int64_t worke
             for (int64_t tile = 0; tile < unit->kv_tiles; tile++)
                 for (int64_t k = 0; k < count; k++)
                     run_tile(plan, t, &plan->units[u + k], tile, &slots[k]);
+            for (int64_t k = 0; k < count; k++)
+                end_tiles(plan, &plan->units[u + k], &slots[k]);
         }
         for (int64_t k = 0; k < count; k++)
             finish_unit(plan, t, &plan->units[u + k], &slots[k]);

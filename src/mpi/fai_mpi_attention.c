@@ -116,7 +116,8 @@ static void check_arguments(shard_call *call) {
                                                : "kv_start");
         return;
     }
-    call->shape.dim_v = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+    /* any other value is the plan's to judge, before it sizes anything */
+    call->shape.dim_v = pb->head_dim_v == FAI_HEAD_DIM_V_DEFAULT ? pb->head_dim : pb->head_dim_v;
     if (pb->q_positions || pb->kv_positions)
         fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG,
                               "local->%s is set: fai_mpi_attention fills the positions from "

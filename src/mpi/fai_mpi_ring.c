@@ -104,7 +104,8 @@ static int check_ring_arguments(ring_call *call) {
         fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "%s = NULL", !pb ? "local" : "tensors");
         return 0;
     }
-    call->dim_v = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+    /* any other value is the plan's to judge, before it sizes anything */
+    call->dim_v = pb->head_dim_v == FAI_HEAD_DIM_V_DEFAULT ? pb->head_dim : pb->head_dim_v;
     if (!ring_supported(call)) return 0;
     const fai_status status = fai_mpi_zigzag_layout(call->seq, call->size, call->rank, &call->mine);
     if (status != FAI_OK) {

@@ -16,8 +16,10 @@ void fai_problem_init(fai_problem *pb) {
     pb->k_dtype = FAI_DTYPE_F16;
     pb->v_dtype = FAI_DTYPE_F16;
     pb->o_dtype = FAI_DTYPE_F32;
-    pb->window_left = -1;
-    pb->window_right = -1;
+    pb->head_dim_v = FAI_HEAD_DIM_V_DEFAULT;
+    pb->scale = FAI_SCALE_DEFAULT;
+    pb->window_left = FAI_WINDOW_UNBOUNDED;
+    pb->window_right = FAI_WINDOW_UNBOUNDED;
 }
 
 /* Waking a thread costs microseconds: with automatic threads (threads = 0) a thread is worth it
@@ -53,6 +55,7 @@ static void layout_mx_slot(fai_plan *plan, size_t *offset) {
     ws->s_tile = *offset, *offset += align64(m_pad * n_pad * (sizeof(float) + 2 * half));
     ws->o_acc = *offset, *offset += align64(m_pad * dv_pad * sizeof(float));
     ws->mx_flags = *offset, *offset += 64;
+    ws->mx_row_sums = *offset, *offset += align64(m_pad * FAI_MX_SUM_LANES * sizeof(float));
 }
 
 /* The vector tables' per-unit scratch: Q^T, packed K and V tiles, S^T and O (f32); decode
@@ -185,9 +188,9 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
     plan->pb.q_positions = plan->pb.kv_positions = NULL; /* kept as each seq's diagonal */
     plan->cntx = cntx;
     plan->group = problem->heads_q / problem->heads_kv;
-    plan->head_dim_v = problem->head_dim_v ? problem->head_dim_v : problem->head_dim;
-    plan->scale =
-        problem->scale != 0.0f ? problem->scale : (float)(1.0 / sqrt((double)problem->head_dim));
+    fai__problem_defaults(problem, &plan->head_dim_v, &plan->scale);
+    plan->pb.head_dim_v = plan->head_dim_v;
+    plan->pb.scale = plan->scale;
     plan->paged = problem->page_size > 0;
     plan->packed_q = problem->cu_seqlens_q != NULL;
     plan->packed_kv = problem->cu_seqlens_kv != NULL;

@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <string.h>
 
 /* Sizes above these are refused as absurd long before any arithmetic can overflow. */
 #define MAX_BATCH (INT64_C(1) << 24)
@@ -56,6 +57,19 @@ static fai_status check_prefix_sums(const char *field, const int32_t *cu, int64_
     return FAI_OK;
 }
 
+/* The defaults are told by their exact values (fai.h): FAI_SCALE_DEFAULT by its bits, as a NaN
+ * compares equal to nothing. */
+static int is_default_scale(float scale) {
+    uint32_t bits;
+    memcpy(&bits, &scale, sizeof bits);
+    return bits == FAI_SCALE_DEFAULT_BITS;
+}
+
+void fai__problem_defaults(const fai_problem *pb, int64_t *head_dim_v, float *scale) {
+    *head_dim_v = pb->head_dim_v == FAI_HEAD_DIM_V_DEFAULT ? pb->head_dim : pb->head_dim_v;
+    *scale = is_default_scale(pb->scale) ? (float)(1.0 / sqrt((double)pb->head_dim)) : pb->scale;
+}
+
 fai_status fai__validate_problem(const fai_problem *pb) {
     if (!pb) return fai__fail(FAI_ERR_INVALID_ARG, "problem = NULL");
     FAI_TRY(check_range("batch", pb->batch, 0, MAX_BATCH));
@@ -66,15 +80,19 @@ fai_status fai__validate_problem(const fai_problem *pb) {
                          "heads_q = %" PRId64 " is not a multiple of heads_kv = %" PRId64,
                          pb->heads_q, pb->heads_kv);
     FAI_TRY(check_range("seq_q", pb->seq_q, 0, MAX_SEQ));
-    FAI_TRY(check_range("seq_kv", pb->seq_kv, 0, MAX_SEQ));
+    /* seq_kv sizes nothing when paged: wrappers may set it to the table's capacity */
+    if (pb->page_size <= 0) FAI_TRY(check_range("seq_kv", pb->seq_kv, 0, MAX_SEQ));
     FAI_TRY(check_range("head_dim", pb->head_dim, 1, FAI_MAX_HEAD_DIM));
-    FAI_TRY(check_range("head_dim_v", pb->head_dim_v, 0, FAI_MAX_HEAD_DIM));
+    if (pb->head_dim_v != FAI_HEAD_DIM_V_DEFAULT)
+        FAI_TRY(check_range("head_dim_v", pb->head_dim_v, 1, FAI_MAX_HEAD_DIM));
     FAI_TRY(check_dtype("q_dtype", pb->q_dtype));
     FAI_TRY(check_dtype("k_dtype", pb->k_dtype));
     FAI_TRY(check_dtype("v_dtype", pb->v_dtype));
     FAI_TRY(check_dtype("o_dtype", pb->o_dtype));
-    if (!isfinite(pb->scale))
-        return fai__fail(FAI_ERR_INVALID_ARG, "scale = %g is not finite", (double)pb->scale);
+    if (!isfinite(pb->scale) && !is_default_scale(pb->scale))
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "scale = %g is not finite (FAI_SCALE_DEFAULT asks for 1/sqrt(head_dim))",
+                         (double)pb->scale);
     if (pb->causal != FAI_CAUSAL_NONE && pb->causal != FAI_CAUSAL_BOTTOM_RIGHT &&
         pb->causal != FAI_CAUSAL_TOP_LEFT)
         return fai__fail(FAI_ERR_INVALID_ARG,
@@ -147,6 +165,13 @@ fai_status fai__validate_problem(const fai_problem *pb) {
                                  b, (int)pb->seqlens_kv[b], pb->pages_per_seq, pb->page_size);
         }
     } else {
+        /* pages given without a page size are a pool computed wrongly, not a dense K/V */
+        if (pb->num_pages != 0 || pb->pages_per_seq != 0)
+            return fai__fail(FAI_ERR_INVALID_ARG,
+                             "%s = %" PRId64 " with page_size = %" PRId64
+                             ": a paged K/V needs page_size >= 1 (dense: 0 pages)",
+                             pb->num_pages != 0 ? "num_pages" : "pages_per_seq",
+                             pb->num_pages != 0 ? pb->num_pages : pb->pages_per_seq, pb->page_size);
         if (pb->seqlens_kv)
             FAI_TRY(check_lengths("seqlens_kv", pb->seqlens_kv, pb->batch, pb->seq_kv, "seq_kv"));
         if (pb->cu_seqlens_kv)
@@ -158,7 +183,9 @@ fai_status fai__validate_problem(const fai_problem *pb) {
                          "seq_q = %" PRId64 " packed rows with batch = 0 sequences", pb->seq_q);
 
     /* -- sizes of every tensor must be addressable -- */
-    const int64_t dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+    int64_t dv;
+    float scale;
+    fai__problem_defaults(pb, &dv, &scale);
     int64_t elements;
     const int64_t q_batch = pb->cu_seqlens_q ? 1 : pb->batch;
     const int64_t widest = pb->head_dim > dv ? pb->head_dim : dv;

@@ -3,6 +3,7 @@
 #define FAI_SIMD_AVX2_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #define FAI_SIMD_NAME "avx2"
@@ -56,6 +57,39 @@ static inline fvec v_load_f16(const uint16_t *p) {
 static inline fvec v_load_bf16(const uint16_t *p) {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+/* 8 32-bit lanes (each below 2^16) as 8 16-bit values */
+static inline __m128i narrow_u32(__m256i x) {
+    const __m256i packed = _mm256_packus_epi32(x, x); /* lanes 0-3, 0-3 | 4-7, 4-7 */
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+/* v rounded to nearest even into bf16 (a NaN stays a quiet NaN), as fai__f32_to_bf16 does */
+static inline void v_store_bf16(uint16_t *p, fvec v) {
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i upper = _mm256_srli_epi32(bits, 16);
+    const __m256i rounding =
+        _mm256_add_epi32(_mm256_and_si256(upper, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7fff));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, rounding), 16);
+    const __m256i quiet = _mm256_or_si256(upper, _mm256_set1_epi32(0x40));
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    const __m256i r = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet), nan));
+    _mm_storeu_si128((__m128i *)(void *)p, narrow_u32(r));
+}
+/* v rounded to nearest even into f16, finite values saturated at +-65504, +-Inf kept and NaN as
+ * the canonical quiet NaN of its sign, as fai__f32_to_f16_sat does */
+static inline void v_store_f16_sat(uint16_t *p, fvec v) {
+    const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+    const __m256 finite = _mm256_cmp_ps(magnitude, _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    const fvec clamped = _mm256_min_ps(_mm256_max_ps(v, v_set1(-65504.0f)), v_set1(65504.0f));
+    const __m128i h =
+        _mm256_cvtps_ph(_mm256_blendv_ps(v, clamped, finite), _MM_FROUND_TO_NEAREST_INT);
+    const __m256i sign =
+        _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 16), _mm256_set1_epi32(0x8000));
+    const __m128i quiet = narrow_u32(_mm256_or_si256(sign, _mm256_set1_epi32(0x7e00)));
+    const __m128i nan16 = narrow_u32(_mm256_srli_epi32(_mm256_castps_si256(nan), 16));
+    _mm_storeu_si128((__m128i *)(void *)p, _mm_blendv_epi8(h, quiet, nan16));
 }
 
 #endif

@@ -3,6 +3,7 @@
 #define FAI_SIMD_AVX512_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #define FAI_SIMD_NAME "avx512"
@@ -51,6 +52,30 @@ static inline fvec v_load_bf16(const uint16_t *p) {
     const __m512i wide =
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+/* v rounded to nearest even into bf16 (a NaN stays a quiet NaN), as fai__f32_to_bf16 does */
+static inline void v_store_bf16(uint16_t *p, fvec v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i upper = _mm512_srli_epi32(bits, 16);
+    const __m512i rounding =
+        _mm512_add_epi32(_mm512_and_si512(upper, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, rounding), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, nan, upper, _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(r));
+}
+/* v rounded to nearest even into f16, finite values saturated at +-65504, +-Inf kept and NaN as
+ * the canonical quiet NaN of its sign, as fai__f32_to_f16_sat does */
+static inline void v_store_f16_sat(uint16_t *p, fvec v) {
+    const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(v), v_set1(INFINITY), _CMP_LT_OQ);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const fvec clamped = _mm512_min_ps(_mm512_max_ps(v, v_set1(-65504.0f)), v_set1(65504.0f));
+    const fvec y = _mm512_mask_blend_ps(finite, v, clamped);
+    const __m256i h = _mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i sign =
+        _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(v), 16), _mm512_set1_epi32(0x8000));
+    const __m256i quiet = _mm512_cvtepi32_epi16(_mm512_or_si512(sign, _mm512_set1_epi32(0x7e00)));
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm256_mask_blend_epi16(nan, h, quiet));
 }
 
 #endif

@@ -3,6 +3,8 @@
 #define FAI_SIMD_NEON_H
 
 #include <arm_neon.h>
+
+#include "util/fai_half.h"
 #include <stdint.h>
 
 #define FAI_SIMD_NAME "neon"
@@ -42,6 +44,19 @@ static inline fvec v_load_f16(const uint16_t *p) {
 }
 static inline fvec v_load_bf16(const uint16_t *p) {
     return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+/* v into bf16 and into f16 (saturating finite values), lane by lane with the portable rounding */
+static inline void v_store_bf16(uint16_t *p, fvec v) {
+    float lanes[4];
+    vst1q_f32(lanes, v);
+    for (int i = 0; i < 4; i++)
+        p[i] = fai__f32_to_bf16(lanes[i]);
+}
+static inline void v_store_f16_sat(uint16_t *p, fvec v) {
+    float lanes[4];
+    vst1q_f32(lanes, v);
+    for (int i = 0; i < 4; i++)
+        p[i] = fai__f32_to_f16_sat(lanes[i]);
 }
 
 #endif

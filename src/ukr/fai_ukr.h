@@ -18,6 +18,9 @@
 
 #include <stdint.h>
 
+/* Lanes of the matrix engine's running row sums (its vector width on every table). */
+#define FAI_MX_SUM_LANES 16
+
 /* How many K/V rows ahead of the one being computed the decode kernels prefetch. */
 #define FAI_PREFETCH_ROWS 16
 
@@ -110,8 +113,10 @@ typedef struct fai_cntx {
      *     or K holds Inf or NaN and one of them has parts (Inf x 0 between parts would be NaN
      *     where the exact score is -Inf).
      *   mx_softmax: the online softmax of the raw scores with scale > 0 folded in, writing P;
-     *     row_max, row_sum and row_alpha as softmax leaves them (the max may trail the true max
-     *     by a bounded amount: O and l use the same one).
+     *     row_max and row_alpha as softmax leaves them (the max may trail the true max by a
+     *     bounded amount: O and l use the same one), the row sums kept FAI_MX_SUM_LANES wide in
+     *     row_sums [m_pad, FAI_MX_SUM_LANES] (the driver adds the lanes after the unit's last
+     *     tile).
      *   mx_pv: O += P V.
      *   mx_pv_sparse: the same where only nonzero P may reach O (a masked tile whose V holds Inf
      *     or NaN). */

@@ -481,18 +481,21 @@ static void softmax_rows_simd(float *s, int64_t ld_n, int64_t m, float *row_max,
 }
 
 static void store_row_simd(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul) {
-    if (dtype != FAI_DTYPE_F32) { /* 16-bit outputs: once per row, the portable rounding */
-        for (int64_t x = 0; x < dim; x++)
-            fai__store_element(dst, x, dtype, src[x] * mul);
-        return;
-    }
-    float *out = dst;
     const fvec scale = v_set1(mul);
     int64_t x = 0;
-    for (; x + W <= dim; x += W)
-        v_store(out + x, v_mul(v_load(src + x), scale));
-    for (; x < dim; x++)
-        out[x] = src[x] * mul;
+    if (dtype == FAI_DTYPE_F32) {
+        float *out = dst;
+        for (; x + W <= dim; x += W)
+            v_store(out + x, v_mul(v_load(src + x), scale));
+    } else if (dtype == FAI_DTYPE_BF16) {
+        for (; x + W <= dim; x += W)
+            v_store_bf16((uint16_t *)dst + x, v_mul(v_load(src + x), scale));
+    } else {
+        for (; x + W <= dim; x += W)
+            v_store_f16_sat((uint16_t *)dst + x, v_mul(v_load(src + x), scale));
+    }
+    for (; x < dim; x++) /* the tail with the portable rounding, which the vectors match */
+        fai__store_element(dst, x, dtype, src[x] * mul);
 }
 
 static void init_simd_table(fai_cntx *cntx) {

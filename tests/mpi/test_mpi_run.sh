@@ -127,6 +127,8 @@ compare("dense_lengths_keep_window", args + ["--causal", "--window", "10,-1"])
 # more queries than keys (the first see nothing), and top-left causal with Sq < Skv
 compare("more_queries_than_keys", qkv(1, 30, 9, 2, 2, 8, prefix="mq") + ["--causal"])
 compare("top_left", qkv(1, 6, 40, 2, 1, 8, prefix="tl") + ["--causal-top-left"])
+# a scale of 0 is taken as given: every visible key weighs the same
+compare("scale_zero", qkv(1, 6, 40, 2, 1, 8, prefix="s0") + ["--causal", "--scale", "0"])
 
 # bad input: exit 2, one line on stderr naming the culprit, no output file
 bad_q = save("bad_q.npy", tensor((1, 8, 4, 8), "f32"))
@@ -135,7 +137,15 @@ good_k = save("bad_k.npy", tensor((1, 8, 2, 8), "f32"))
 short_k = save("bad_k6.npy", tensor((1, 6, 2, 8), "f32"))
 neg = save("bad_neg.npy", np.array([-1], dtype=np.int32))
 keep = save("bad_keep.npy", np.ones((8, 8), dtype=bool))
+no_dv = save("bad_v0.npy", tensor((1, 8, 2, 0), "f32"))
+empty_pages = save("bad_pool.npy", tensor((3, 0, 2, 8), "f32"))
+table = save("bad_bt.npy", np.zeros((1, 2), dtype=np.int32))
+lens0 = save("bad_lens.npy", np.zeros(1, dtype=np.int32))
 cases = [
+    (["--q", bad_q, "--k", good_k, "--v", no_dv], "head_dim_v = 0"),
+    (["--q", bad_q, "--k", empty_pages, "--v", empty_pages, "--block-table", table,
+      "--seqlens-kv", lens0], "page_size 0"),
+    (["--q", "/dev/zero", "--k", good_k, "--v", good_k], "magic"),
     (["--q", bad_q, "--k", bad_k3, "--v", bad_k3], "does not divide"),
     (["--q", bad_q, "--k", good_k, "--v", good_k, "--ring", "--mask", keep], "--ring with --mask"),
     (["--q", bad_q, "--k", short_k, "--v", short_k, "--ring"], "Sq = 8 and k has Skv = 6"),

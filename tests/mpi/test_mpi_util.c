@@ -33,7 +33,7 @@ int test_reference(const fai_problem *whole, const fai_tensors *tensors, float *
                    float *lse_ref) {
     fai_problem pb = *whole;
     pb.o_dtype = FAI_DTYPE_F32;
-    const int64_t dv = pb.head_dim_v ? pb.head_dim_v : pb.head_dim;
+    const int64_t dv = fai_oracle_head_dim_v(&pb);
     fai_tensors t = *tensors;
     t.o = fai_tensor_bshd(o_ref, FAI_DTYPE_F32, pb.seq_q, pb.heads_q, dv);
     memset(&t.lse, 0, sizeof t.lse);

@@ -356,11 +356,11 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     }
     const int64_t B = sp.batch;
     const int64_t Hq = sp.heads_q, Hkv = sp.heads_kv, D = sp.head_dim, Dv = sp.head_dim_v;
-    if (B < 0 || Hq < 1 || Hkv < 1 || Hq % Hkv || D < 1 || D > FAI_MAX_HEAD_DIM || Dv < 0 ||
+    if (B < 0 || Hq < 1 || Hkv < 1 || Hq % Hkv || D < 1 || D > FAI_MAX_HEAD_DIM || Dv < 1 ||
         Dv > FAI_MAX_HEAD_DIM || sp.seq_q < 0 || sp.seq_kv < 0)
         return build_fail(c, "bad shape");
-    const int64_t Dvr = Dv ? Dv : D;
-    const int dv_zero = Dv == D && ANY(spec->head_dim_v) && fai_rng_range(g, 0, 99) < 30;
+    const int64_t Dvr = Dv;
+    const int dv_default = Dv == D && ANY(spec->head_dim_v) && fai_rng_range(g, 0, 99) < 30;
 
     /* -- per-sequence lengths -- */
     c->len_q = calloc((size_t)B + 1, sizeof(int64_t));
@@ -392,7 +392,7 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     pb->heads_q = Hq;
     pb->heads_kv = Hkv;
     pb->head_dim = D;
-    pb->head_dim_v = dv_zero ? 0 : Dv; /* 0 means D */
+    pb->head_dim_v = dv_default ? FAI_HEAD_DIM_V_DEFAULT : Dv;
     c->seqlens_q = calloc((size_t)B + 1, sizeof(int32_t));
     c->seqlens_kv = calloc((size_t)B + 1, sizeof(int32_t));
     c->cu_q = calloc((size_t)B + 2, sizeof(int32_t));
@@ -487,10 +487,15 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     c->mask_shape = (int)sp.mask_shape;
 
     /* -- values and execution -- */
-    if (isnan(sp.scale))
-        sp.scale = fai_rng_range(g, 0, 99) < 75 ? 0.0 : uniform_pm(g, 1.5) / sqrt((double)D);
+    if (isnan(sp.scale)) {
+        /* the default mostly, now and then 0 (every visible key weighs the same) */
+        const int64_t p = fai_rng_range(g, 0, 99);
+        sp.scale = p < 72   ? FAI_CASE_SCALE_DEFAULT
+                   : p < 75 ? 0.0
+                            : uniform_pm(g, 1.5) / sqrt((double)D);
+    }
     if (isnan(sp.amplitude)) sp.amplitude = (double)PICK(g, 1, 1, 2, 2, 3, 4) * 0.5;
-    pb->scale = (float)sp.scale;
+    pb->scale = isinf(sp.scale) ? FAI_SCALE_DEFAULT : (float)sp.scale;
     if (ANY(sp.workers)) {
         const int64_t p = fai_rng_range(g, 0, 99);
         sp.workers = p < 25   ? 0
@@ -740,6 +745,8 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
                                   (long long)c->len_kv[b]);
         if (B > 8) snprintf(lens_desc + n, sizeof lens_desc - n, ",...");
     }
+    char scale_desc[32] = "default"; /* FAI_SCALE_DEFAULT is the only NaN a case holds */
+    if (!isnan(pb->scale)) snprintf(scale_desc, sizeof scale_desc, "%g", (double)pb->scale);
     char mask_desc[48];
     if (pb->mask_kind == FAI_MASK_NONE)
         snprintf(mask_desc, sizeof mask_desc, "none");
@@ -748,7 +755,7 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
                  mask_shape_name(c->mask_shape), (long long)sp.mask_density);
     snprintf(c->desc, sizeof c->desc,
              "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s v=%s "
-             "o=%s causal=%s%s window=%lld,%lld mask=%s lens_q=%s lens_kv=%s%s scale=%g amp=%g "
+             "o=%s causal=%s%s window=%lld,%lld mask=%s lens_q=%s lens_kv=%s%s scale=%s amp=%g "
              "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld ws+%zu",
              (unsigned long long)seed, (long long)B, (long long)Hq, (long long)Hkv,
              (long long)sp.seq_q, (long long)sp.seq_kv, (long long)D, (long long)pb->head_dim_v,
@@ -756,7 +763,7 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
              fai_oracle_dtype_name(pb->v_dtype), fai_oracle_dtype_name(pb->o_dtype),
              causal_name(pb->causal), pb->q_positions ? " positions" : "",
              (long long)pb->window_left, (long long)pb->window_right, mask_desc, lq_desc, lk_desc,
-             lens_desc, (double)pb->scale, amp, c->layout_q, c->layout_k, c->layout_v, c->layout_o,
+             lens_desc, scale_desc, amp, c->layout_q, c->layout_k, c->layout_v, c->layout_o,
              sp.lse ? 1 + c->lse_layout : 0, (long long)pb->workers, (long long)pb->threads,
              split_name(pb->split), (long long)pb->tile_q, (long long)pb->tile_kv,
              c->workspace_offset);

@@ -13,6 +13,7 @@
 #ifndef FAI_CASES_H
 #define FAI_CASES_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,8 @@ extern "C" {
 
 /* "Draw this field from the seed." */
 #define FAI_CASE_ANY INT64_MIN
+/* fai_case_spec.scale: the problem's default scale. */
+#define FAI_CASE_SCALE_DEFAULT INFINITY
 
 /* How sequence lengths are given, for Q (FULL, SEQLENS, PACKED) and K/V (all four). */
 enum {
@@ -69,7 +72,8 @@ typedef struct fai_case_spec {
     int64_t workers, threads, tile_q, tile_kv; /* copied into the problem */
     int64_t split;                             /* fai_split */
     int64_t lse;                               /* 1: ask for LSE */
-    double scale;     /* NaN: draw (mostly 0, the default 1/sqrt(D)); else the problem's scale */
+    double scale;     /* NaN: draw (mostly the default); FAI_CASE_SCALE_DEFAULT: the default
+                         1/sqrt(D) (FAI_SCALE_DEFAULT); else the problem's scale */
     double amplitude; /* Q and K values are uniform in [-a, a]; NaN: draw; V is in [-1, 1] */
     double max_work;  /* cap on B*Hq*Sq*Skv*(D+Dv) for drawn shapes; 0: the default 2e6 */
 } fai_case_spec;

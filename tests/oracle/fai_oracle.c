@@ -164,6 +164,10 @@ void fai_oracle_out_free(fai_oracle_out *out) {
     memset(out, 0, sizeof *out);
 }
 
+int64_t fai_oracle_head_dim_v(const fai_problem *pb) {
+    return pb->head_dim_v == FAI_HEAD_DIM_V_DEFAULT ? pb->head_dim : pb->head_dim_v;
+}
+
 /* Element offsets of sequence b's token t in a Q/K/V tensor. */
 typedef struct seq_map {
     int packed;        /* cu_seqlens: rows cu[b] + t, batch stride ignored */
@@ -204,7 +208,7 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
     /* -- validation: only what the reference needs to be well defined -- */
     const int64_t B = pb->batch, Hq = pb->heads_q, Hkv = pb->heads_kv;
     const int64_t Sq = pb->seq_q, Skv = pb->seq_kv, D = pb->head_dim;
-    const int64_t Dv = pb->head_dim_v ? pb->head_dim_v : pb->head_dim;
+    const int64_t Dv = fai_oracle_head_dim_v(pb);
     if (B < 0) return fail(err, err_size, FAI_ERR_INVALID_ARG, "batch = %lld", (long long)B);
     if (Hq < 1 || Hkv < 1 || Hq % Hkv)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "heads_q = %lld, heads_kv = %lld",
@@ -221,7 +225,10 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
     if (t->q.dtype != pb->q_dtype || t->k.dtype != pb->k_dtype || t->v.dtype != pb->v_dtype ||
         t->o.dtype != pb->o_dtype)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "tensor dtypes differ from the problem");
-    if (!isfinite(pb->scale))
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &pb->scale, sizeof scale_bits);
+    const int default_scale = scale_bits == FAI_SCALE_DEFAULT_BITS;
+    if (!isfinite(pb->scale) && !default_scale)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "scale = %g", (double)pb->scale);
     if (pb->causal != FAI_CAUSAL_NONE && pb->causal != FAI_CAUSAL_BOTTOM_RIGHT &&
         pb->causal != FAI_CAUSAL_TOP_LEFT)
@@ -255,7 +262,7 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
         if (st != FAI_OK) return st;
     }
 
-    const double scale = pb->scale != 0.0f ? (double)pb->scale : 1.0 / sqrt((double)D);
+    const double scale = default_scale ? 1.0 / sqrt((double)D) : (double)pb->scale;
     const int64_t G = Hq / Hkv;
     const int64_t groups = pb->cu_seqlens_q ? 1 : B;
     const double n_out = (double)groups * (double)Sq * (double)Hq;

@@ -52,6 +52,9 @@ fai_status fai_oracle_run(const fai_problem *problem, const fai_tensors *tensors
 
 void fai_oracle_out_free(fai_oracle_out *out);
 
+/* A problem's Dv: head_dim_v, or head_dim for FAI_HEAD_DIM_V_DEFAULT. */
+int64_t fai_oracle_head_dim_v(const fai_problem *problem);
+
 /* Exact conversions of the storage types. Decoding is exact (every f16 / bf16 value is a
  * double); encoding rounds to nearest, ties to even, with overflow to infinity and subnormals. */
 double fai_oracle_f16_decode(uint16_t bits);

@@ -219,7 +219,7 @@ static int make_decode(const fai_shape *single, const bench_options *o, decode_s
     d->data.problem.threads = o->threads, d->data.problem.workers = o->workers;
     d->kv_start = calloc((size_t)single->b, sizeof(int32_t));
     d->q_start = calloc((size_t)single->b, sizeof(int32_t));
-    const int64_t dv = single->dv ? single->dv : single->d;
+    const int64_t dv = single->dv;
     d->part_floats = (size_t)(single->b * single->sq * single->hq * (dv + 1));
     d->part = calloc(d->part_floats, sizeof(float));
     d->parts = calloc(d->part_floats * (size_t)ranks_, sizeof(float));
@@ -241,7 +241,7 @@ static double time_local_shard(decode_setup *d, int runs) {
     fai_problem pb = d->data.problem;
     pb.o_dtype = FAI_DTYPE_F32;
     pb.q_positions = d->q_start, pb.kv_positions = d->kv_start;
-    const int64_t dv = d->shape.dv ? d->shape.dv : d->shape.d;
+    const int64_t dv = d->shape.dv;
     fai_tensors t = d->data.tensors;
     t.o = fai_tensor_bshd(d->part, FAI_DTYPE_F32, d->shape.sq, d->shape.hq, dv);
     t.lse.data = d->part + d->shape.b * d->shape.sq * d->shape.hq * dv;
@@ -269,7 +269,7 @@ static double time_local_shard(decode_setup *d, int runs) {
 /* The merge of R parts into O alone, as the library lays them out. */
 static double time_merge(decode_setup *d, int runs) {
     const fai_shape *s = &d->shape;
-    const int64_t dv = s->dv ? s->dv : s->d, rows = s->b * s->sq * s->hq;
+    const int64_t dv = s->dv, rows = s->b * s->sq * s->hq;
     fai_tensor *views = calloc((size_t)(2 * ranks_), sizeof(fai_tensor));
     for (int p = 0; p < ranks_; p++) {
         float *part = d->parts + (size_t)p * d->part_floats;
@@ -361,7 +361,7 @@ static int bench_ring(const fai_shape *single, const bench_options *o, const lin
     res->seq_kv = seq, res->seq_kv_rank = z.rows;
 
     /* the longest block, which sets each step's transfer */
-    const int64_t dv = shape.dv ? shape.dv : shape.d;
+    const int64_t dv = shape.dv;
     const double row_bytes =
         (double)(shape.hkv * (shape.d + dv)) * (double)fai_shape_dtype_bytes(shape.kv_dtype);
     const double block = max_over_ranks((double)(shape.b * z.rows) * row_bytes);

@@ -31,10 +31,12 @@
  * m was used, as long as O and l used the same. */
 #define LAZY_MAX_GROWTH 8.0f
 
-/* 2^f for f in [-1/2, 1/2], degree 5 (Taylor in f ln 2): relative error below 3e-6, under the
- * 2^-16 of P's hi + lo. */
-static const float exp2_poly[6] = {1.0f,          0.693147182f,   0.240226507f,
-                                   0.0555041087f, 0.00961812911f, 0.00133335581f};
+/* 2^f for f in [0, 1): degree 4, fitted for the least relative error (2.6e-6, under the 2^-16
+ * of P's hi + lo). */
+static const float exp2_poly[5] = {1.00000259f, 0.693003834f, 0.241442757f, 0.0520114606f,
+                                   0.0135341679f};
+
+_Static_assert(W == FAI_MX_SUM_LANES, "the row sums are one vector wide");
 
 static void mx_enter(void) { tile_enter(); }
 static void mx_leave(void) { tile_leave(); }
@@ -240,25 +242,31 @@ static void mx_qk_exact(float *s, int64_t ld_n, const uint16_t *q, int q_parts, 
 
 /* The online softmax on raw scores S [m_pad, ld_n] (masked entries -inf), with the scale (> 0)
  * folded into the exponent: for each row i < m, over keys j < n, m' = the running max of
- * scale * s (held back while it grows by less than LAZY_MAX_GROWTH), P = e^(scale s - m') split
- * into P hi and lo [m_pad, n_pad] (keys [n, n_pad) and rows [m, m_pad) zero), and row_sum,
- * row_alpha, row_max as the other tables' softmax leaves them; a NaN a row sees makes its max
- * NaN. S's columns [n, n_pad) are overwritten. */
+ * scale * s, held back while it grows by less than LAZY_MAX_GROWTH (which W comparisons tell
+ * without a horizontal max), P = e^(scale s - m') split into P hi and lo [m_pad, n_pad] (keys
+ * [n, n_pad) and rows [m, m_pad) zero), row_alpha and row_max as the other tables' softmax
+ * leaves them. The row sums stay W lanes wide, row_sums [m_pad, W], scaled by alpha with the
+ * row: the driver adds the lanes once at the end of the unit. S's columns [n, n_pad) are
+ * overwritten. */
 static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
-                       float scale, float *row_max, float *row_sum, float *row_alpha, uint16_t *p) {
+                       float scale, float *row_max, float *row_sums, float *row_alpha,
+                       uint16_t *p) {
     uint16_t *p_hi = p, *p_lo = p + m_pad * n_pad;
     const float log2e = 1.44269504088896341f;
     const fvec scale_log2e = v_set1(scale * log2e), lowest = v_set1(-200.0f);
     for (int64_t i = 0; i < m; i++) {
-        float *row = s + i * ld_n;
+        float *row = s + i * ld_n, *sums = row_sums + i * W;
         uint16_t *hi = p_hi + i * n_pad, *lo = p_lo + i * n_pad;
         for (int64_t j = n; j < n_pad; j++)
             row[j] = -INFINITY;
         fvec top_vec = v_set1(-INFINITY);
         for (int64_t j = 0; j < n_pad; j += W)
             top_vec = v_max(v_load(row + j), top_vec); /* NaN scores are passed over here */
-        const float top = v_hmax(top_vec) * scale, old_max = row_max[i];
-        const float new_max = top > old_max + LAZY_MAX_GROWTH ? top : old_max;
+        const float old_max = row_max[i];
+        float new_max = old_max;
+        /* the raw score above which the max moves (-inf before the first visible score) */
+        if (v_any_gt(top_vec, v_set1((old_max + LAZY_MAX_GROWTH) / scale)))
+            new_max = v_hmax(top_vec) * scale;
         /* nothing visible yet: the scores are -inf (P = 0) or NaN (P = NaN, which then reaches
          * O through PV and the row's sum) */
         const float shift = new_max == -INFINITY ? 0.0f : new_max * log2e;
@@ -274,8 +282,8 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
         }
         const float alpha = old_max == new_max ? 1.0f : expf(old_max - new_max);
         row_alpha[i] = alpha;
-        row_sum[i] = row_sum[i] * alpha + v_hsum(sum);
-        row_max[i] = isnan(row_sum[i]) ? row_sum[i] : new_max;
+        v_store(sums, v_fma(v_load(sums), v_set1(alpha), sum));
+        row_max[i] = new_max;
     }
     for (int64_t i = m; i < m_pad; i++) {
         memset(p_hi + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));

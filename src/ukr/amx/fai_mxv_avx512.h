@@ -9,19 +9,21 @@
 
 #define W FAI_SIMD_WIDTH
 
-/* 2^t for t >= -200 (or NaN): 2^f for f = t - round(t) by the polynomial c (degree 5, c[0]
- * first), scaled by 2^round(t) with vscalefps (which also underflows to 0 where it must). */
-static inline fvec v_exp2_poly(fvec t, const float c[6]) {
-    const fvec k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const fvec f = _mm512_sub_ps(t, k);
-    fvec p = _mm512_set1_ps(c[5]);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[4]));
+/* 2^t for t >= -200 (or NaN): 2^f for f = t - floor(t) in [0, 1) by the polynomial c (degree
+ * 4, c[0] first), scaled by 2^floor(t) with vscalefps (which also underflows to 0 where it
+ * must); vreduceps gives f in one instruction. */
+static inline fvec v_exp2_poly(fvec t, const float c[5]) {
+    const fvec f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    fvec p = _mm512_set1_ps(c[4]);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[3]));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[2]));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[1]));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[0]));
-    return _mm512_scalef_ps(p, k);
+    return _mm512_scalef_ps(p, t);
 }
+
+/* nonzero when some lane of a is greater than the same lane of b */
+static inline int v_any_gt(fvec a, fvec b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0; }
 
 /* the odd 16-bit words of a then b: the bf16 truncations of 32 f32 values, in order */
 static inline __m512i bf16_trunc32(fvec a, fvec b) {

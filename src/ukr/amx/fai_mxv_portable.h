@@ -63,19 +63,27 @@ static inline float v_hmax(fvec v) {
     return top;
 }
 
-/* 2^t for t >= -200 (or NaN): 2^f for f = t - round(t) by the polynomial c (degree 5, c[0]
- * first), scaled by 2^round(t). */
-static inline fvec v_exp2_poly(fvec t, const float c[6]) {
+/* 2^t for t >= -200 (or NaN): 2^f for f = t - floor(t) in [0, 1) by the polynomial c (degree
+ * 4, c[0] first), scaled by 2^floor(t). */
+static inline fvec v_exp2_poly(fvec t, const float c[5]) {
     for (int i = 0; i < W; i++) {
         const float x = t.lane[i];
         if (x != x) continue; /* NaN stays */
-        const float k = rintf(x), f = x - k;
-        float p = c[5];
-        for (int e = 4; e >= 0; e--)
+        const float k = floorf(x), f = x - k;
+        float p = c[4];
+        for (int e = 3; e >= 0; e--)
             p = fmaf(p, f, c[e]);
         t.lane[i] = ldexpf(p, (int)k);
     }
     return t;
+}
+
+/* nonzero when some lane of a is greater than the same lane of b */
+static inline int v_any_gt(fvec a, fvec b) {
+    int any = 0;
+    for (int i = 0; i < W; i++)
+        any |= a.lane[i] > b.lane[i];
+    return any;
 }
 
 static inline uint16_t bf16_trunc(float x) {
