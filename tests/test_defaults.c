@@ -1,6 +1,7 @@
 /* The defaults of fai_problem are values no computation produces (fai.h): a computed scale of 0
  * is uniform attention, a computed head_dim_v of 0 an error; fields a paged problem does not use
- * are not checked; problems of zero extent plan and run. */
+ * are not checked; problems of zero extent plan and run. And the tolerance the tests enforce is
+ * tight enough to catch an error of a few ulps in the scale. */
 #include "fai.h"
 #include "fai_cases.h"
 #include "fai_oracle.h"
@@ -215,4 +216,67 @@ TEST(defaults_zero_extents_run) {
         for (int64_t i = 0; i < rows; i++)
             CHECK(lse[i] == -INFINITY);
     }
+}
+
+/* The worst error of an f32 case's O over the tolerance of fai_case_row_tolerance, and its worst
+ * error relative to max(1, |ref|) (the measure of a fixed relative bound) in *plain. */
+static double f32_ratio(const fai_case *c, const fai_oracle_out *ref, double *plain) {
+    const fai_tensor *o = &c->tensors.o;
+    const int64_t Hq = ref->heads_q, Dv = ref->head_dim_v;
+    double worst = 0.0;
+    *plain = 0.0;
+    for (int64_t g = 0; g < ref->groups; g++)
+        for (int64_t r = 0; r < ref->rows; r++)
+            for (int64_t h = 0; h < Hq; h++) {
+                const size_t ri = (size_t)((g * ref->rows + r) * Hq + h);
+                if (ref->row_state[ri] != FAI_ORACLE_ROW_VALID) continue;
+                const double tol = fai_case_row_tolerance(ref, ri, 0.0);
+                for (int64_t d = 0; d < Dv; d++) {
+                    const double x = fai_oracle_load(o->data, o->dtype,
+                                                     g * o->stride_batch + r * o->stride_seq +
+                                                         h * o->stride_head + d);
+                    const double want = ref->o[ri * (size_t)Dv + (size_t)d];
+                    const double e =
+                        fabs(x - want) / fmax(1.0, ref->o_mag[ri * (size_t)Dv + (size_t)d]);
+                    if (!(e / tol <= worst)) worst = e / tol;
+                    const double p = fabs(x - want) / fmax(1.0, fabs(want));
+                    if (!(p <= *plain)) *plain = p;
+                }
+            }
+    return worst;
+}
+
+TEST(defaults_f32_tolerance_catches_ulps) {
+    /* fai well within the f32 tolerance, and the same problem run with its scale off by 2^-17
+     * (16 ulps) outside it, though within the fixed 1e-5 x max(1, |ref|) the tolerance was
+     * before it grew with the logits: the bound is not loose enough to hide a small real error */
+    fai_case_spec s;
+    fai_case_spec_any(&s);
+    s.batch = 1, s.heads_q = 4, s.heads_kv = 2, s.seq_q = 16, s.seq_kv = 64;
+    s.head_dim = s.head_dim_v = 64;
+    s.q_dtype = s.k_dtype = s.v_dtype = s.o_dtype = FAI_DTYPE_F32;
+    s.causal = FAI_CAUSAL_NONE, s.window_left = s.window_right = -1;
+    s.mask_kind = FAI_MASK_NONE, s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
+    s.scale = 0.125, s.amplitude = 2.0, s.positions = 0;
+    fai_case c;
+    REQUIRE(fai_case_build(&c, &s, 4242) == 0);
+    fai_oracle_out ref;
+    REQUIRE(fai_oracle_run(&c.problem, &c.tensors, &ref, NULL, 0) == FAI_OK);
+    REQUIRE(plan_and_run(&c.problem, &c.tensors) == FAI_OK);
+    double plain_exact, plain_skewed;
+    const double exact = f32_ratio(&c, &ref, &plain_exact);
+    fai_problem off = c.problem;
+    off.scale = 0.125f * (1.0f + 0x1.0p-17f);
+    REQUIRE(plan_and_run(&off, &c.tensors) == FAI_OK);
+    const double skewed = f32_ratio(&c, &ref, &plain_skewed);
+    if (!(exact < 0.5 && skewed > 1.0 && plain_skewed < 1e-5))
+        fprintf(stderr,
+                "  error / tolerance: %.3g as given, %.3g with the scale off (plain errors %.3g, "
+                "%.3g)\n",
+                exact, skewed, plain_exact, plain_skewed);
+    CHECK(exact < 0.5);
+    CHECK(skewed > 1.0);
+    CHECK(plain_skewed < 1e-5);
+    fai_oracle_out_free(&ref);
+    fai_case_free(&c);
 }

@@ -599,7 +599,8 @@ static int bench_shape(const fai_shape *shape, uint64_t seed, fai_pool **pools,
         }
         if (!check.threads) {
             check.threads = opt->threads[t];
-            check.max_err = fai_verify_rows(shape, &data, SAMPLED_ROWS, seed + 77);
+            check.max_err =
+                fai_verify_rows(shape, &data, SAMPLED_ROWS, seed + 77, &check.tolerance);
             failures += !(check.max_err <= check.tolerance);
         }
         const int have_base =

@@ -7,13 +7,17 @@
 
 #include <stdint.h>
 
-/* Largest error of `rows` sampled (batch, query, head) rows of data->o after a run, relative to
- * max(1, |ref|); NaN or Inf in the output, or no memory, gives INFINITY. Empty shapes give 0.
- * Handles dense and paged K/V, both causal alignments and sliding windows. */
-double fai_verify_rows(const fai_shape *shape, const fai_shape_data *data, int rows, uint64_t seed);
+/* The sampled element of `rows` sampled (batch, query, head) rows of data->o after a run that
+ * comes nearest its tolerance (README, "Tolerances"): returns its error relative to max(1,
+ * sum_j p_j |v_j|) and stores its tolerance, t + 2 eps_f32 (L + sqrt(n)), in *tolerance; the
+ * check passes when the one is at most the other. NaN or Inf in the output, or no memory, gives
+ * INFINITY. Empty shapes give 0. Handles dense and paged K/V, both causal alignments and
+ * sliding windows. */
+double fai_verify_rows(const fai_shape *shape, const fai_shape_data *data, int rows, uint64_t seed,
+                       double *tolerance);
 
-/* The design's tolerance for the shape's dtypes: 1e-5 with f32 inputs, 2e-3 with f16 or bf16
- * inputs, plus one step of the output type at 1.0 when the output is f16 or bf16. */
+/* The dtype term t of the tolerance: 0 with f32 inputs, 2e-3 with f16 or bf16 inputs, plus one
+ * step of the output type at 1.0 when the output is f16 or bf16. */
 double fai_verify_tolerance(const fai_shape *shape);
 
 #endif

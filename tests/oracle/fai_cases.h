@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "fai.h"
+#include "fai_oracle.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,9 +127,9 @@ void fai_case_reset(fai_case *c);
 typedef struct fai_case_result {
     int ok;                     /* 1: passed */
     fai_status status;          /* of fai_plan_create / fai_run */
-    double tol;                 /* relative tolerance of O for the case's dtypes */
-    double tol_lse;             /* relative tolerance of LSE */
-    double max_err;             /* max |O - ref| / max(1, |ref|) */
+    double tol;                 /* relative tolerance of O where the error came nearest it */
+    double tol_lse;             /* the same for LSE */
+    double max_err;             /* max |O - ref| / max(1, o_mag) (fai_oracle_out) */
     double max_err_lse;         /* max |LSE - ref| / max(1, |ref|) over finite references */
     double max_ratio;           /* max of the errors over their tolerances */
     int64_t visible_pairs;      /* the oracle's count */
@@ -149,8 +150,25 @@ int fai_case_run(const fai_case_spec *spec, uint64_t seed, fai_case_result *r);
 /* The seed of case `index` of a sweep started from `base`. */
 uint64_t fai_case_seed(uint64_t base, uint64_t index);
 
-/* The project's tolerances (README, "Semantics worth knowing"), relative to max(1, |ref|). */
+/* The project's tolerances (README, "Tolerances"; docs/design.md derives them). An element of a
+ * valid O row may differ from the fp64 reference by
+ *     (t + FAI_CASE_ROUNDING x eps_f32 x (L + sqrt(n))) x max(1, o_mag)
+ * and its LSE by the same factor times max(1, |LSE|), where L is the row's logit_mag, n its
+ * visible keys and o_mag the O of |V| (fai_oracle_out). The dtype term t: 0 for f32 Q, K and
+ * V, 2e-3 when any is f16 or bf16, plus one rounding step of a 16-bit output (2^-11 for f16,
+ * 2^-8 for bf16). */
+#define FAI_CASE_EPS_F32 0x1.0p-23
+#define FAI_CASE_ROUNDING 2.0
 double fai_case_tolerance(fai_dtype q, fai_dtype k, fai_dtype v, fai_dtype o);
+
+/* t + FAI_CASE_ROUNDING x eps_f32 x (L + sqrt(n)) for row `row` of ref (indexed as row_state):
+ * the relative tolerance of its O elements and of its LSE. */
+double fai_case_row_tolerance(const fai_oracle_out *ref, size_t row, double t);
+
+/* The largest |O - ref| element d of valid row `row` may have, and the largest |LSE - ref| of
+ * the row whose reference LSE is lse (both absolute). */
+double fai_case_o_limit(const fai_oracle_out *ref, size_t row, int64_t d, double t);
+double fai_case_lse_limit(const fai_oracle_out *ref, size_t row, double lse, double t);
 
 /* dtype combinations: q + 3 k + 9 v + 27 o, and its name "q=f16 k=bf16 v=f32 o=f16". */
 #define FAI_CASE_COMBOS 81

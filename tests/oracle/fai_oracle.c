@@ -161,6 +161,9 @@ void fai_oracle_out_free(fai_oracle_out *out) {
     free(out->o);
     free(out->lse);
     free(out->row_state);
+    free(out->o_mag);
+    free(out->logit_mag);
+    free(out->keys);
     memset(out, 0, sizeof *out);
 }
 
@@ -277,7 +280,10 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
     out->o = calloc(n_rows * (size_t)Dv + 1, sizeof(double));
     out->lse = malloc((n_rows + 1) * sizeof(double));
     out->row_state = malloc(n_rows + 1);
-    if (!out->o || !out->lse || !out->row_state) {
+    out->o_mag = calloc(n_rows * (size_t)Dv + 1, sizeof(double));
+    out->logit_mag = calloc(n_rows + 1, sizeof(double));
+    out->keys = calloc(n_rows + 1, sizeof(int64_t));
+    if (!out->o || !out->lse || !out->row_state || !out->o_mag || !out->logit_mag || !out->keys) {
         fai_oracle_out_free(out);
         return fail(err, err_size, FAI_ERR_NO_MEMORY, "out of memory");
     }
@@ -399,6 +405,9 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
                     const int64_t r = row0 + i;
                     const size_t orow = (size_t)((g * Sq + r) * Hq + h);
                     double *o = out->o + orow * (size_t)Dv;
+                    double *o_mag = out->o_mag + orow * (size_t)Dv;
+                    double logit_mag = 0.0;
+                    int64_t keys = 0;
                     double *lse = out->lse + (size_t)((g * Hq + h) * Sq + r);
                     const int64_t qo = token_offset(&qmap, &t->q, b, i) + h * t->q.stride_head;
                     for (int64_t d = 0; d < D; d++)
@@ -425,11 +434,16 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
                                 if ((pb->mask_kind == FAI_MASK_KEEP) == (byte == 0)) continue;
                             }
                         }
-                        double dot = 0.0;
-                        for (int64_t d = 0; d < D; d++)
+                        double dot = 0.0, dot_mag = 0.0;
+                        for (int64_t d = 0; d < D; d++) {
                             dot += qd[d] * kd[j * D + d];
+                            dot_mag += fabs(qd[d] * kd[j * D + d]);
+                        }
                         s[j] = scale * dot + add;
                         vis[j] = 1;
+                        keys++;
+                        const double mag = fabs(scale) * dot_mag + fabs(add);
+                        if (mag > logit_mag) logit_mag = mag;
                         /* a NaN logit makes the max NaN for good, and so the whole row */
                         if (s[j] > m || isnan(s[j])) m = s[j];
                     }
@@ -443,11 +457,17 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
                         if (!vis[j]) continue;
                         const double p = exp(s[j] - m);
                         sum += p;
-                        for (int64_t d = 0; d < Dv; d++)
+                        for (int64_t d = 0; d < Dv; d++) {
                             o[d] += p * vd[j * Dv + d];
+                            o_mag[d] += p * fabs(vd[j * Dv + d]);
+                        }
                     }
-                    for (int64_t d = 0; d < Dv; d++)
+                    for (int64_t d = 0; d < Dv; d++) {
                         o[d] /= sum;
+                        o_mag[d] /= sum;
+                    }
+                    out->logit_mag[orow] = logit_mag;
+                    out->keys[orow] = keys;
                     *lse = m + log(sum);
                     out->row_state[orow] = FAI_ORACLE_ROW_VALID;
                     out->rows_valid++;

@@ -38,6 +38,14 @@ typedef struct fai_oracle_out {
     double *o;                /* [groups][rows][heads_q][head_dim_v] */
     double *lse;              /* [groups][heads_q][rows] */
     unsigned char *row_state; /* [groups][rows][heads_q] */
+    /* What the rounding of a valid row scales with (README, "Tolerances"), 0 elsewhere:
+     *   o_mag[..][d]  sum_j p_j |v_jd|: O computed with |V|, at least |O|
+     *   logit_mag     max over the visible keys of |scale| sum_d |q_d k_jd| + |mask_add|: a
+     *                 bound of every |s_j| and of what the rounding of the dot products sees
+     *   keys          the visible keys, n */
+    double *o_mag;     /* [groups][rows][heads_q][head_dim_v] */
+    double *logit_mag; /* [groups][rows][heads_q] */
+    int64_t *keys;     /* [groups][rows][heads_q] */
     /* (query, key) pairs left by causal, window and lengths (explicit masks not applied),
      * summed over all query heads: what fai_plan_info.visible_pairs counts. */
     int64_t visible_pairs;
