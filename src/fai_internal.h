@@ -138,6 +138,9 @@ struct fai_plan {
     fai_pool *pool; /* NULL: the default pool */
 };
 
+/* Rows of a Q tile the matrix engine takes at a time (a 2 x 2 block of its 16-row tiles). */
+#define FAI_MX_BLOCK_ROWS 32
+
 /* Q tiles of at most this many rows (decode: one position times the GQA group) stream K and V
  * rows straight from memory: packing them would cost more than the few rows that reuse them. */
 #define FAI_DIRECT_KV_MAX_ROWS 8

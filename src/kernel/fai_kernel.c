@@ -67,25 +67,31 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
     return sc;
 }
 
-/* Masks of one tile: the causal/window band where the tile is only partly visible, and the
- * explicit mask tensor. Positions masked out become -inf whatever S held there, so K values the
- * row cannot see never reach P. Row r's score for key c is s[r * row_step + c * key_step]:
- * S^T [n, ld_s] has steps (1, ld_s), the direct path's row-major S [rows, ld_n] (ld_n, 1). */
-static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
-                        const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
-                        float *s, int64_t row_step, int64_t key_step) {
-    const int64_t heads = unit->heads, rows = unit->q_len * heads;
+/* Masks of one tile for its rows [row_begin, row_end): the causal/window band where the tile is
+ * only partly visible, and the explicit mask tensor. Positions masked out become -inf whatever S
+ * held there, so K values the row cannot see never reach P. Row r's score for key c is
+ * s[r * row_step + c * key_step]: S^T [n, ld_s] has steps (1, ld_s), the row-major S of the
+ * direct path and the matrix engine [rows, ld_n] (ld_n, 1). */
+static void apply_masks_rows(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                             const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
+                             float *s, int64_t row_step, int64_t key_step, int64_t row_begin,
+                             int64_t row_end) {
+    const int64_t heads = unit->heads;
     const fai_mask *mask = &t->mask;
     const fai_mask_kind kind = plan->pb.mask_kind;
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = row_begin; r < row_end; r++) {
         const int64_t i = unit->q_begin + r / heads;
         const int64_t head_q = unit->head_q_begin + r % heads;
         float *s_row = s + r * row_step; /* [n] with stride key_step */
-        if (band_partial) {
-            const int64_t lo = fai__band_lo(band, i) - key_begin;
-            const int64_t hi = fai__band_hi(band, i) - key_begin;
-            for (int64_t c = 0; c < n; c++)
-                if (c < lo || c > hi) s_row[c * key_step] = -INFINITY;
+        if (band_partial) { /* the keys before lo and after hi, as two runs */
+            int64_t lo = fai__band_lo(band, i) - key_begin;
+            int64_t hi = fai__band_hi(band, i) - key_begin;
+            lo = lo < 0 ? 0 : lo > n ? n : lo;
+            hi = hi < lo - 1 ? lo - 1 : hi > n - 1 ? n - 1 : hi;
+            for (int64_t c = 0; c < lo; c++)
+                s_row[c * key_step] = -INFINITY;
+            for (int64_t c = hi + 1; c < n; c++)
+                s_row[c * key_step] = -INFINITY;
         }
         if (kind == FAI_MASK_NONE) continue;
         const int64_t offset = unit->batch * mask->stride_batch + head_q * mask->stride_head +
@@ -103,6 +109,15 @@ static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_un
         }
     }
 }
+
+static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                        const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
+                        float *s, int64_t row_step, int64_t key_step) {
+    apply_masks_rows(plan, t, unit, band, band_partial, key_begin, n, s, row_step, key_step, 0,
+                     unit->q_len * unit->heads);
+}
+
+#include "kernel/fai_kernel_mx.h"
 
 static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b, int64_t i,
                            int64_t head_q) {
@@ -123,8 +138,7 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
         sc->row_ptrs[r] =
             fai__q_row(plan, &t->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
     if (plan->mx)
-        *sc->mx_q_finite = cntx->mx_pack_q((uint16_t *)sc->q_tile, plan->mx_q_parts, sc->row_ptrs,
-                                           rows, ld_s, d, plan->d_pad, t->q.dtype);
+        mx_pack_q_blocks(plan, sc, rows, t->q.dtype);
     else if (plan->direct_kv)
         cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
     else if (plan->bf16_qk)
@@ -135,116 +149,10 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
         sc->row_max[r] = -INFINITY;
         sc->row_sum[r] = 0.0f;
     }
-    if (plan->mx) memset(sc->mx_row_sums, 0, (size_t)(ld_s * FAI_MX_SUM_LANES) * sizeof(float));
     /* the matrix engine's accumulator tiles cover the padded rows too */
     const int64_t o_rows = plan->mx ? ld_s : rows;
     memset(sc->o_acc, 0, (size_t)(o_rows * ld_o) * sizeof(float));
     FAI_LAP(FAI_STAGE_PACK_Q);
-}
-
-/* The matrix engine's packed K/V cache in a thread's workspace (layout_mx_cache in
- * fai_plan.c): which (batch, kv head) its tiles belong to, a state per tile (0 not packed yet,
- * else MX_PACKED and whether K or V holds Inf or NaN), and the tiles, each its K pairs then its
- * V pairs.
- * Reset at the start of every worker: the tensors may differ from run to run. */
-enum { MX_PACKED = 1, MX_K_NONFINITE = 2, MX_V_NONFINITE = 4 };
-
-typedef struct mx_cache_head {
-    int64_t batch, head_kv;
-} mx_cache_head;
-
-static unsigned char *mx_cache_tile(const fai_plan *plan, unsigned char *cache, int64_t tile) {
-    const size_t states = (64 + (size_t)plan->mx_cache_tiles + 63) & ~(size_t)63;
-    return cache + states + (size_t)tile * plan->ws.mx_cache_tile_bytes;
-}
-
-/* The four stages of one kv tile on the matrix engine: the K tile packed into pairs, S = Q K^T
- * on tiles, masks and the online softmax on the vector unit (P as bf16 hi + lo), O rescaled,
- * the V tile packed into pairs, O += P V on tiles. */
-static void run_tile_mx(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
-                        const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
-                        const unit_scratch *sc) {
-    const fai_cntx *cntx = plan->cntx;
-    const int64_t rows = unit->q_len * unit->heads, b = unit->batch;
-    const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v;
-    const int64_t m_pad = plan->ld_s, ld_n = plan->ld_n, ld_o = plan->ld_o, d_pad = plan->d_pad;
-    const int64_t n_pad = fai__ceil_div(n, 32) * 32;
-    /* the operands in the unit's scratch (layout_mx_slot in fai_plan.c); P follows S */
-    uint16_t *k = (uint16_t *)sc->k_tile, *v = (uint16_t *)sc->v_tile;
-    uint16_t *p = (uint16_t *)(sc->s_tile + m_pad * ld_n);
-
-    const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
-    const int64_t tile_index = key_begin / plan->tile_kv;
-    /* Inf or NaN in an operand with parts needs the exact QK (see mx_qk_exact) */
-    const int split = plan->mx_q_parts > 1 || plan->mx_k_parts > 1;
-    int state = 0; /* as the cache's: MX_PACKED, with MX_K_NONFINITE and MX_V_NONFINITE */
-    if (sc->mx_cache && tile_index < plan->mx_cache_tiles) {
-        mx_cache_head *head = (mx_cache_head *)sc->mx_cache;
-        unsigned char *states = sc->mx_cache + sizeof *head;
-        if (head->batch != b || head->head_kv != unit->head_kv) {
-            head->batch = b;
-            head->head_kv = unit->head_kv;
-            memset(states, 0, (size_t)plan->mx_cache_tiles);
-        }
-        k = (uint16_t *)mx_cache_tile(plan, sc->mx_cache, tile_index);
-        v = (uint16_t *)((unsigned char *)k + plan->ws.mx_cache_k_bytes);
-        if (!states[tile_index]) {
-            fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-            const int k_finite = cntx->mx_pack_k(k, plan->mx_k_parts, sc->row_ptrs, n, n_pad, d,
-                                                 d_pad, t->k.dtype, 1);
-            fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-            const int v_finite = cntx->mx_pack_v(v, plan->mx_v_parts, sc->row_ptrs, n, n_pad, dv,
-                                                 ld_o, t->v.dtype, 1);
-            states[tile_index] = (unsigned char)(MX_PACKED | (k_finite ? 0 : MX_K_NONFINITE) |
-                                                 (v_finite ? 0 : MX_V_NONFINITE));
-        }
-        state = states[tile_index];
-    } else {
-        fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-        if (!cntx->mx_pack_k(k, plan->mx_k_parts, sc->row_ptrs, n, n_pad, d, d_pad, t->k.dtype,
-                             split))
-            state = MX_K_NONFINITE;
-    }
-    FAI_LAP(FAI_STAGE_PACK_KV);
-    if (split && (!*sc->mx_q_finite || (state & MX_K_NONFINITE)))
-        cntx->mx_qk_exact(sc->s_tile, ld_n, (const uint16_t *)sc->q_tile, plan->mx_q_parts, k,
-                          plan->mx_k_parts, rows, n, m_pad, n_pad, d, d_pad);
-    else
-        cntx->mx_qk(sc->s_tile, ld_n, (const uint16_t *)sc->q_tile, plan->mx_q_parts, k,
-                    plan->mx_k_parts, m_pad, n_pad, d_pad);
-    FAI_LAP(FAI_STAGE_QK);
-
-    /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
-     * scale and masks that only remove keys; else S is scaled first, as the other tables do */
-    float scale = plan->scale;
-    if (plan->pb.mask_kind == FAI_MASK_ADD || !(scale > 0.0f && scale < 1e30f)) {
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = 0; c < n; c++)
-                sc->s_tile[r * ld_n + c] *= scale;
-        scale = 1.0f;
-    }
-    if (masked) apply_masks(plan, t, unit, band, band_partial, key_begin, n, sc->s_tile, ld_n, 1);
-    cntx->mx_softmax(sc->s_tile, ld_n, rows, m_pad, n, n_pad, scale, sc->row_max, sc->mx_row_sums,
-                     sc->row_alpha, p);
-    FAI_LAP(FAI_STAGE_SOFTMAX);
-    cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
-    FAI_LAP(FAI_STAGE_RESCALE);
-
-    /* V holding Inf or NaN takes the exact (sparse) PV: in a tile product 0 x Inf would be NaN
-     * where a key weighs 0 (masked), and a P's lo part of 0 would turn an Inf it carries into
-     * NaN */
-    const int v_parts = plan->mx_v_parts;
-    int v_finite = !(state & MX_V_NONFINITE);
-    if (!(state & MX_PACKED)) {
-        fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
-        v_finite = cntx->mx_pack_v(v, v_parts, sc->row_ptrs, n, n_pad, dv, ld_o, t->v.dtype, 1);
-        FAI_LAP(FAI_STAGE_PACK_KV);
-    }
-    if (!v_finite)
-        cntx->mx_pv_sparse(sc->o_acc, ld_o, p, v, v_parts, rows, n, m_pad, n_pad, dv, ld_o);
-    else
-        cntx->mx_pv(sc->o_acc, ld_o, p, v, v_parts, m_pad, n_pad, ld_o);
-    FAI_LAP(FAI_STAGE_PV);
 }
 
 /* Step 2 of a unit, for one of its valid kv tiles (an offset into its range): the four stages,
@@ -266,10 +174,6 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                                fai__band_hi(&band, first_row) >= key_begin + n - 1);
 
     FAI_LAP(FAI_STAGE_OTHER);
-    if (plan->mx) {
-        run_tile_mx(plan, t, unit, &band, band_partial, key_begin, n, sc);
-        return;
-    }
     /* decode reads K and V rows in place, prefetching FAI_PREFETCH_ROWS ahead: the row
      * lists run that far into the next tile */
     const int64_t rest = seq->kv_len - key_begin - n;
@@ -332,28 +236,16 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     FAI_LAP(FAI_STAGE_PV);
 }
 
-/* After a unit's last tile on the matrix engine: each row's sum from its lanes (in a fixed
- * order), and a NaN sum (a NaN the row saw) makes the row's max NaN, as the other tables leave
- * it. */
-static void end_tiles(const fai_plan *plan, const fai_unit *unit, const unit_scratch *sc) {
-    if (!plan->mx) return;
-    for (int64_t r = 0; r < unit->q_len * unit->heads; r++) {
-        const float *lanes = sc->mx_row_sums + r * FAI_MX_SUM_LANES;
-        float sum = 0.0f;
-        for (int lane = 0; lane < FAI_MX_SUM_LANES; lane++)
-            sum += lanes[lane];
-        sc->row_sum[r] = sum;
-        if (isnan(sum)) sc->row_max[r] = sum;
-    }
-}
-
 /* Runs the unit's kv tiles [tile_begin, tile_end) (offsets into its valid range). */
 static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                           int64_t tile_begin, int64_t tile_end, const unit_scratch *sc) {
     start_unit(plan, t, unit, sc);
+    if (plan->mx) {
+        mx_run_tiles(plan, t, unit, tile_begin, tile_end, sc);
+        return;
+    }
     for (int64_t tile = tile_begin; tile < tile_end; tile++)
         run_tile(plan, t, unit, tile, sc);
-    end_tiles(plan, unit, sc);
 }
 
 /* O = O / l and LSE = m + log l from the scratch; rows that saw nothing get 0 and -inf, and so
@@ -438,7 +330,9 @@ static int64_t lockstep_count(const fai_plan *plan, const fai_worker *worker, in
     const fai_unit *first = &plan->units[u];
     int64_t count = 1;
     const int64_t most = plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS;
-    if (first->parts > 1) return 1;
+    /* the matrix engine runs one unit at a time, its tiles in a pipeline, and keeps a kv head's
+     * packed tiles for its next q tiles instead */
+    if (first->parts > 1 || plan->mx) return 1;
     while (count < most && u + count < worker->unit_end) {
         const fai_unit *next = &plan->units[u + count];
         if (next->parts > 1 || next->batch != first->batch || next->q_begin != first->q_begin ||
@@ -486,11 +380,11 @@ void KERNEL_RUN_WORKER(const fai_plan *plan, const fai_tensors *t, int64_t worke
         if (unit->q_len > 0) {
             for (int64_t k = 0; k < count; k++)
                 start_unit(plan, t, &plan->units[u + k], &slots[k]);
-            for (int64_t tile = 0; tile < unit->kv_tiles; tile++)
+            if (plan->mx) /* lockstep_count: 1 */
+                mx_run_tiles(plan, t, unit, 0, unit->kv_tiles, &slots[0]);
+            for (int64_t tile = 0; tile < unit->kv_tiles && !plan->mx; tile++)
                 for (int64_t k = 0; k < count; k++)
                     run_tile(plan, t, &plan->units[u + k], tile, &slots[k]);
-            for (int64_t k = 0; k < count; k++)
-                end_tiles(plan, &plan->units[u + k], &slots[k]);
         }
         for (int64_t k = 0; k < count; k++)
             finish_unit(plan, t, &plan->units[u + k], &slots[k]);

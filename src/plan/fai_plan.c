@@ -41,17 +41,19 @@ static void limit_threads(fai_plan *plan) {
 
 static size_t align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
-/* The matrix engine's per-unit scratch (see fai_mx_body.h): Q hi/lo [m_pad, d_pad], K pairs
- * hi/lo [d_pad / 2, n_pad, 2], V pairs hi/lo [n_pad / 2, dv_pad, 2], S [m_pad, ld_n] f32 with P
- * hi/lo [m_pad, n_pad] after it, O [m_pad, dv_pad] f32. */
+/* The matrix engine's per-unit scratch (see fai_mx_body.h and fai_kernel_mx.h): Q in parts
+ * [m_pad, d_pad] (by blocks of FAI_MX_BLOCK_ROWS rows), K pairs in parts [d_pad / 2, n_pad, 2]
+ * and V pairs in parts [n_pad / 2, dv_pad, 2] for two tiles, S [m_pad, ld_n] f32 with P hi and
+ * lo [m_pad, n_pad] (by blocks) after it, O [m_pad, dv_pad] f32, and the rows' sums. */
 static void layout_mx_slot(fai_plan *plan, size_t *offset) {
     const size_t m_pad = (size_t)plan->ld_s, n_pad = (size_t)plan->ld_n;
     const size_t d_pad = (size_t)plan->d_pad, dv_pad = (size_t)plan->ld_o;
     const size_t half = sizeof(uint16_t);
     fai_ws_layout *ws = &plan->ws;
     ws->q_tile = *offset, *offset += align64(m_pad * d_pad * half * (size_t)plan->mx_q_parts);
-    ws->k_tile = *offset, *offset += align64(n_pad * d_pad * half * (size_t)plan->mx_k_parts);
-    ws->v_tile = *offset, *offset += align64(n_pad * dv_pad * half * (size_t)plan->mx_v_parts);
+    /* K and V of two tiles: the one computed and the next one packed */
+    ws->k_tile = *offset, *offset += align64(2 * n_pad * d_pad * half * (size_t)plan->mx_k_parts);
+    ws->v_tile = *offset, *offset += align64(2 * n_pad * dv_pad * half * (size_t)plan->mx_v_parts);
     ws->s_tile = *offset, *offset += align64(m_pad * n_pad * (sizeof(float) + 2 * half));
     ws->o_acc = *offset, *offset += align64(m_pad * dv_pad * sizeof(float));
     ws->mx_flags = *offset, *offset += 64;

@@ -82,8 +82,8 @@ typedef struct fai_cntx {
                     const void *const *v_rows, int64_t rows_ahead, fai_dtype v_dtype, int64_t n,
                     int64_t dv, int masked);
 
-    /* Writes dim f32 values times mul to dst in dtype (round to nearest even; f16 saturates to
-     * +-65504 instead of overflowing to infinity). */
+    /* Writes dim f32 values times mul to dst in dtype, bit for bit as fai__store_element does
+     * (round to nearest even; f16 saturates finite values at +-65504 and keeps +-Inf and NaN). */
     void (*store_row)(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul);
 
     /* Optional (NULL when the CPU lacks bf16 dot products): QK for bf16 Q and K with an even d,

@@ -253,7 +253,7 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
                        uint16_t *p) {
     uint16_t *p_hi = p, *p_lo = p + m_pad * n_pad;
     const float log2e = 1.44269504088896341f;
-    const fvec scale_log2e = v_set1(scale * log2e), lowest = v_set1(-200.0f);
+    const fvec scale_log2e = v_set1(scale * log2e);
     for (int64_t i = 0; i < m; i++) {
         float *row = s + i * ld_n, *sums = row_sums + i * W;
         uint16_t *hi = p_hi + i * n_pad, *lo = p_lo + i * n_pad;
@@ -275,8 +275,8 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
         for (int64_t j = 0; j < n_pad; j += 2 * W) {
             const fvec ta = v_fma(v_load(row + j), scale_log2e, minus_shift);
             const fvec tb = v_fma(v_load(row + j + W), scale_log2e, minus_shift);
-            const fvec a = v_exp2_poly(v_max(lowest, ta), exp2_poly);
-            const fvec b = v_exp2_poly(v_max(lowest, tb), exp2_poly);
+            const fvec a = v_exp2_cut(ta, exp2_poly);
+            const fvec b = v_exp2_cut(tb, exp2_poly);
             sum = v_add(sum, v_add(a, b));
             v_split_store(a, b, hi + j, lo + j);
         }

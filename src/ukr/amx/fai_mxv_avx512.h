@@ -9,17 +9,20 @@
 
 #define W FAI_SIMD_WIDTH
 
-/* 2^t for t >= -200 (or NaN): 2^f for f = t - floor(t) in [0, 1) by the polynomial c (degree
- * 4, c[0] first), scaled by 2^floor(t) with vscalefps (which also underflows to 0 where it
- * must); vreduceps gives f in one instruction. */
-static inline fvec v_exp2_poly(fvec t, const float c[5]) {
-    const fvec f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+/* 2^t for t >= -118, 0 below (and for -inf), NaN for NaN: 2^f for f = t - floor(t) in [0, 1) by
+ * the polynomial c (degree 4, c[0] first), scaled by 2^floor(t) with vscalefps; vreduceps gives
+ * f in one instruction. The lanes below -118 are masked off, never computed: a result in or near
+ * the denormal range costs a microcode assist of hundreds of cycles, and masked scores (-inf)
+ * are common. 2^-118 is far below what a row's sum (>= 1) can resolve. */
+static inline fvec v_exp2_cut(fvec t, const float c[5]) {
+    const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-118.0f), _CMP_NLT_UQ);
+    const fvec f = _mm512_maskz_reduce_ps(keep, t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     fvec p = _mm512_set1_ps(c[4]);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[3]));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[2]));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[1]));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[0]));
-    return _mm512_scalef_ps(p, t);
+    return _mm512_maskz_scalef_ps(keep, p, t);
 }
 
 /* nonzero when some lane of a is greater than the same lane of b */

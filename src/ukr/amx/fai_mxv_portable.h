@@ -63,12 +63,16 @@ static inline float v_hmax(fvec v) {
     return top;
 }
 
-/* 2^t for t >= -200 (or NaN): 2^f for f = t - floor(t) in [0, 1) by the polynomial c (degree
- * 4, c[0] first), scaled by 2^floor(t). */
-static inline fvec v_exp2_poly(fvec t, const float c[5]) {
+/* 2^t for t >= -118, 0 below (and for -inf), NaN for NaN: 2^f for f = t - floor(t) in [0, 1)
+ * by the polynomial c (degree 4, c[0] first), scaled by 2^floor(t). */
+static inline fvec v_exp2_cut(fvec t, const float c[5]) {
     for (int i = 0; i < W; i++) {
         const float x = t.lane[i];
         if (x != x) continue; /* NaN stays */
+        if (x < -118.0f) {
+            t.lane[i] = 0.0f;
+            continue;
+        }
         const float k = floorf(x), f = x - k;
         float p = c[4];
         for (int e = 3; e >= 0; e--)

@@ -1,0 +1,209 @@
+/* The kernel driver's matrix-engine path (included by fai_kernel.c): a unit's kv tiles on the
+ * tile unit (QK, PV) and the vector unit (masks, softmax, rescale), pipelined as the seed's
+ * Cube and Vector cores are. The unit's rows are cut into blocks of FAI_MX_BLOCK_ROWS; for
+ * kv tile t and each block b, in program order:
+ *
+ *     softmax(t, b)  rescale O(b)  PV(t, b)  QK(t + 1, b)
+ *
+ * Tile instructions run asynchronously to the vector instructions that follow them, so the PV
+ * of block b and the QK of the next tile for block b proceed on the tile unit while the vector
+ * unit runs the softmax of block b + 1 (the seed's C2 -> V1 and C1 -> V1 overlap); S of block b
+ * is free for the next tile's QK as soon as its softmax has read it, so one S buffer serves
+ * both tiles. K and V of tile t + 1 are packed (or found in the cache) before tile t's blocks
+ * start, into the second of two buffers. */
+
+/* A thread's packed K/V cache (layout_mx_cache in fai_plan.c): which (batch, kv head) its tiles
+ * belong to, a state per tile (0 not packed yet, else MX_PACKED with MX_K_NONFINITE and
+ * MX_V_NONFINITE when K or V holds Inf or NaN), and the tiles, each its K pairs then its V
+ * pairs. Reset at the start of every worker: the tensors may differ from run to run. */
+enum { MX_PACKED = 1, MX_K_NONFINITE = 2, MX_V_NONFINITE = 4 };
+
+typedef struct mx_cache_head {
+    int64_t batch, head_kv;
+} mx_cache_head;
+
+/* One kv tile's operands. */
+typedef struct mx_tile {
+    int64_t key_begin, n, n_pad;
+    int band_partial; /* some row sees only part of the tile */
+    const uint16_t *k, *v;
+    int state; /* as the cache's */
+} mx_tile;
+
+static unsigned char *mx_cache_tile(const fai_plan *plan, unsigned char *cache, int64_t tile) {
+    const size_t states = (64 + (size_t)plan->mx_cache_tiles + 63) & ~(size_t)63;
+    return cache + states + (size_t)tile * plan->ws.mx_cache_tile_bytes;
+}
+
+static uint16_t *mx_q_block(const fai_plan *plan, const unit_scratch *sc, int64_t block) {
+    return (uint16_t *)sc->q_tile + block * plan->mx_q_parts * FAI_MX_BLOCK_ROWS * plan->d_pad;
+}
+
+static uint16_t *mx_p_block(const fai_plan *plan, const unit_scratch *sc, int64_t block) {
+    return (uint16_t *)(sc->s_tile + plan->ld_s * plan->ld_n) +
+           block * 2 * FAI_MX_BLOCK_ROWS * plan->ld_n;
+}
+
+/* Step 1 on the matrix engine: the unit's Q rows, block by block, into bf16 parts. */
+static void mx_pack_q_blocks(const fai_plan *plan, const unit_scratch *sc, int64_t rows,
+                             fai_dtype dtype) {
+    int finite = 1;
+    for (int64_t r0 = 0; r0 < rows; r0 += FAI_MX_BLOCK_ROWS) {
+        const int64_t m = rows - r0 < FAI_MX_BLOCK_ROWS ? rows - r0 : FAI_MX_BLOCK_ROWS;
+        finite &= plan->cntx->mx_pack_q(mx_q_block(plan, sc, r0 / FAI_MX_BLOCK_ROWS),
+                                        plan->mx_q_parts, sc->row_ptrs + r0, m, FAI_MX_BLOCK_ROWS,
+                                        plan->pb.head_dim, plan->d_pad, dtype);
+    }
+    *sc->mx_q_finite = finite;
+    memset(sc->mx_row_sums, 0, (size_t)(plan->ld_s * FAI_MX_SUM_LANES) * sizeof(float));
+}
+
+/* K and V of one kv tile (an offset into the unit's range), packed into the cache or into the
+ * slot's buffer `buffer` (0 or 1). */
+static mx_tile mx_prepare(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                          int64_t tile, int buffer, const unit_scratch *sc) {
+    const fai_cntx *cntx = plan->cntx;
+    const int64_t b = unit->batch, tile_kv = plan->tile_kv;
+    const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, d_pad = plan->d_pad;
+    const fai_seq *seq = &plan->seqs[b];
+    const fai_band band = fai__band_of(&plan->pb, seq);
+    mx_tile mt;
+    mt.key_begin = (unit->kv_tile_begin + tile) * tile_kv;
+    mt.n = seq->kv_len - mt.key_begin < tile_kv ? seq->kv_len - mt.key_begin : tile_kv;
+    mt.n_pad = fai__ceil_div(mt.n, 32) * 32;
+    mt.band_partial = !(fai__band_lo(&band, unit->q_begin + unit->q_len - 1) <= mt.key_begin &&
+                        fai__band_hi(&band, unit->q_begin) >= mt.key_begin + mt.n - 1);
+
+    const int64_t k_elems = plan->ld_n * d_pad * plan->mx_k_parts;
+    const int64_t v_elems = plan->ld_n * plan->ld_o * plan->mx_v_parts;
+    uint16_t *k = (uint16_t *)sc->k_tile + buffer * k_elems;
+    uint16_t *v = (uint16_t *)sc->v_tile + buffer * v_elems;
+    unsigned char *state = NULL;
+    const int64_t index = mt.key_begin / tile_kv;
+    if (sc->mx_cache && index < plan->mx_cache_tiles) {
+        mx_cache_head *head = (mx_cache_head *)sc->mx_cache;
+        unsigned char *states = sc->mx_cache + sizeof *head;
+        if (head->batch != b || head->head_kv != unit->head_kv) {
+            head->batch = b;
+            head->head_kv = unit->head_kv;
+            memset(states, 0, (size_t)plan->mx_cache_tiles);
+        }
+        k = (uint16_t *)mx_cache_tile(plan, sc->mx_cache, index);
+        v = (uint16_t *)((unsigned char *)k + plan->ws.mx_cache_k_bytes);
+        state = states + index;
+    }
+    mt.k = k;
+    mt.v = v;
+    if (state && *state) {
+        mt.state = *state;
+        return mt;
+    }
+    /* K is checked where Inf or NaN could meet a part of 0 (see mx_qk_exact); V always, as a
+     * tile product would turn an Inf P carries into NaN (see mx_pv_sparse) */
+    const int split = plan->mx_q_parts > 1 || plan->mx_k_parts > 1;
+    fai__kv_rows(plan, t, &t->k, b, unit->head_kv, mt.key_begin, mt.n, sc->row_ptrs);
+    const int k_finite = cntx->mx_pack_k(k, plan->mx_k_parts, sc->row_ptrs, mt.n, mt.n_pad, d,
+                                         d_pad, t->k.dtype, split || state);
+    fai__kv_rows(plan, t, &t->v, b, unit->head_kv, mt.key_begin, mt.n, sc->row_ptrs);
+    const int v_finite = cntx->mx_pack_v(v, plan->mx_v_parts, sc->row_ptrs, mt.n, mt.n_pad, dv,
+                                         plan->ld_o, t->v.dtype, 1);
+    mt.state = MX_PACKED | (k_finite ? 0 : MX_K_NONFINITE) | (v_finite ? 0 : MX_V_NONFINITE);
+    if (state) *state = (unsigned char)mt.state;
+    return mt;
+}
+
+/* QK of one row block: S rows of the block = Q K^T, unscaled. */
+static void mx_qk_block(const fai_plan *plan, const unit_scratch *sc, const mx_tile *mt,
+                        int64_t block, int64_t rows) {
+    const fai_cntx *cntx = plan->cntx;
+    const int64_t r0 = block * FAI_MX_BLOCK_ROWS, ld_n = plan->ld_n;
+    const int64_t m = rows - r0 < FAI_MX_BLOCK_ROWS ? rows - r0 : FAI_MX_BLOCK_ROWS;
+    const int split = plan->mx_q_parts > 1 || plan->mx_k_parts > 1;
+    const uint16_t *q = mx_q_block(plan, sc, block);
+    float *s = sc->s_tile + r0 * ld_n;
+    if (split && (!*sc->mx_q_finite || (mt->state & MX_K_NONFINITE)))
+        cntx->mx_qk_exact(s, ld_n, q, plan->mx_q_parts, mt->k, plan->mx_k_parts, m, mt->n,
+                          FAI_MX_BLOCK_ROWS, mt->n_pad, plan->pb.head_dim, plan->d_pad);
+    else
+        cntx->mx_qk(s, ld_n, q, plan->mx_q_parts, mt->k, plan->mx_k_parts, FAI_MX_BLOCK_ROWS,
+                    mt->n_pad, plan->d_pad);
+}
+
+/* The vector stages and PV of one row block: masks, the online softmax into P, O rescaled, and
+ * O += P V. */
+static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                                const unit_scratch *sc, const mx_tile *mt, int64_t block,
+                                int64_t rows) {
+    const fai_cntx *cntx = plan->cntx;
+    const int64_t r0 = block * FAI_MX_BLOCK_ROWS, ld_n = plan->ld_n, ld_o = plan->ld_o;
+    const int64_t m = rows - r0 < FAI_MX_BLOCK_ROWS ? rows - r0 : FAI_MX_BLOCK_ROWS;
+    const int masked = mt->band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
+    float *s = sc->s_tile + r0 * ld_n;
+    /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
+     * scale and masks that only remove keys; else S is scaled first, as the other tables do */
+    float scale = plan->scale;
+    if (plan->pb.mask_kind == FAI_MASK_ADD || !(scale > 0.0f && scale < 1e30f)) {
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < mt->n; c++)
+                s[r * ld_n + c] *= scale;
+        scale = 1.0f;
+    }
+    if (masked) {
+        const fai_band band = fai__band_of(&plan->pb, &plan->seqs[unit->batch]);
+        apply_masks_rows(plan, t, unit, &band, mt->band_partial, mt->key_begin, mt->n, sc->s_tile,
+                         ld_n, 1, r0, r0 + m);
+    }
+    uint16_t *p = mx_p_block(plan, sc, block);
+    cntx->mx_softmax(s, ld_n, m, FAI_MX_BLOCK_ROWS, mt->n, mt->n_pad, scale, sc->row_max + r0,
+                     sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0, p);
+    FAI_LAP(FAI_STAGE_SOFTMAX);
+    float *o = sc->o_acc + r0 * ld_o;
+    cntx->rescale_o(o, ld_o, m, sc->row_alpha + r0);
+    FAI_LAP(FAI_STAGE_RESCALE);
+    if (mt->state & MX_V_NONFINITE)
+        cntx->mx_pv_sparse(o, ld_o, p, mt->v, plan->mx_v_parts, m, mt->n, FAI_MX_BLOCK_ROWS,
+                           mt->n_pad, plan->head_dim_v, ld_o);
+    else
+        cntx->mx_pv(o, ld_o, p, mt->v, plan->mx_v_parts, FAI_MX_BLOCK_ROWS, mt->n_pad, ld_o);
+    FAI_LAP(FAI_STAGE_PV);
+}
+
+/* After a unit's last tile: each row's sum from its lanes (in a fixed order), and a NaN sum (a
+ * NaN the row saw) makes the row's max NaN, as the other tables leave it. */
+static void mx_end_tiles(const fai_unit *unit, const unit_scratch *sc) {
+    for (int64_t r = 0; r < unit->q_len * unit->heads; r++) {
+        const float *lanes = sc->mx_row_sums + r * FAI_MX_SUM_LANES;
+        float sum = 0.0f;
+        for (int lane = 0; lane < FAI_MX_SUM_LANES; lane++)
+            sum += lanes[lane];
+        sc->row_sum[r] = sum;
+        if (isnan(sum)) sc->row_max[r] = sum;
+    }
+}
+
+/* Step 2 on the matrix engine: the unit's kv tiles [tile_begin, tile_end), pipelined. */
+static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                         int64_t tile_begin, int64_t tile_end, const unit_scratch *sc) {
+    const int64_t rows = unit->q_len * unit->heads;
+    const int64_t blocks = fai__ceil_div(rows, FAI_MX_BLOCK_ROWS);
+    mx_tile tiles[2];
+    if (tile_begin < tile_end) {
+        tiles[0] = mx_prepare(plan, t, unit, tile_begin, 0, sc);
+        FAI_LAP(FAI_STAGE_PACK_KV);
+        for (int64_t block = 0; block < blocks; block++)
+            mx_qk_block(plan, sc, &tiles[0], block, rows);
+        FAI_LAP(FAI_STAGE_QK);
+    }
+    for (int64_t tile = tile_begin; tile < tile_end; tile++) {
+        const int current = (int)((tile - tile_begin) & 1);
+        const int has_next = tile + 1 < tile_end;
+        if (has_next) tiles[1 - current] = mx_prepare(plan, t, unit, tile + 1, 1 - current, sc);
+        FAI_LAP(FAI_STAGE_PACK_KV);
+        for (int64_t block = 0; block < blocks; block++) {
+            mx_softmax_pv_block(plan, t, unit, sc, &tiles[current], block, rows);
+            if (has_next) mx_qk_block(plan, sc, &tiles[1 - current], block, rows);
+            FAI_LAP(FAI_STAGE_QK);
+        }
+    }
+    mx_end_tiles(unit, sc);
+}
