@@ -307,11 +307,10 @@ TEST(ukr_bf16_qk_matches_reference) {
  * around each boundary, at every vector offset. */
 TEST(ukr_store_row_matches_portable_rounding) {
     enum { N = 96 };
-    static const float specials[] = {0.0f,       -0.0f,       1.0f,        -1.5f,       65504.0f,
-                                     65519.0f,   65520.0f,    -65536.0f,   1e9f,        INFINITY,
-                                     -INFINITY,  NAN,         -NAN,        5.96e-8f,    2.98e-8f,
-                                     6.1e-5f,    1e-40f,      3.0e38f,     1.00390625f, 1.01171875f,
-                                     1.0078125f, 0.33333334f, 2.5000002f,  -7.0e-39f};
+    static const float specials[] = {
+        0.0f,   -0.0f,    1.0f,        -1.5f,       65504.0f,   65519.0f,    65520.0f,   -65536.0f,
+        1e9f,   INFINITY, -INFINITY,   NAN,         -NAN,       5.96e-8f,    2.98e-8f,   6.1e-5f,
+        1e-40f, 3.0e38f,  1.00390625f, 1.01171875f, 1.0078125f, 0.33333334f, 2.5000002f, -7.0e-39f};
     const size_t count = sizeof specials / sizeof *specials;
     float src[N];
     uint16_t got[N], want[N];

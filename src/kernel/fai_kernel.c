@@ -83,7 +83,7 @@ static void apply_masks_rows(const fai_plan *plan, const fai_tensors *t, const f
         const int64_t i = unit->q_begin + r / heads;
         const int64_t head_q = unit->head_q_begin + r % heads;
         float *s_row = s + r * row_step; /* [n] with stride key_step */
-        if (band_partial) { /* the keys before lo and after hi, as two runs */
+        if (band_partial) {              /* the keys before lo and after hi, as two runs */
             int64_t lo = fai__band_lo(band, i) - key_begin;
             int64_t hi = fai__band_hi(band, i) - key_begin;
             lo = lo < 0 ? 0 : lo > n ? n : lo;

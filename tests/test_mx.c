@@ -1,0 +1,217 @@
+/* The matrix-engine micro-kernels, stage by stage: the emulated table (every machine) and, where
+ * the CPU has AMX, the real one, on the same inputs. Packing must give the same bits on both;
+ * QK and PV must agree with a float64 computation on the same bf16 parts to f32 accumulation
+ * (the tile unit sums more exactly than the documented order the emulation follows, so the two
+ * agree to that bound, not bit for bit); the softmax's P must be within 2^-16 (its hi + lo
+ * split) of exp in double. */
+#include "test_util.h"
+#include "ukr/fai_ukr.h"
+#include "util/fai_half.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float uniform(uint64_t *state) {
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*state >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static double widen(uint16_t h) { return (double)fai__bf16_to_f32(h); }
+
+/* The sum of a packed value's parts, in double (parts `stride` elements apart). */
+static double parts_sum(const uint16_t *at, int parts, int64_t stride) {
+    double x = 0.0;
+    for (int part = 0; part < parts; part++)
+        x += widen(at[part * stride]);
+    return x;
+}
+
+typedef struct mx_shape {
+    int64_t m, n, d, dv;
+    fai_dtype q_dtype, kv_dtype;
+} mx_shape;
+
+static int dtype_parts(fai_dtype dtype) {
+    return dtype == FAI_DTYPE_BF16 ? 1 : dtype == FAI_DTYPE_F16 ? 2 : 3;
+}
+
+static int64_t pad32(int64_t x) { return (x + 31) / 32 * 32; }
+
+/* Rows of `count` elements of dtype with values in [-amp, amp]. */
+static void *random_rows(int64_t rows, int64_t count, fai_dtype dtype, float amp, uint64_t *st) {
+    const size_t size = dtype == FAI_DTYPE_F32 ? 4 : 2;
+    unsigned char *data = malloc((size_t)(rows * count) * size + 64);
+    for (int64_t i = 0; i < rows * count; i++)
+        fai__store_element(data, i, dtype, uniform(st) * amp);
+    return data;
+}
+
+/* The stages of one block on table `cntx`, into the buffers of `out` (all sized by the shape). */
+typedef struct mx_run {
+    uint16_t *q, *k, *v, *p;
+    float *s, *o;
+    float row_max[32], row_sums[32 * FAI_MX_SUM_LANES], row_alpha[32];
+} mx_run;
+
+static void run_block(const fai_cntx *cntx, const mx_shape *sh, const void *q_rows,
+                      const void *k_rows, const void *v_rows, mx_run *out) {
+    const int64_t m_pad = 32, n_pad = pad32(sh->n), d_pad = pad32(sh->d), dv_pad = pad32(sh->dv);
+    const int qp = dtype_parts(sh->q_dtype), kp = dtype_parts(sh->kv_dtype);
+    const size_t qs = sh->q_dtype == FAI_DTYPE_F32 ? 4 : 2,
+                 ks = sh->kv_dtype == FAI_DTYPE_F32 ? 4 : 2;
+    const void *rows[512];
+    out->q = calloc((size_t)(m_pad * d_pad * qp), 2);
+    out->k = calloc((size_t)(n_pad * d_pad * kp), 2);
+    out->v = calloc((size_t)(n_pad * dv_pad * kp), 2);
+    out->p = calloc((size_t)(2 * m_pad * n_pad), 2);
+    out->s = calloc((size_t)(m_pad * n_pad), 4);
+    out->o = calloc((size_t)(m_pad * dv_pad), 4);
+    for (int64_t i = 0; i < sh->m; i++)
+        rows[i] = (const char *)q_rows + (size_t)(i * sh->d) * qs;
+    cntx->mx_pack_q(out->q, qp, rows, sh->m, m_pad, sh->d, d_pad, sh->q_dtype);
+    for (int64_t j = 0; j < sh->n; j++)
+        rows[j] = (const char *)k_rows + (size_t)(j * sh->d) * ks;
+    cntx->mx_pack_k(out->k, kp, rows, sh->n, n_pad, sh->d, d_pad, sh->kv_dtype, 1);
+    for (int64_t j = 0; j < sh->n; j++)
+        rows[j] = (const char *)v_rows + (size_t)(j * sh->dv) * ks;
+    cntx->mx_pack_v(out->v, kp, rows, sh->n, n_pad, sh->dv, dv_pad, sh->kv_dtype, 1);
+    cntx->mx_enter();
+    cntx->mx_qk(out->s, n_pad, out->q, qp, out->k, kp, m_pad, n_pad, d_pad);
+    for (int i = 0; i < 32; i++)
+        out->row_max[i] = -INFINITY;
+    memset(out->row_sums, 0, sizeof out->row_sums);
+    cntx->mx_softmax(out->s, n_pad, sh->m, m_pad, sh->n, n_pad, 0.125f, out->row_max, out->row_sums,
+                     out->row_alpha, out->p);
+    cntx->mx_pv(out->o, dv_pad, out->p, out->v, kp, m_pad, n_pad, dv_pad);
+    cntx->mx_leave();
+}
+
+static void free_run(mx_run *r) {
+    free(r->q);
+    free(r->k);
+    free(r->v);
+    free(r->p);
+    free(r->s);
+    free(r->o);
+}
+
+TEST(mx_stages_match_float64_and_each_other) {
+    static const mx_shape shapes[] = {
+        {32, 128, 128, 128, FAI_DTYPE_BF16, FAI_DTYPE_BF16},
+        {17, 45, 80, 24, FAI_DTYPE_BF16, FAI_DTYPE_BF16},
+        {32, 64, 64, 64, FAI_DTYPE_F32, FAI_DTYPE_F16},
+        {9, 33, 40, 72, FAI_DTYPE_F16, FAI_DTYPE_F16},
+        {32, 96, 128, 128, FAI_DTYPE_F32, FAI_DTYPE_BF16},
+    };
+    const char *names[] = {"amx-emu", "amx"};
+    uint64_t st = 11;
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        const mx_shape *sh = &shapes[c];
+        const int64_t n_pad = pad32(sh->n), d_pad = pad32(sh->d), dv_pad = pad32(sh->dv);
+        const int qp = dtype_parts(sh->q_dtype), kp = dtype_parts(sh->kv_dtype);
+        void *q = random_rows(sh->m, sh->d, sh->q_dtype, 2.0f, &st);
+        void *k = random_rows(sh->n, sh->d, sh->kv_dtype, 2.0f, &st);
+        void *v = random_rows(sh->n, sh->dv, sh->kv_dtype, 3.0f, &st);
+        mx_run runs[2];
+        int ran[2] = {0, 0};
+        for (int t = 0; t < 2; t++) {
+            const fai_cntx *cntx = fai__cntx_by_name(names[t]);
+            if (!cntx) continue; /* no AMX here: the emulation alone */
+            REQUIRE(cntx->mx_qk != NULL);
+            run_block(cntx, sh, q, k, v, &runs[t]);
+            ran[t] = 1;
+            mx_run *r = &runs[t];
+            /* the packed parts hold the inputs exactly (f32 Q to 2^-24) */
+            double pack_err = 0.0;
+            for (int64_t i = 0; i < sh->m; i++)
+                for (int64_t x = 0; x < sh->d; x++) {
+                    const double want = fai__load_element(q, i * sh->d + x, sh->q_dtype);
+                    const double got = parts_sum(r->q + i * d_pad + x, qp, 32 * d_pad);
+                    pack_err = fmax(pack_err, fabs(got - want) / (fabs(want) + 1e-30));
+                }
+            for (int64_t j = 0; j < sh->n; j++)
+                for (int64_t x = 0; x < sh->d; x++) {
+                    const double want = fai__load_element(k, j * sh->d + x, sh->kv_dtype);
+                    const int64_t at = ((x / 2) * n_pad + j) * 2 + x % 2;
+                    pack_err = fmax(pack_err, fabs(parts_sum(r->k + at, kp, n_pad * d_pad) - want));
+                }
+            for (int64_t j = 0; j < sh->n; j++)
+                for (int64_t x = 0; x < sh->dv; x++) {
+                    const double want = fai__load_element(v, j * sh->dv + x, sh->kv_dtype);
+                    const int64_t at = ((j / 2) * dv_pad + x) * 2 + j % 2;
+                    pack_err =
+                        fmax(pack_err, fabs(parts_sum(r->v + at, kp, n_pad * dv_pad) - want));
+                }
+            CHECK(pack_err <= 1e-7);
+            /* S against float64 on the inputs, to f32 accumulation over d products */
+            double s_err = 0.0;
+            for (int64_t i = 0; i < sh->m; i++)
+                for (int64_t j = 0; j < sh->n; j++) {
+                    double want = 0.0, mag = 0.0;
+                    for (int64_t x = 0; x < sh->d; x++) {
+                        const double a = fai__load_element(q, i * sh->d + x, sh->q_dtype);
+                        const double b = fai__load_element(k, j * sh->d + x, sh->kv_dtype);
+                        want += a * b;
+                        mag += fabs(a * b);
+                    }
+                    s_err = fmax(s_err, fabs(r->s[i * n_pad + j] - want) / (mag + 1e-30));
+                }
+            printf("  %s m=%lld n=%lld d=%lld dv=%lld parts %d/%d: S error %.2g of sum |q k|\n",
+                   names[t], (long long)sh->m, (long long)sh->n, (long long)sh->d,
+                   (long long)sh->dv, qp, kp, s_err);
+            CHECK(s_err <= 4.0 * (double)sh->d * 6e-8);
+            /* P = exp(0.125 s - m) as hi + lo, to 2^-16 relative (plus the polynomial's 3e-6) */
+            double p_err = 0.0;
+            for (int64_t i = 0; i < sh->m; i++)
+                for (int64_t j = 0; j < sh->n; j++) {
+                    const double want = exp(0.125 * (double)r->s[i * n_pad + j] - r->row_max[i]);
+                    const double got =
+                        widen(r->p[i * n_pad + j]) + widen(r->p[32 * n_pad + i * n_pad + j]);
+                    p_err = fmax(p_err, fabs(got - want) / want);
+                }
+            CHECK(p_err <= 2e-5);
+            /* O = P V against float64 on the packed P and V, to f32 accumulation over n */
+            double o_err = 0.0;
+            for (int64_t i = 0; i < sh->m; i++)
+                for (int64_t x = 0; x < sh->dv; x++) {
+                    double want = 0.0, mag = 0.0;
+                    for (int64_t j = 0; j < sh->n; j++) {
+                        const double pv =
+                            widen(r->p[i * n_pad + j]) + widen(r->p[32 * n_pad + i * n_pad + j]);
+                        const double vv = fai__load_element(v, j * sh->dv + x, sh->kv_dtype);
+                        want += pv * vv;
+                        mag += fabs(pv * vv);
+                    }
+                    o_err = fmax(o_err, fabs(r->o[i * dv_pad + x] - want) / (mag + 1e-30));
+                }
+            printf("  %s: P error %.2g, O error %.2g of sum |p v|\n", names[t], p_err, o_err);
+            /* with V in parts the pass P_lo V_lo (2^-16 relative) is left out by design */
+            CHECK(o_err <= (kp > 1 ? 0x1p-16 : 0.0) + 2.0 * (double)sh->n * 6e-8);
+        }
+        if (ran[0] && ran[1]) { /* the tile unit against its emulation */
+            const int64_t m_pad = 32;
+            CHECK(!memcmp(runs[0].q, runs[1].q, (size_t)(m_pad * d_pad * qp) * 2));
+            CHECK(!memcmp(runs[0].k, runs[1].k, (size_t)(n_pad * d_pad * kp) * 2));
+            CHECK(!memcmp(runs[0].v, runs[1].v, (size_t)(n_pad * dv_pad * kp) * 2));
+            double s_diff = 0.0, o_diff = 0.0;
+            for (int64_t i = 0; i < sh->m; i++)
+                for (int64_t j = 0; j < sh->n; j++)
+                    s_diff =
+                        fmax(s_diff, fabs(runs[0].s[i * n_pad + j] - runs[1].s[i * n_pad + j]));
+            for (int64_t i = 0; i < sh->m; i++)
+                for (int64_t x = 0; x < sh->dv; x++)
+                    o_diff =
+                        fmax(o_diff, fabs(runs[0].o[i * dv_pad + x] - runs[1].o[i * dv_pad + x]));
+            printf("  amx against amx-emu: S differs by %.2g, O by %.2g\n", s_diff, o_diff);
+            CHECK(s_diff <= 1e-4 * (double)sh->d);
+            CHECK(o_diff <= 1e-4 * (double)sh->n);
+        }
+        for (int t = 0; t < 2; t++)
+            if (ran[t]) free_run(&runs[t]);
+        free(q);
+        free(k);
+        free(v);
+    }
+}
