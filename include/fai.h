@@ -216,6 +216,14 @@ typedef struct fai_problem {
     /* Nonzero: the planner ignores the tuning cache (see fai_tuning_store) and chooses the tile
      * by its own rule. */
     int ignore_tuning;
+
+    /* Nonzero: where a matrix engine computes O = P V (plan info isa "amx"), P is rounded to
+     * bf16 first, as PyTorch's and vLLM's CPU kernels do: one tile pass fewer, and each element
+     * of O may differ by up to 2^-8 sum_j p_j |v_j| (p the row's normalised weights) more than
+     * the documented tolerances allow; docs/design.md gives the measured error. 0 (the default):
+     * P is held to 2^-16 relative and the tolerances hold. Tables without a matrix engine
+     * compute P exactly either way. */
+    int round_p_bf16;
 } fai_problem;
 
 /* Fills a problem with the defaults: every count 0, head_dim_v FAI_HEAD_DIM_V_DEFAULT (D),

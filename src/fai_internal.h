@@ -114,6 +114,7 @@ struct fai_plan {
      * operand is held (1 for bf16, 2 for f16, 3 for f32). */
     int mx;
     int mx_q_parts, mx_k_parts, mx_v_parts;
+    int mx_p_parts; /* 2 (hi + lo), or 1 with round_p_bf16 */
     int64_t d_pad;
     /* The packed K/V cache of the matrix engine: kv tiles [0, mx_cache_tiles) of one (batch,
      * kv head) stay packed in the thread's workspace, so the q tiles of a sequence after the

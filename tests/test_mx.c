@@ -4,6 +4,8 @@
  * (the tile unit sums more exactly than the documented order the emulation follows, so the two
  * agree to that bound, not bit for bit); the softmax's P must be within 2^-16 (its hi + lo
  * split) of exp in double. */
+#include "fai_cases.h"
+#include "fai_oracle.h"
 #include "test_util.h"
 #include "ukr/fai_ukr.h"
 #include "util/fai_half.h"
@@ -83,8 +85,8 @@ static void run_block(const fai_cntx *cntx, const mx_shape *sh, const void *q_ro
         out->row_max[i] = -INFINITY;
     memset(out->row_sums, 0, sizeof out->row_sums);
     cntx->mx_softmax(out->s, n_pad, sh->m, m_pad, sh->n, n_pad, 0.125f, out->row_max, out->row_sums,
-                     out->row_alpha, out->p);
-    cntx->mx_pv(out->o, dv_pad, out->p, out->v, kp, m_pad, n_pad, dv_pad);
+                     out->row_alpha, out->p, 2);
+    cntx->mx_pv(out->o, dv_pad, out->p, 2, out->v, kp, m_pad, n_pad, dv_pad);
     cntx->mx_leave();
 }
 
@@ -213,5 +215,80 @@ TEST(mx_stages_match_float64_and_each_other) {
         free(q);
         free(k);
         free(v);
+    }
+}
+
+/* round_p_bf16 (P rounded to bf16 before PV on a matrix engine) stays within what fai.h allows:
+ * the documented bound plus 2^-8 sum_j p_j |v_jd|, also with large V of mixed signs (large
+ * terms cancelling), on whichever table runs; without a matrix engine the result is the exact
+ * one. */
+TEST(mx_round_p_bf16_within_its_bound) {
+    for (int adversarial = 0; adversarial < 2; adversarial++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.positions = 0;
+        s.batch = 1;
+        s.heads_q = 8;
+        s.heads_kv = 2;
+        s.seq_q = 96;
+        s.seq_kv = 200;
+        s.head_dim = s.head_dim_v = 64;
+        s.q_dtype = s.k_dtype = s.v_dtype = FAI_DTYPE_BF16;
+        s.o_dtype = FAI_DTYPE_F32;
+        s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+        s.window_left = s.window_right = -1;
+        s.mask_kind = FAI_MASK_NONE;
+        s.mask_shape = FAI_CASE_MASK_SQ_SKV;
+        s.mask_density = 0;
+        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
+        s.layout = FAI_CASE_LAYOUT_BSHD;
+        s.lse = 1;
+        s.threads = 1;
+        s.workers = 1;
+        s.split = FAI_SPLIT_AUTO;
+        s.tile_q = s.tile_kv = 0;
+        s.scale = 0.125;
+        s.amplitude = 2.0;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 9100 + (uint64_t)adversarial) == 0);
+        if (adversarial) /* V of +-1000 with the sign alternating by key: O is small, A large */
+            for (int64_t j = 0; j < s.seq_kv; j++)
+                for (int64_t h = 0; h < s.heads_kv; h++)
+                    for (int64_t d = 0; d < s.head_dim_v; d++)
+                        fai_case_set(&c.tensors.v, 0, j, h, d, j % 2 ? 1000.0 : -1000.0);
+        c.problem.round_p_bf16 = 1;
+        fai_plan *plan;
+        REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+        fai_plan_info info;
+        fai_plan_get_info(plan, &info);
+        const size_t ws_size = fai_plan_workspace_size(plan);
+        void *ws = malloc(ws_size + 1);
+        CHECK(fai_run(plan, &c.tensors, ws, ws_size) == FAI_OK);
+        free(ws);
+        fai_plan_free(plan);
+        fai_oracle_out ref;
+        REQUIRE(fai_oracle_run(&c.problem, &c.tensors, &ref, NULL, 0) == FAI_OK);
+        const double t = fai_case_tolerance(s.q_dtype, s.k_dtype, s.v_dtype, s.o_dtype);
+        const int rounds = !strncmp(info.isa, "amx", 3);
+        double worst = 0.0;
+        for (int64_t i = 0; i < s.seq_q; i++)
+            for (int64_t h = 0; h < s.heads_q; h++) {
+                const size_t ri = (size_t)(i * s.heads_q + h);
+                for (int64_t d = 0; d < s.head_dim_v; d++) {
+                    const double got = fai_oracle_load(c.tensors.o.data, c.tensors.o.dtype,
+                                                       i * c.tensors.o.stride_seq +
+                                                           h * c.tensors.o.stride_head + d);
+                    const double want = ref.o[ri * (size_t)s.head_dim_v + (size_t)d];
+                    const double limit =
+                        fai_case_o_limit(&ref, ri, d, t) +
+                        (rounds ? 0x1p-8 * ref.o_mag[ri * (size_t)s.head_dim_v + (size_t)d] : 0.0);
+                    worst = fmax(worst, fabs(got - want) / limit);
+                }
+            }
+        printf("  %s, %s V: worst error / allowed %.3g\n", info.isa,
+               adversarial ? "cancelling" : "uniform", worst);
+        CHECK(worst <= 1.0);
+        fai_oracle_out_free(&ref);
+        fai_case_free(&c);
     }
 }

@@ -25,6 +25,7 @@ static void print_run_usage(FILE *out) {
             "  --k K.npy              [B, Skv, Hkv, D]  float32 or float16\n"
             "  --v V.npy              [B, Skv, Hkv, Dv] float32 or float16\n"
             "  --bf16                 uint16 arrays of Q, K, V hold bfloat16 bits\n"
+            "  --round-p-bf16         P rounded to bf16 on a matrix engine (faster; see fai.h)\n"
             "outputs (written only when the run succeeds):\n"
             "  --out O.npy            [B, Sq, Hq, Dv], float32 unless --out-dtype\n"
             "  --out-dtype T          f32 (default), f16, or bf16 (written as uint16 bits)\n"

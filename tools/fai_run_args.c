@@ -39,6 +39,7 @@ static const struct {
     [FAI_RUN_OPT_CAUSAL] = {"--causal", 0},
     [FAI_RUN_OPT_CAUSAL_TOP_LEFT] = {"--causal-top-left", 0},
     [FAI_RUN_OPT_BF16] = {"--bf16", 0},
+    [FAI_RUN_OPT_ROUND_P_BF16] = {"--round-p-bf16", 0},
     [FAI_RUN_OPT_HELP] = {"--help", 0},
     [FAI_RUN_OPT_RING] = {"--ring", 0},
 };
@@ -471,6 +472,7 @@ static void describe_problem(const fai_run_args *a, const fai_run_inputs *in, fa
     pb->window_left = a->window_left;
     pb->window_right = a->window_right;
     pb->mask_kind = a->mask_kind;
+    pb->round_p_bf16 = a->value[FAI_RUN_OPT_ROUND_P_BF16] != NULL;
     pb->seqlens_q = a->value[FAI_RUN_OPT_SEQLENS_Q] ? in->seqlens_q.data : NULL;
     pb->seqlens_kv = a->value[FAI_RUN_OPT_SEQLENS_KV] ? in->seqlens_kv.data : NULL;
     pb->threads = a->threads;

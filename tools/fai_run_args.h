@@ -35,6 +35,7 @@ enum {
     FAI_RUN_OPT_CAUSAL,
     FAI_RUN_OPT_CAUSAL_TOP_LEFT,
     FAI_RUN_OPT_BF16,
+    FAI_RUN_OPT_ROUND_P_BF16,
     FAI_RUN_OPT_HELP,
     FAI_RUN_OPT_RING, /* fai-mpi run only */
     FAI_RUN_OPT_COUNT

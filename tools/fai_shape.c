@@ -10,18 +10,18 @@
 #include <string.h>
 #include <time.h>
 
-/*      name  B  Hq  Hkv  Sq    Skv    D    Dv   causal                   window  page */
+/*      name  B  Hq  Hkv  Sq    Skv    D    Dv   causal    window  page  dtypes  round_p_bf16 */
 const fai_shape fai_shape_table[] = {
     {"P1", 1, 32, 8, 2048, 2048, 128, 128, FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, FAI_DTYPE_F32,
-     FAI_DTYPE_F16, FAI_DTYPE_F32},
+     FAI_DTYPE_F16, FAI_DTYPE_F32, 0},
     {"P2", 2, 16, 16, 1024, 1024, 64, 64, FAI_CAUSAL_NONE, -1, -1, 0, FAI_DTYPE_F32, FAI_DTYPE_F16,
-     FAI_DTYPE_F32},
+     FAI_DTYPE_F32, 0},
     {"D1", 8, 32, 8, 1, 4096, 128, 128, FAI_CAUSAL_NONE, -1, -1, 128, FAI_DTYPE_F32, FAI_DTYPE_F16,
-     FAI_DTYPE_F32},
+     FAI_DTYPE_F32, 0},
     {"D2", 1, 32, 8, 1, 32768, 128, 128, FAI_CAUSAL_NONE, -1, -1, 128, FAI_DTYPE_F32, FAI_DTYPE_F16,
-     FAI_DTYPE_F32},
+     FAI_DTYPE_F32, 0},
     {"C1", 4, 32, 8, 16, 8192, 128, 128, FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 128, FAI_DTYPE_F32,
-     FAI_DTYPE_F16, FAI_DTYPE_F32},
+     FAI_DTYPE_F16, FAI_DTYPE_F32, 0},
 };
 const int fai_shape_count = (int)(sizeof fai_shape_table / sizeof fai_shape_table[0]);
 
@@ -45,6 +45,7 @@ const char fai_shape_usage[] =
     "  --b N --hq N --hkv N --sq N --skv N --d N --dv N   (--d sets Dv too, unless --dv)\n"
     "  --causal | --causal-top-left    --window LEFT,RIGHT (-1: unbounded)\n"
     "  --page-size N                   paged K/V with a shuffled block table\n"
+    "  --round-p-bf16                  P rounded to bf16 on a matrix engine (fai.h)\n"
     "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; defaults f32 f16 f32)\n"
     "  flags change the named shape; without a name they start from B=Hq=Hkv=Sq=Skv=1,\n"
     "  D=Dv=128, no mask\n";
@@ -109,7 +110,10 @@ int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const c
             snprintf(shape->name, sizeof shape->name, "custom");
         }
         if (found) continue;
-        if (!strcmp(arg, "--causal") || !strcmp(arg, "--causal-top-left")) {
+        if (!strcmp(arg, "--round-p-bf16")) {
+            shape->round_p_bf16 = 1;
+            used[i] = 1;
+        } else if (!strcmp(arg, "--causal") || !strcmp(arg, "--causal-top-left")) {
             shape->causal = arg[8] ? FAI_CAUSAL_TOP_LEFT : FAI_CAUSAL_BOTTOM_RIGHT;
             used[i] = 1;
         } else if (!strcmp(arg, "--window")) {
@@ -169,6 +173,7 @@ void fai_shape_problem(const fai_shape *shape, fai_problem *pb, int32_t *seqlens
     pb->causal = shape->causal;
     pb->window_left = shape->window_left;
     pb->window_right = shape->window_right;
+    pb->round_p_bf16 = shape->round_p_bf16;
     if (shape->page_size > 0) {
         pb->page_size = shape->page_size;
         pb->pages_per_seq = (shape->skv + shape->page_size - 1) / shape->page_size;

@@ -15,6 +15,7 @@ typedef struct fai_shape {
     int64_t window_left, window_right;
     int64_t page_size; /* 0: dense KV */
     fai_dtype q_dtype, kv_dtype, out_dtype;
+    int round_p_bf16; /* --round-p-bf16: fai_problem.round_p_bf16 */
 } fai_shape;
 
 /* The benchmark shapes of the design, in order. */
@@ -25,7 +26,7 @@ extern const int fai_shape_count;
 extern const fai_shape fai_shape_custom_base;
 
 /* Consumes the shape options in argv (a shape name, --b --hq --hkv --sq --skv --d --dv,
- * --causal, --causal-top-left, --window L,R, --page-size N, --q-dtype, --kv-dtype,
+ * --causal, --causal-top-left, --window L,R, --page-size N, --round-p-bf16, --q-dtype, --kv-dtype,
  * --out-dtype) starting from *shape: a shape name anywhere replaces *shape first, then the
  * flags change it (--d also sets Dv unless --dv is given). Options it does not know are left
  * for the caller: used[i] is set for every argument consumed. Returns 0, or -1 after printing

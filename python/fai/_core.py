@@ -409,7 +409,7 @@ class Plan:
                  seqlens_q=None, seqlens_kv=None, cu_seqlens_q=None, cu_seqlens_kv=None,
                  page_size=0, num_pages=0, pages_per_seq=0, threads=None, workers=None,
                  split="auto", tile=None, trust_block_table=False, q_positions=None,
-                 kv_positions=None):
+                 kv_positions=None, round_p_bf16=False):
         self._handle = None
         pb = _lib.Problem()
         _lib.problem_init(ctypes.byref(pb))
@@ -451,6 +451,9 @@ class Plan:
         given_scale = _scale(scale)
         if given_scale is not None:
             pb.scale = given_scale
+        if not isinstance(round_p_bf16, (bool, np.bool_)):
+            _fail(f"round_p_bf16 = {round_p_bf16!r}: expected True or False")
+        pb.round_p_bf16 = int(bool(round_p_bf16))
         pb.causal = _causal(causal, causal_top_left)
         pb.window_left, pb.window_right = _window(window)
         key = mask_kind.lower() if isinstance(mask_kind, str) else mask_kind
@@ -520,7 +523,7 @@ class Plan:
              mask_drop=None, mask_add=None, scale=None, seqlens_q=None, seqlens_kv=None,
              cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, threads=None,
              workers=None, out_dtype=None, split="auto", tile=None, mask_kind=None,
-             q_positions=None, kv_positions=None):
+             q_positions=None, kv_positions=None, round_p_bf16=False):
         """The plan for attention(q, k, v, **options) (mask and block_table are looked at for
         their kind and shape only; give them again to run())."""
         qv = _view(q, "q", _want_float("q"))
@@ -541,7 +544,7 @@ class Plan:
                    scale=scale, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, threads=threads,
                    workers=workers, split=split, tile=tile, q_positions=q_positions,
-                   kv_positions=kv_positions)
+                   kv_positions=kv_positions, round_p_bf16=round_p_bf16)
 
     # -- inspection --
 
@@ -833,7 +836,7 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
               mask_drop=None, mask_add=None, scale=None, seqlens_q=None, seqlens_kv=None,
               cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, return_lse=False,
               threads=None, workers=None, out_dtype=None, out=None, split="auto", tile=None,
-              q_positions=None, kv_positions=None):
+              q_positions=None, kv_positions=None, round_p_bf16=False):
     """O = softmax(scale * Q K^T + mask) V, and LSE = log sum exp of the logits.
 
     q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (numpy arrays, torch CPU tensors or
@@ -857,6 +860,9 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     LSE = -inf. q_positions / kv_positions: int [B], both or neither: the global positions of
     each sequence's first query and first key when k and v are a shard of a longer sequence
     (causal and window then compare global positions; merge the shards with merge_states).
+    round_p_bf16: where fai runs O = P V on a matrix engine (plan info isa 'amx'), round P to
+    bfloat16 first, as torch and vLLM do: faster, and O may differ by up to 2^-8 sum p|v| more
+    than the documented tolerances (False: P held to 2^-16; other engines are exact anyway).
     """
     qv = _view(q, "q", _want_float("q"))
     kv = _view(k, "k", _want_float("k"))
@@ -875,7 +881,7 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
                 scale=scale, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, threads=threads,
                 workers=workers, split=split, tile=tile, q_positions=q_positions,
-                kv_positions=kv_positions)
+                kv_positions=kv_positions, round_p_bf16=round_p_bf16)
     try:
         # one-shot plans share a per-thread workspace instead of owning one
         plan._ws = _scratch(plan._ws_size)

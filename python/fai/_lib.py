@@ -83,6 +83,7 @@ class Problem(ctypes.Structure):
         ("q_positions", c_int32_p),
         ("kv_positions", c_int32_p),
         ("ignore_tuning", c_int),
+        ("round_p_bf16", c_int),
     ]
 
 

@@ -3,7 +3,8 @@
     python -m fai.bench [P1 P2 D1 D2 C1] [--threads 2] [--runs 10] [--bf16] [--plot out.png]
 
 Every library runs the same attention on the same values in one process, with the same thread
-count: median (and min) of --runs timed calls after --warmup untimed ones, the libraries taking
+count (OpenMP threads told to sleep when idle, OMP_WAIT_POLICY=PASSIVE unless set, since the
+libraries take turns): median (and min) of --runs timed calls after --warmup untimed ones, the libraries taking
 turns call by call so that a shared machine's load weighs on all of them alike. Each peer's output is
 compared with fai's (max |diff|), so a row is only reported for a peer that computed the same
 thing. Peers that are not installed are left out of the table.
@@ -29,7 +30,9 @@ built outside the timed region:
            group, [B, Hkv, G, Sq, D] against [B, Hkv, 1, Skv, D]; bottom-right masks explicit).
 """
 import argparse
+import functools
 import json
+import os
 import statistics
 import sys
 import time
@@ -117,10 +120,10 @@ class Case:
 # Each setup_* builds a library's inputs outside the timed region and returns (call, finish,
 # note): call() runs the attention once, finish(result) gives O as float32 [B, Sq, Hq, D].
 
-def setup_fai(case, threads, bf16):
+def setup_fai(case, threads, bf16, round_p_bf16=False):
     def make_plan():
         return fai.Plan.like(case.q, case.k, case.v, threads=threads,
-                             out_dtype=case.out_dtype, **case.kw)
+                             out_dtype=case.out_dtype, round_p_bf16=round_p_bf16, **case.kw)
 
     make_plan().close()  # the first plan of a process also starts fai's thread pool
     plan_times = []
@@ -134,8 +137,11 @@ def setup_fai(case, threads, bf16):
     bt = case.kw.get("block_table")
     info = plan.info
     note = f"plan {plan_ms:.2f} ms, {info['workers']} workers, isa {info['isa']}"
-    return (lambda: plan.run(case.q, case.k, case.v, block_table=bt),
-            lambda out: np.asarray(out, np.float32), note)
+    # the output allocated once, as a serving engine holds it (a fresh array per call would
+    # time the kernel's first touch of its pages, which torch's caching allocator never pays)
+    out = np.empty(case.q.shape[:3] + (case.D,), case.q.dtype if bf16 else np.float32)
+    return (lambda: plan.run(case.q, case.k, case.v, block_table=bt, out=out),
+            lambda o: np.asarray(o, np.float32).copy(), note)
 
 
 # -- torch ----------------------------------------------------------------------------------------
@@ -406,6 +412,10 @@ def _plot(rows, names, path, title):
 
 
 def main(argv=None):
+    # OpenMP threads (torch's, ONNX Runtime's) spin after a parallel region by default, taking
+    # the cores from the library that runs next; calls take turns here, so every library's
+    # threads sleep when idle, as fai's do (an OMP_WAIT_POLICY already set is kept)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ap = argparse.ArgumentParser(
         prog="python -m fai.bench", description=__doc__.split("\n\n")[0],
         epilog="Ratios are peer time / fai time: above 1 means fai is faster.")
@@ -421,6 +431,9 @@ def main(argv=None):
     ap.add_argument("--plot", default="fai_bench.png", help="PNG to write (default %(default)s)")
     ap.add_argument("--no-plot", action="store_true", help="write no PNG")
     ap.add_argument("--json", metavar="PATH", help="also write one JSON object per shape")
+    ap.add_argument("--round-p-bf16", action="store_true",
+                    help="fai rounds P to bf16 on a matrix engine, as torch and vLLM do "
+                         "(faster; see fai.h)")
     args = ap.parse_args(argv)
 
     for s in args.shapes:
@@ -443,7 +456,9 @@ def main(argv=None):
     dtypes = ("all bf16" if args.bf16 else
               "fai: Q f32, K/V f16, O f32; peers: f32 (one dtype for Q, K, V)")
     print(f"fai {fai.__version__} ({fai.library_path()}), {args.threads} threads, median of "
-          f"{args.runs} runs after {args.warmup} warm-up; {dtypes}")
+          f"{args.runs} runs after {args.warmup} warm-up; {dtypes}; "
+          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
+          + ("; fai rounds P to bf16" if args.round_p_bf16 else ""))
     for p in skipped:
         print(f"  {PEERS[p][0]}: not installed, left out")
     names = ["fai"] + [PEERS[p][0] for p in peers]
@@ -453,7 +468,9 @@ def main(argv=None):
         case = Case(shape, args.bf16)
         row = {"shape": shape, "what": case.what, "threads": args.threads,
                "dtypes": "bf16" if args.bf16 else "q f32, kv f16, o f32", "results": {}}
-        setups = [("fai", setup_fai)] + [PEERS[p] for p in peers]
+        fai_setup = (functools.partial(setup_fai, round_p_bf16=True) if args.round_p_bf16
+                     else setup_fai)
+        setups = [("fai", fai_setup)] + [PEERS[p] for p in peers]
         results, errors = measure(setups, case, args.threads, args.bf16, args.runs, args.warmup)
         if "fai" not in results:
             raise SystemExit(f"fai could not run {shape}: {errors.get('fai')}")

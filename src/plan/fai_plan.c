@@ -141,6 +141,7 @@ static fai_status layout_workspace(fai_plan *plan) {
         plan->mx_q_parts = mx_parts(plan->pb.q_dtype);
         plan->mx_k_parts = mx_parts(plan->pb.k_dtype);
         plan->mx_v_parts = mx_parts(plan->pb.v_dtype);
+        plan->mx_p_parts = plan->pb.round_p_bf16 ? 1 : 2;
     }
     const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
     const size_t ld_o = (size_t)plan->ld_o, ld_s = (size_t)plan->ld_s;

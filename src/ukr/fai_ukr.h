@@ -112,7 +112,8 @@ typedef struct fai_cntx {
      *   mx_qk_exact: the same in plain f32 for the first m rows and n keys, for tiles where Q
      *     or K holds Inf or NaN and one of them has parts (Inf x 0 between parts would be NaN
      *     where the exact score is -Inf).
-     *   mx_softmax: the online softmax of the raw scores with scale > 0 folded in, writing P;
+     *   mx_softmax: the online softmax of the raw scores with scale > 0 folded in, writing P
+     *     in p_parts parts (2: hi + lo; 1: P rounded to bf16);
      *     row_max and row_alpha as softmax leaves them (the max may trail the true max by a
      *     bounded amount: O and l use the same one), the row sums kept FAI_MX_SUM_LANES wide in
      *     row_sums [m_pad, FAI_MX_SUM_LANES] (the driver adds the lanes after the unit's last
@@ -134,12 +135,13 @@ typedef struct fai_cntx {
                         int k_parts, int64_t m, int64_t n, int64_t m_pad, int64_t n_pad, int64_t d,
                         int64_t d_pad);
     void (*mx_softmax)(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
-                       float scale, float *row_max, float *row_sum, float *row_alpha, uint16_t *p);
-    void (*mx_pv)(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, int v_parts,
-                  int64_t m_pad, int64_t n_pad, int64_t dv_pad);
-    void (*mx_pv_sparse)(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, int v_parts,
-                         int64_t m, int64_t n, int64_t m_pad, int64_t n_pad, int64_t dv,
-                         int64_t dv_pad);
+                       float scale, float *row_max, float *row_sums, float *row_alpha, uint16_t *p,
+                       int p_parts);
+    void (*mx_pv)(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
+                  int v_parts, int64_t m_pad, int64_t n_pad, int64_t dv_pad);
+    void (*mx_pv_sparse)(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
+                         int v_parts, int64_t m, int64_t n, int64_t m_pad, int64_t n_pad,
+                         int64_t dv, int64_t dv_pad);
 
     /* The softmax's exp over n values (n a multiple of simd_width), for accuracy tests. */
     void (*exp_array)(float *dst, const float *src, int64_t n);

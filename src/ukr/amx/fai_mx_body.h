@@ -174,6 +174,21 @@ static int mx_pack_v(uint16_t *v, int parts, const void *const *rows, int64_t n,
     return !nonfinite;
 }
 
+/* C (tiles 0-3, a 2 x 2 block of 16 x 16 accumulators) += A B for A rows a0, a1 and B columns b0,
+ * b1: each product issued as soon as its operands are loaded, and each load as soon as the
+ * products reading its tile before are done (tile registers are not renamed). */
+#define DP_2X2(a0, a1, a_stride, b0, b1, b_stride)                                                 \
+    do {                                                                                           \
+        TILE_LOAD(4, a0, a_stride);                                                                \
+        TILE_LOAD(6, b0, b_stride);                                                                \
+        TILE_DP(0, 4, 6);                                                                          \
+        TILE_LOAD(7, b1, b_stride);                                                                \
+        TILE_DP(1, 4, 7);                                                                          \
+        TILE_LOAD(5, a1, a_stride);                                                                \
+        TILE_DP(2, 5, 6);                                                                          \
+        TILE_DP(3, 5, 7);                                                                          \
+    } while (0)
+
 /* The passes of a product of split operands: the parts i of one and j of the other with
  * i + j <= 2, each part being 2^-8 of the one before: what is left out is below 2^-24 relative,
  * the rounding of an f32 product. */
@@ -192,20 +207,11 @@ static void mx_qk(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const 
             TILE_ZERO(3);
             for (int64_t x = 0; x < d_pad; x += PAIR_COLS) {
                 const int64_t q_at = i0 * d_pad + x, k_at = ((x / 2) * n_pad + j0) * 2;
-                for (int qi = 0; qi < q_parts; qi++) {
-                    const uint16_t *qa = q + qi * q_part + q_at;
-                    TILE_LOAD(4, qa, q_stride);
-                    TILE_LOAD(5, qa + TILE * d_pad, q_stride);
+                for (int qi = 0; qi < q_parts; qi++)
                     for (int kj = 0; kj < k_parts && qi + kj <= MAX_PASS_LEVEL; kj++) {
-                        const uint16_t *kb = k + kj * k_part + k_at;
-                        TILE_LOAD(6, kb, k_stride);
-                        TILE_LOAD(7, kb + 2 * TILE, k_stride);
-                        TILE_DP(0, 4, 6);
-                        TILE_DP(1, 4, 7);
-                        TILE_DP(2, 5, 6);
-                        TILE_DP(3, 5, 7);
+                        const uint16_t *qa = q + qi * q_part + q_at, *kb = k + kj * k_part + k_at;
+                        DP_2X2(qa, qa + TILE * d_pad, q_stride, kb, kb + 2 * TILE, k_stride);
                     }
-                }
             }
             float *out = s + i0 * ld_n + j0;
             TILE_STORE(0, out, s_stride);
@@ -243,14 +249,15 @@ static void mx_qk_exact(float *s, int64_t ld_n, const uint16_t *q, int q_parts, 
 /* The online softmax on raw scores S [m_pad, ld_n] (masked entries -inf), with the scale (> 0)
  * folded into the exponent: for each row i < m, over keys j < n, m' = the running max of
  * scale * s, held back while it grows by less than LAZY_MAX_GROWTH (which W comparisons tell
- * without a horizontal max), P = e^(scale s - m') split into P hi and lo [m_pad, n_pad] (keys
+ * without a horizontal max), P = e^(scale s - m') split into P hi and lo [m_pad, n_pad] (or,
+ * with p_parts 1, P rounded to bf16 in hi alone) (keys
  * [n, n_pad) and rows [m, m_pad) zero), row_alpha and row_max as the other tables' softmax
  * leaves them. The row sums stay W lanes wide, row_sums [m_pad, W], scaled by alpha with the
  * row: the driver adds the lanes once at the end of the unit. S's columns [n, n_pad) are
  * overwritten. */
 static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
-                       float scale, float *row_max, float *row_sums, float *row_alpha,
-                       uint16_t *p) {
+                       float scale, float *row_max, float *row_sums, float *row_alpha, uint16_t *p,
+                       int p_parts) {
     uint16_t *p_hi = p, *p_lo = p + m_pad * n_pad;
     const float log2e = 1.44269504088896341f;
     const fvec scale_log2e = v_set1(scale * log2e);
@@ -278,7 +285,10 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
             const fvec a = v_exp2_cut(ta, exp2_poly);
             const fvec b = v_exp2_cut(tb, exp2_poly);
             sum = v_add(sum, v_add(a, b));
-            v_split_store(a, b, hi + j, lo + j);
+            if (p_parts == 2)
+                v_split_store(a, b, hi + j, lo + j);
+            else
+                v_store_bf16_rounded(a, b, hi + j);
         }
         const float alpha = old_max == new_max ? 1.0f : expf(old_max - new_max);
         row_alpha[i] = alpha;
@@ -287,15 +297,16 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
     }
     for (int64_t i = m; i < m_pad; i++) {
         memset(p_hi + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));
-        memset(p_lo + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));
+        if (p_parts == 2) memset(p_lo + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));
         row_alpha[i] = 1.0f;
     }
 }
 
 /* O [m_pad, ld_o] += P V in 32 x 32 blocks: accumulators 0-3, P in tiles 4-5, V in 6-7; P is
- * hi + lo (2^-16 relative), and V's parts pass as above: P_hi V_hi + P_lo V_hi (+ P_hi V_lo). */
-static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, int v_parts,
-                  int64_t m_pad, int64_t n_pad, int64_t dv_pad) {
+ * hi + lo (2^-16 relative; or hi alone, rounded, when asked), and V's parts pass as above:
+ * P_hi V_hi + P_lo V_hi (+ P_hi V_lo). */
+static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
+                  int v_parts, int64_t m_pad, int64_t n_pad, int64_t dv_pad) {
     const int64_t p_stride = n_pad * 2, v_stride = dv_pad * 4, o_stride = ld_o * 4;
     const int64_t p_part = m_pad * n_pad, v_part = n_pad * dv_pad;
     for (int64_t i0 = 0; i0 < m_pad; i0 += 2 * TILE) {
@@ -307,20 +318,11 @@ static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, 
             TILE_LOAD(3, out + TILE * ld_o + TILE, o_stride);
             for (int64_t j = 0; j < n_pad; j += PAIR_COLS) {
                 const int64_t p_at = i0 * n_pad + j, v_at = ((j / 2) * dv_pad + x0) * 2;
-                for (int vj = 0; vj < v_parts && vj < 2; vj++) {
-                    const uint16_t *vb = v + vj * v_part + v_at;
-                    TILE_LOAD(6, vb, v_stride);
-                    TILE_LOAD(7, vb + 2 * TILE, v_stride);
-                    for (int pi = 0; pi < 2 && pi + vj <= 1; pi++) {
-                        const uint16_t *pa = p + pi * p_part + p_at;
-                        TILE_LOAD(4, pa, p_stride);
-                        TILE_LOAD(5, pa + TILE * n_pad, p_stride);
-                        TILE_DP(0, 4, 6);
-                        TILE_DP(1, 4, 7);
-                        TILE_DP(2, 5, 6);
-                        TILE_DP(3, 5, 7);
+                for (int vj = 0; vj < v_parts && vj < 2; vj++)
+                    for (int pi = 0; pi < p_parts && pi + vj <= 1; pi++) {
+                        const uint16_t *pa = p + pi * p_part + p_at, *vb = v + vj * v_part + v_at;
+                        DP_2X2(pa, pa + TILE * n_pad, p_stride, vb, vb + 2 * TILE, v_stride);
                     }
-                }
             }
             TILE_STORE(0, out, o_stride);
             TILE_STORE(1, out + TILE, o_stride);
@@ -332,14 +334,14 @@ static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, 
 
 /* PV for a masked tile whose V holds Inf or NaN: only the nonzero P reach O (0 x Inf would be
  * NaN in a tile product), in f32 from the packed operands. Rare; plain loops. */
-static void mx_pv_sparse(float *o, int64_t ld_o, const uint16_t *p, const uint16_t *v, int v_parts,
-                         int64_t m, int64_t n, int64_t m_pad, int64_t n_pad, int64_t dv,
-                         int64_t dv_pad) {
+static void mx_pv_sparse(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
+                         int v_parts, int64_t m, int64_t n, int64_t m_pad, int64_t n_pad,
+                         int64_t dv, int64_t dv_pad) {
     const int64_t p_part = m_pad * n_pad, v_part = n_pad * dv_pad;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-            const float weight =
-                fai__bf16_to_f32(p[i * n_pad + j]) + fai__bf16_to_f32(p[p_part + i * n_pad + j]);
+            float weight = fai__bf16_to_f32(p[i * n_pad + j]);
+            if (p_parts == 2) weight += fai__bf16_to_f32(p[p_part + i * n_pad + j]);
             if (weight == 0.0f) continue;
             const int64_t at = (j / 2) * dv_pad * 2 + (j % 2);
             for (int64_t x = 0; x < dv; x++) {

@@ -50,6 +50,12 @@ static inline void v_split_store(fvec a, fvec b, uint16_t *hi, uint16_t *lo) {
     _mm512_storeu_si512(lo, (__m512i)_mm512_cvtne2ps_pbh(lo_b, lo_a));
 }
 
+/* 2 x W values (a, then b) rounded to nearest even into bf16, in order (P above 2^-118 is
+ * normal, so the instruction's flushing of denormals never applies). */
+static inline void v_store_bf16_rounded(fvec a, fvec b, uint16_t *out) {
+    _mm512_storeu_si512(out, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
 /* The same for input values, into two parts (mid NULL) or three (hi, mid = the rest truncated,
  * lo = what is left: exact for f32): the parts after hi are 0 for Inf and NaN, so that hi alone
  * carries them. */

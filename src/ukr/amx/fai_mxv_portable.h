@@ -128,6 +128,14 @@ static inline void v_split_store(fvec a, fvec b, uint16_t *hi, uint16_t *lo) {
     split_store(a, b, hi, NULL, lo, 0);
 }
 
+/* 2 x W values (a, then b) rounded to nearest even into bf16, in order. */
+static inline void v_store_bf16_rounded(fvec a, fvec b, uint16_t *out) {
+    for (int i = 0; i < W; i++) {
+        out[i] = fai__f32_to_bf16(a.lane[i]);
+        out[W + i] = fai__f32_to_bf16(b.lane[i]);
+    }
+}
+
 /* The same for input values, into two parts (mid NULL) or three (hi, mid = the rest truncated,
  * lo = what is left: exact for f32): the parts after hi are 0 for Inf and NaN, so that hi alone
  * carries them (Inf - Inf would turn an Inf into NaN). */
