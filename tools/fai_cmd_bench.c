@@ -68,9 +68,10 @@ static void print_usage(FILE *out) {
         "(default 7) after --warmup runs (default 1), GFLOP/s of useful work (2*D + 2*Dv\n"
         "per visible (query, key) pair) and GB/s of K/V that must be read. Each shape's\n"
         "output is checked on %d sampled rows against an fp64 reference (on the first\n"
-        "thread count). Unless --no-peaks, the machine's fp32 FMA and bf16 dot-product\n"
-        "GFLOP/s and DRAM read GB/s are measured first on the same thread counts, and\n"
-        "every rate is also given as a fraction of them.\n\n"
+        "thread count). Unless --no-peaks, the machine's fp32 FMA, bf16 dot-product and\n"
+        "AMX tile (where the CPU has it) GFLOP/s and DRAM read GB/s are measured first on\n"
+        "the same thread counts, and every rate is also given as a fraction of them (%%amx:\n"
+        "of plans that run on the AMX table).\n\n"
         "  SHAPE          P1 P2 D1 D2 C1 (default: all five; Q f32, K/V f16, O f32)\n"
         "  shape flags    describe one shape, or change every named shape\n"
         "  --threads LIST comma-separated thread counts (default: 1, 2, 4, ... and the\n"
@@ -433,6 +434,9 @@ static void json_peak_ratios(const fai_shape *shape, const bench_result *r, cons
     if (p->bf16_gflops > 0) json_number("peak_bf16_gflops", p->bf16_gflops);
     if (p->bf16_gflops > 0 && is_all_bf16(shape))
         json_number("bf16_peak_ratio", gflops(r) / p->bf16_gflops);
+    if (p->amx_gflops > 0) json_number("peak_amx_gflops", p->amx_gflops);
+    if (p->amx_gflops > 0 && !strcmp(r->info.isa, "amx"))
+        json_number("amx_peak_ratio", gflops(r) / p->amx_gflops);
     json_number("peak_read_gbps", p->read_gbps);
     if (is_decode(shape)) json_number("bw_ratio", kv_gbps(r) / p->read_gbps);
 }
@@ -491,8 +495,8 @@ static void print_json(const fai_shape *shape, const bench_result *r, const benc
 }
 
 static void print_table_header(int baseline) {
-    printf("%-6s %-14s %3s %10s %10s %10s %9s %6s %6s %8s %6s %8s %10s %-6s %s", "shape",
-           "q/kv/out", "thr", "median_ms", "min_ms", "max_ms", "GFLOP/s", "%fp32", "%bf16",
+    printf("%-6s %-14s %3s %10s %10s %10s %9s %6s %6s %6s %8s %6s %8s %10s %-6s %s", "shape",
+           "q/kv/out", "thr", "median_ms", "min_ms", "max_ms", "GFLOP/s", "%fp32", "%bf16", "%amx",
            "KV_GB/s", "%read", "check_us", "workspace", "isa", "check (max_err)");
     if (baseline)
         printf(" %10s %9s %8s %8s %s", " base_ms", "base_GF/s", "speedup", "S_MiB",
@@ -517,6 +521,7 @@ static void print_row(const fai_shape *shape, const bench_result *r, const bench
            (long long)r->threads, r->median_ms, r->min_ms, r->max_ms, gflops(r));
     print_percent(peak != NULL, gflops(r), peak ? peak->fp32_gflops : 0);
     print_percent(peak && is_all_bf16(shape), gflops(r), peak ? peak->bf16_gflops : 0);
+    print_percent(peak && !strcmp(r->info.isa, "amx"), gflops(r), peak ? peak->amx_gflops : 0);
     printf(" %8.2f", kv_gbps(r));
     print_percent(peak && is_decode(shape), kv_gbps(r), peak ? peak->read_gbps : 0);
     char verdict[32];
@@ -540,6 +545,7 @@ static void print_peaks(const bench_options *opt, const fai_peak *peaks) {
                    (long long)peaks[t].threads, fai_peak_isa());
             json_number("peak_fp32_gflops", peaks[t].fp32_gflops);
             if (fai_peak_has_bf16()) json_number("peak_bf16_gflops", peaks[t].bf16_gflops);
+            if (fai_peak_has_amx()) json_number("peak_amx_gflops", peaks[t].amx_gflops);
             json_number("peak_read_gbps", peaks[t].read_gbps);
             printf("}");
         }
@@ -548,13 +554,18 @@ static void print_peaks(const bench_options *opt, const fai_peak *peaks) {
     }
     printf("machine peaks, measured now (median of 5 passes; fp32 FMA and read probes: %s)\n",
            fai_peak_isa());
-    printf("%7s %13s %13s %10s\n", "threads", "fp32 GFLOP/s", "bf16 GFLOP/s", "read GB/s");
+    printf("%7s %13s %13s %13s %10s\n", "threads", "fp32 GFLOP/s", "bf16 GFLOP/s", "AMX GFLOP/s",
+           "read GB/s");
     for (int t = 0; t < opt->thread_count; t++) {
         printf("%7lld %13.1f ", (long long)peaks[t].threads, peaks[t].fp32_gflops);
         if (fai_peak_has_bf16())
             printf("%13.1f", peaks[t].bf16_gflops);
         else
             printf("%13s", "-");
+        if (fai_peak_has_amx())
+            printf(" %13.1f", peaks[t].amx_gflops);
+        else
+            printf(" %13s", "-");
         printf(" %10.1f\n", peaks[t].read_gbps);
     }
     printf("\n");

@@ -10,6 +10,7 @@ typedef struct fai_peak {
     int64_t threads;
     double fp32_gflops; /* FMA throughput, 2 flops per multiply-add */
     double bf16_gflops; /* bf16 dot products (vdpbf16ps); 0 when the CPU has none */
+    double amx_gflops;  /* AMX-BF16 tile products (tdpbf16ps); 0 without AMX */
     double read_gbps;   /* DRAM read: vector sums over a 1 GiB buffer, 1e9 bytes/s */
 } fai_peak;
 
@@ -21,6 +22,9 @@ const char *fai_peak_isa(void);
 
 /* Nonzero when the bf16 probe can run (AVX512_BF16). */
 int fai_peak_has_bf16(void);
+
+/* Nonzero when the AMX probe can run (AMX-BF16, and the kernel granted the tile state). */
+int fai_peak_has_amx(void);
 
 /* Measures the peaks with each of `count` thread counts (the median of a few passes each) into
  * peaks[0..count). Returns 0, or -1 when the buffer or the threads cannot be had. */
