@@ -663,8 +663,19 @@ static void print_host_text(const plan_options *options, const fai_shape *shape,
         {"L2", "l2", info->l2_bytes, info->l2_capacity},
     };
     print_buffers_text(buffers, COUNT_OF(buffers));
-    printf("            L1d: what the inner loops keep hot; L2: the thread's tile slice (the\n"
-           "            planner keeps it within half of L2; decode tiles' K/V rows a quarter)\n");
+    if (!strcmp(info->isa, "amx"))
+        printf(
+            "            L1d: a row block's S and P, the kv tile's packed K and V, the block's\n"
+            "            Q and O (the tile unit reads them); L2: the unit's slot (within half\n"
+            "            of L2), beside a cache of the kv head's packed tiles (workspace)\n"
+            "tiles       AMX, 8 x 1 KiB (the seed's L0): 0-3 accumulators, a 2 x 2 block of\n"
+            "            16 x 16 f32 (S of 32 rows x 32 keys, or O of 32 rows x 32 columns: L0C);\n"
+            "            4-5 A, 16 rows x 32 bf16 (Q or P rows: L0A); 6-7 B, 16 x 16 bf16 pairs\n"
+            "            (K or V pairs: L0B)\n");
+    else
+        printf(
+            "            L1d: what the inner loops keep hot; L2: the thread's tile slice (the\n"
+            "            planner keeps it within half of L2; decode tiles' K/V rows a quarter)\n");
     print_fits_text(fits, reason);
     printf("candidates  tiles that fit this CPU at head dim %lld (* = this tile)\n",
            (long long)shape->d);

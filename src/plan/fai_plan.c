@@ -122,6 +122,22 @@ static int mx_parts(fai_dtype dtype) {
     return dtype == FAI_DTYPE_BF16 ? 1 : dtype == FAI_DTYPE_F16 ? 2 : 3;
 }
 
+/* The matrix engine's budget, in place of the vector tables' (fai_tile.c): L1d holds what one row
+ * block's stages touch per kv tile (its S and P rows, the tile's packed K and V, the block's Q and
+ * O rows: the tile unit reads them from there, or from L2 when they do not fit); L2 the unit's
+ * slot (the packed K/V cache, which holds a kv head's tiles, may run past it into L3). The slot
+ * must fit half of L2 for the tile to count as fitting. */
+static void budget_mx(fai_plan *plan) {
+    const int64_t block = FAI_MX_BLOCK_ROWS, ld_n = plan->ld_n, ld_o = plan->ld_o;
+    const int64_t d_pad = plan->d_pad, half = (int64_t)sizeof(uint16_t);
+    plan->l1d_bytes =
+        block * ld_n * (int64_t)sizeof(float) + 2 * block * ld_n * half +
+        ld_n * d_pad * half * plan->mx_k_parts + ld_n * ld_o * half * plan->mx_v_parts +
+        block * d_pad * half * plan->mx_q_parts + block * ld_o * (int64_t)sizeof(float);
+    plan->l2_bytes = (int64_t)plan->ws.slot;
+    plan->tile_fits = plan->l2_bytes <= fai__cache_sizes()->l2 / 2;
+}
+
 static fai_status layout_workspace(fai_plan *plan) {
     const int64_t width = plan->cntx->simd_width;
     plan->ld_s = fai__ceil_div(plan->tile_rows, width) * width;
@@ -158,6 +174,7 @@ static fai_status layout_workspace(fai_plan *plan) {
     const size_t pointers = keys + FAI_PREFETCH_ROWS > rows ? keys + FAI_PREFETCH_ROWS : rows;
     ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));
     ws->slot = offset;
+    if (plan->mx) budget_mx(plan);
     ws->per_thread = offset * (plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS);
     if (plan->mx) layout_mx_cache(plan, &ws->per_thread);
     int64_t total;
