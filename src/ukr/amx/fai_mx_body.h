@@ -189,6 +189,15 @@ static int mx_pack_v(uint16_t *v, int parts, const void *const *rows, int64_t n,
         TILE_DP(3, 5, 7);                                                                          \
     } while (0)
 
+/* The 2 x 2 block of accumulators (tiles 0-3) to and from f32 rows of `ld` elements at c. */
+#define C_2X2(OP, c, ld)                                                                           \
+    do {                                                                                           \
+        OP(0, c, (ld)*4);                                                                          \
+        OP(1, (c) + TILE, (ld)*4);                                                                 \
+        OP(2, (c) + TILE * (ld), (ld)*4);                                                          \
+        OP(3, (c) + TILE * (ld) + TILE, (ld)*4);                                                   \
+    } while (0)
+
 /* The passes of a product of split operands: the parts i of one and j of the other with
  * i + j <= 2, each part being 2^-8 of the one before: what is left out is below 2^-24 relative,
  * the rounding of an f32 product. */
@@ -197,7 +206,7 @@ static int mx_pack_v(uint16_t *v, int parts, const void *const *rows, int64_t n,
 /* S [m_pad, ld_n] = Q K^T, in 32 x 32 blocks: accumulators 0-3, Q in tiles 4-5, K in 6-7. */
 static void mx_qk(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,
                   int k_parts, int64_t m_pad, int64_t n_pad, int64_t d_pad) {
-    const int64_t q_stride = d_pad * 2, k_stride = n_pad * 4, s_stride = ld_n * 4;
+    const int64_t q_stride = d_pad * 2, k_stride = n_pad * 4;
     const int64_t q_part = m_pad * d_pad, k_part = n_pad * d_pad;
     for (int64_t i0 = 0; i0 < m_pad; i0 += 2 * TILE) {
         for (int64_t j0 = 0; j0 < n_pad; j0 += 2 * TILE) {
@@ -213,11 +222,7 @@ static void mx_qk(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const 
                         DP_2X2(qa, qa + TILE * d_pad, q_stride, kb, kb + 2 * TILE, k_stride);
                     }
             }
-            float *out = s + i0 * ld_n + j0;
-            TILE_STORE(0, out, s_stride);
-            TILE_STORE(1, out + TILE, s_stride);
-            TILE_STORE(2, out + TILE * ld_n, s_stride);
-            TILE_STORE(3, out + TILE * ld_n + TILE, s_stride);
+            C_2X2(TILE_STORE, s + i0 * ld_n + j0, ld_n);
         }
     }
 }
@@ -307,15 +312,12 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
  * P_hi V_hi + P_lo V_hi (+ P_hi V_lo). */
 static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
                   int v_parts, int64_t m_pad, int64_t n_pad, int64_t dv_pad) {
-    const int64_t p_stride = n_pad * 2, v_stride = dv_pad * 4, o_stride = ld_o * 4;
+    const int64_t p_stride = n_pad * 2, v_stride = dv_pad * 4;
     const int64_t p_part = m_pad * n_pad, v_part = n_pad * dv_pad;
     for (int64_t i0 = 0; i0 < m_pad; i0 += 2 * TILE) {
         for (int64_t x0 = 0; x0 < dv_pad; x0 += 2 * TILE) {
             float *out = o + i0 * ld_o + x0;
-            TILE_LOAD(0, out, o_stride);
-            TILE_LOAD(1, out + TILE, o_stride);
-            TILE_LOAD(2, out + TILE * ld_o, o_stride);
-            TILE_LOAD(3, out + TILE * ld_o + TILE, o_stride);
+            C_2X2(TILE_LOAD, out, ld_o);
             for (int64_t j = 0; j < n_pad; j += PAIR_COLS) {
                 const int64_t p_at = i0 * n_pad + j, v_at = ((j / 2) * dv_pad + x0) * 2;
                 for (int vj = 0; vj < v_parts && vj < 2; vj++)
@@ -324,10 +326,7 @@ static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const 
                         DP_2X2(pa, pa + TILE * n_pad, p_stride, vb, vb + 2 * TILE, v_stride);
                     }
             }
-            TILE_STORE(0, out, o_stride);
-            TILE_STORE(1, out + TILE, o_stride);
-            TILE_STORE(2, out + TILE * ld_o, o_stride);
-            TILE_STORE(3, out + TILE * ld_o + TILE, o_stride);
+            C_2X2(TILE_STORE, out, ld_o);
         }
     }
 }
