@@ -111,14 +111,14 @@ static int mx_pack_q(uint16_t *q, int parts, const void *const *rows, int64_t m,
 static int mx_pack_k(uint16_t *k, int parts, const void *const *rows, int64_t n, int64_t n_pad,
                      int64_t d, int64_t d_pad, fai_dtype dtype, int check_finite) {
     uint16_t block[3][TILE][PAIR_COLS];
-    const uint32_t *src[3][TILE];
+    const void *src[3][TILE];
     const int64_t part_stride = n_pad * d_pad, element = (int64_t)fai__dtype_size(dtype);
     for (int64_t j0 = 0; j0 < n_pad; j0 += TILE) {
         for (int64_t x0 = 0; x0 < d_pad; x0 += PAIR_COLS) {
             const int direct = parts == 1 && j0 + TILE <= n && x0 + PAIR_COLS <= d;
             for (int j = 0; j < TILE; j++) {
                 if (direct) {
-                    src[0][j] = (const uint32_t *)((const uint16_t *)rows[j0 + j] + x0);
+                    src[0][j] = (const uint16_t *)rows[j0 + j] + x0;
                     continue;
                 }
                 const int64_t count = j0 + j >= n ? 0 : d - x0 < PAIR_COLS ? d - x0 : PAIR_COLS;
@@ -128,7 +128,7 @@ static int mx_pack_k(uint16_t *k, int parts, const void *const *rows, int64_t n,
                               (const char *)rows[j0 + j] + x0 * element, count, dtype);
                 zero_parts(block[0][j] + count, parts, block_stride, PAIR_COLS - count);
                 for (int part = 0; part < parts; part++)
-                    src[part][j] = (const uint32_t *)block[part][j];
+                    src[part][j] = block[part][j];
             }
             const int64_t at = (x0 / 2) * n_pad + j0; /* in 32-bit pairs */
             for (int part = 0; part < parts; part++)

@@ -81,9 +81,9 @@ static inline fvec v_load_any(const void *row, int64_t x, fai_dtype dtype) {
     return v_load_bf16((const uint16_t *)row + x);
 }
 
-/* dst[p * dst_stride + j] = rows[j][p] for 16 rows of 16 32-bit words. */
-static inline void v_transpose16_u32(const uint32_t *const *rows, uint32_t *dst,
-                                     int64_t dst_stride) {
+/* dst[p * dst_stride + j] = word p of rows[j], for 16 rows of 16 32-bit words (rows of bf16
+ * pairs: only 2-byte aligned). */
+static inline void v_transpose16_u32(const void *const *rows, uint32_t *dst, int64_t dst_stride) {
     __m512i r[16], t[16];
     for (int j = 0; j < 16; j++)
         r[j] = _mm512_loadu_si512(rows[j]);

@@ -151,12 +151,12 @@ static inline fvec v_load_any(const void *row, int64_t x, fai_dtype dtype) {
     return r;
 }
 
-/* dst[p * dst_stride + j] = rows[j][p] for 16 rows of 16 32-bit words. */
-static inline void v_transpose16_u32(const uint32_t *const *rows, uint32_t *dst,
-                                     int64_t dst_stride) {
+/* dst[p * dst_stride + j] = word p of rows[j], for 16 rows of 16 32-bit words (rows of bf16
+ * pairs: only 2-byte aligned). */
+static inline void v_transpose16_u32(const void *const *rows, uint32_t *dst, int64_t dst_stride) {
     for (int p = 0; p < 16; p++)
         for (int j = 0; j < 16; j++)
-            dst[p * dst_stride + j] = rows[j][p];
+            memcpy(dst + p * dst_stride + j, (const char *)rows[j] + 4 * p, sizeof(uint32_t));
 }
 
 /* dst[2x] = a[x], dst[2x + 1] = b[x] for x < 32. */
