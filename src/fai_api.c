@@ -67,13 +67,14 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
                              ") must not be negative",
                              t->mask.stride_batch, t->mask.stride_head, t->mask.stride_q);
     }
-    if (plan->paged && kv_rows > 0) {
-        if (!t->block_table) return fai__fail(FAI_ERR_INVALID_ARG, "block_table = NULL");
-        if (t->block_table_stride < 0)
-            return fai__fail(FAI_ERR_INVALID_ARG, "block_table_stride = %" PRId64 " is negative",
-                             t->block_table_stride);
-    }
-    if (plan->paged && kv_rows > 0 && check_table) {
+    if (plan->paged && kv_rows > 0 && !t->block_table)
+        return fai__fail(FAI_ERR_INVALID_ARG, "block_table = NULL");
+    /* a table that is given is checked whole (every entry a length reaches), also when no query
+     * reads it in this run: a caller checks a table once and then runs it trusted */
+    if (plan->paged && t->block_table && t->block_table_stride < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG, "block_table_stride = %" PRId64 " is negative",
+                         t->block_table_stride);
+    if (plan->paged && t->block_table && check_table) {
         const int64_t stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
         /* every page a sequence's length reaches must be inside the pool */
         for (int64_t b = 0; b < pb->batch; b++) {
