@@ -1,8 +1,9 @@
 /* The micro-kernel table (the context): one entry per stage of the tile loop. The kernel driver
  * never names a micro-kernel; it calls through the plan's table. Every entry works on a whole
- * tile, never on one element.
+ * tile, never on one element. A table with a matrix engine adds the mx_ entries below, with
+ * layouts of their own (bf16 operands for the tile unit).
  *
- * Layouts (all f32). m is the rows of the Q tile (query positions x group heads), n the keys of
+ * Layouts of the vector tables (all f32). m is the rows of the Q tile (query positions x group heads), n the keys of
  * the kv tile. Scores are kept transposed, S^T [n, ld_s] with ld_s >= m a multiple of the vector
  * width: the softmax then reduces over keys with whole vectors of query rows (no horizontal
  * reductions), and the QK and PV kernels broadcast one scalar against vectors of a packed tile:
