@@ -74,11 +74,13 @@ int64_t fai__band_hi(const fai_band *band, int64_t i); /* clipped to <= kv_len -
 typedef struct fai_ws_layout {
     size_t q_tile, k_tile, v_tile, s_tile, o_acc, row_max, row_sum, row_alpha, kv_rows;
     size_t slot; /* bytes of one unit's scratch, a multiple of 64 */
-    /* the matrix engine's packed K/V cache after the slots: its state, then its tiles */
-    size_t mx_cache, mx_cache_k_bytes, mx_cache_tile_bytes;
+    /* the matrix engine's packed K/V cache after the slots: its state at mx_cache, its tiles
+     * from mx_cache_tiles_at, each mx_cache_tile_bytes (K, then V at mx_cache_k_bytes) */
+    size_t mx_cache, mx_cache_tiles_at, mx_cache_k_bytes, mx_cache_tile_bytes;
     size_t mx_flags;    /* in a matrix-engine slot: whether the unit's Q is finite */
     size_t mx_row_sums; /* and its rows' running sums, FAI_MX_SUM_LANES wide */
-    size_t per_thread;  /* bytes of one thread's slice: FAI_LOCKSTEP_UNITS slots when decoding */
+    size_t
+        per_thread; /* bytes of one thread's slice: fai__slots_per_thread slots (and the cache) */
     /* after the threads' slices: the split units' partial results and completion counters */
     size_t partials, partial_bytes; /* offset, and bytes of one slot: O [rows, ld_o], m, l */
     size_t counters;
@@ -150,6 +152,12 @@ struct fai_plan {
 #define FAI_LOCKSTEP_UNITS 8
 /* Prefill units (larger scratch) of one sequence and q tile run in lockstep up to this many. */
 #define FAI_LOCKSTEP_PACKED_UNITS 4
+
+/* Unit scratch slots in a thread's slice: decode runs FAI_LOCKSTEP_UNITS units in lockstep, the
+ * other vector plans FAI_LOCKSTEP_PACKED_UNITS, the matrix engine one unit at a time. */
+static inline int64_t fai__slots_per_thread(const fai_plan *plan) {
+    return plan->direct_kv ? FAI_LOCKSTEP_UNITS : plan->mx ? 1 : FAI_LOCKSTEP_PACKED_UNITS;
+}
 
 /* Plan steps (plan/). */
 void fai__choose_tile(fai_plan *plan);

@@ -84,7 +84,7 @@ static void run_block(const fai_cntx *cntx, const mx_shape *sh, const void *q_ro
     cntx->mx_pack_k(out->k, kp, rows, sh->n, n_pad, sh->d, d_pad, sh->kv_dtype, 1);
     for (int64_t j = 0; j < sh->n; j++)
         rows[j] = (const char *)v_rows + (size_t)(j * sh->dv) * ks;
-    cntx->mx_pack_v(out->v, kp, rows, sh->n, n_pad, sh->dv, dv_pad, sh->kv_dtype, 1);
+    cntx->mx_pack_v(out->v, kp, rows, sh->n, n_pad, sh->dv, dv_pad, sh->kv_dtype);
     cntx->mx_enter();
     cntx->mx_qk(out->s, n_pad, out->q, qp, out->k, kp, m_pad, n_pad, d_pad);
     for (int i = 0; i < 32; i++)

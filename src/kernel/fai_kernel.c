@@ -117,6 +117,27 @@ static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_un
                      unit->q_len * unit->heads);
 }
 
+/* Where one of a unit's valid kv tiles (an offset into its range) lies: its first key, its keys
+ * and its band; band_partial when some row sees only part of it (only then are band masks
+ * applied). */
+typedef struct tile_extent {
+    int64_t key_begin, n;
+    fai_band band;
+    int band_partial;
+} tile_extent;
+
+static tile_extent tile_extent_of(const fai_plan *plan, const fai_unit *unit, int64_t tile) {
+    const fai_seq *seq = &plan->seqs[unit->batch];
+    const int64_t tile_kv = plan->tile_kv;
+    tile_extent e;
+    e.band = fai__band_of(&plan->pb, seq);
+    e.key_begin = (unit->kv_tile_begin + tile) * tile_kv;
+    e.n = seq->kv_len - e.key_begin < tile_kv ? seq->kv_len - e.key_begin : tile_kv;
+    e.band_partial = !(fai__band_lo(&e.band, unit->q_begin + unit->q_len - 1) <= e.key_begin &&
+                       fai__band_hi(&e.band, unit->q_begin) >= e.key_begin + e.n - 1);
+    return e;
+}
+
 #include "kernel/fai_kernel_mx.h"
 
 static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b, int64_t i,
@@ -165,13 +186,10 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     const int64_t ld_s = plan->ld_s, ld_o = plan->ld_o;
     const int64_t b = unit->batch;
     const fai_seq *seq = &plan->seqs[b];
-    const fai_band band = fai__band_of(&plan->pb, seq);
-    const int64_t first_row = unit->q_begin, last_row = unit->q_begin + unit->q_len - 1;
-    const int64_t key_begin = (unit->kv_tile_begin + tile) * tile_kv;
-    const int64_t n = seq->kv_len - key_begin < tile_kv ? seq->kv_len - key_begin : tile_kv;
-    /* every row sees every key of the tile: no band masking needed */
-    const int band_partial = !(fai__band_lo(&band, last_row) <= key_begin &&
-                               fai__band_hi(&band, first_row) >= key_begin + n - 1);
+    const tile_extent e = tile_extent_of(plan, unit, tile);
+    const fai_band band = e.band;
+    const int64_t key_begin = e.key_begin, n = e.n;
+    const int band_partial = e.band_partial;
 
     FAI_LAP(FAI_STAGE_OTHER);
     /* decode reads K and V rows in place, prefetching FAI_PREFETCH_ROWS ahead: the row
@@ -329,10 +347,10 @@ static void merge_parts(const fai_plan *plan, const fai_unit *unit, const unit_s
 static int64_t lockstep_count(const fai_plan *plan, const fai_worker *worker, int64_t u) {
     const fai_unit *first = &plan->units[u];
     int64_t count = 1;
-    const int64_t most = plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS;
+    const int64_t most = fai__slots_per_thread(plan);
     /* the matrix engine runs one unit at a time, its tiles in a pipeline, and keeps a kv head's
      * packed tiles for its next q tiles instead */
-    if (first->parts > 1 || plan->mx) return 1;
+    if (first->parts > 1 || most == 1) return 1;
     while (count < most && u + count < worker->unit_end) {
         const fai_unit *next = &plan->units[u + count];
         if (next->parts > 1 || next->batch != first->batch || next->q_begin != first->q_begin ||
@@ -348,7 +366,7 @@ void KERNEL_RUN_WORKER(const fai_plan *plan, const fai_tensors *t, int64_t worke
                        unsigned char *ws, unsigned char *ws_base) {
     FAI_LAP_START();
     unit_scratch slots[FAI_LOCKSTEP_UNITS];
-    const int64_t slot_count = plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS;
+    const int64_t slot_count = fai__slots_per_thread(plan);
     for (int64_t k = 0; k < slot_count; k++)
         slots[k] = carve_scratch(plan, ws + (size_t)k * plan->ws.slot);
     if (plan->mx_cache_tiles > 0) {
@@ -382,9 +400,10 @@ void KERNEL_RUN_WORKER(const fai_plan *plan, const fai_tensors *t, int64_t worke
                 start_unit(plan, t, &plan->units[u + k], &slots[k]);
             if (plan->mx) /* lockstep_count: 1 */
                 mx_run_tiles(plan, t, unit, 0, unit->kv_tiles, &slots[0]);
-            for (int64_t tile = 0; tile < unit->kv_tiles && !plan->mx; tile++)
-                for (int64_t k = 0; k < count; k++)
-                    run_tile(plan, t, &plan->units[u + k], tile, &slots[k]);
+            else
+                for (int64_t tile = 0; tile < unit->kv_tiles; tile++)
+                    for (int64_t k = 0; k < count; k++)
+                        run_tile(plan, t, &plan->units[u + k], tile, &slots[k]);
         }
         for (int64_t k = 0; k < count; k++)
             finish_unit(plan, t, &plan->units[u + k], &slots[k]);

@@ -24,15 +24,21 @@ typedef struct mx_cache_head {
 
 /* One kv tile's operands. */
 typedef struct mx_tile {
-    int64_t key_begin, n, n_pad;
-    int band_partial; /* some row sees only part of the tile */
+    tile_extent extent;
+    int64_t n_pad;
     const uint16_t *k, *v;
     int state; /* as the cache's */
 } mx_tile;
 
+/* Whether Q or K is held in more than one part: then an Inf meeting a part of 0 in a tile
+ * product could give NaN where the exact score is +-Inf (see mx_qk_exact). */
+static int mx_qk_has_parts(const fai_plan *plan) {
+    return plan->mx_q_parts > 1 || plan->mx_k_parts > 1;
+}
+
 static unsigned char *mx_cache_tile(const fai_plan *plan, unsigned char *cache, int64_t tile) {
-    const size_t states = (64 + (size_t)plan->mx_cache_tiles + 63) & ~(size_t)63;
-    return cache + states + (size_t)tile * plan->ws.mx_cache_tile_bytes;
+    return cache + (plan->ws.mx_cache_tiles_at - plan->ws.mx_cache) +
+           (size_t)tile * plan->ws.mx_cache_tile_bytes;
 }
 
 static uint16_t *mx_q_block(const fai_plan *plan, const unit_scratch *sc, int64_t block) {
@@ -63,23 +69,19 @@ static void mx_pack_q_blocks(const fai_plan *plan, const unit_scratch *sc, int64
 static mx_tile mx_prepare(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                           int64_t tile, int buffer, const unit_scratch *sc) {
     const fai_cntx *cntx = plan->cntx;
-    const int64_t b = unit->batch, tile_kv = plan->tile_kv;
+    const int64_t b = unit->batch;
     const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, d_pad = plan->d_pad;
-    const fai_seq *seq = &plan->seqs[b];
-    const fai_band band = fai__band_of(&plan->pb, seq);
     mx_tile mt;
-    mt.key_begin = (unit->kv_tile_begin + tile) * tile_kv;
-    mt.n = seq->kv_len - mt.key_begin < tile_kv ? seq->kv_len - mt.key_begin : tile_kv;
-    mt.n_pad = fai__ceil_div(mt.n, 32) * 32;
-    mt.band_partial = !(fai__band_lo(&band, unit->q_begin + unit->q_len - 1) <= mt.key_begin &&
-                        fai__band_hi(&band, unit->q_begin) >= mt.key_begin + mt.n - 1);
+    mt.extent = tile_extent_of(plan, unit, tile);
+    const int64_t key_begin = mt.extent.key_begin, n = mt.extent.n;
+    mt.n_pad = fai__ceil_div(n, 32) * 32;
 
     const int64_t k_elems = plan->ld_n * d_pad * plan->mx_k_parts;
     const int64_t v_elems = plan->ld_n * plan->ld_o * plan->mx_v_parts;
     uint16_t *k = (uint16_t *)sc->k_tile + buffer * k_elems;
     uint16_t *v = (uint16_t *)sc->v_tile + buffer * v_elems;
     unsigned char *state = NULL;
-    const int64_t index = mt.key_begin / tile_kv;
+    const int64_t index = key_begin / plan->tile_kv;
     if (sc->mx_cache && index < plan->mx_cache_tiles) {
         mx_cache_head *head = (mx_cache_head *)sc->mx_cache;
         unsigned char *states = sc->mx_cache + sizeof *head;
@@ -100,13 +102,12 @@ static mx_tile mx_prepare(const fai_plan *plan, const fai_tensors *t, const fai_
     }
     /* K is checked where Inf or NaN could meet a part of 0 (see mx_qk_exact); V always, as a
      * tile product would turn an Inf P carries into NaN (see mx_pv_sparse) */
-    const int split = plan->mx_q_parts > 1 || plan->mx_k_parts > 1;
-    fai__kv_rows(plan, t, &t->k, b, unit->head_kv, mt.key_begin, mt.n, sc->row_ptrs);
-    const int k_finite = cntx->mx_pack_k(k, plan->mx_k_parts, sc->row_ptrs, mt.n, mt.n_pad, d,
-                                         d_pad, t->k.dtype, split || state);
-    fai__kv_rows(plan, t, &t->v, b, unit->head_kv, mt.key_begin, mt.n, sc->row_ptrs);
-    const int v_finite = cntx->mx_pack_v(v, plan->mx_v_parts, sc->row_ptrs, mt.n, mt.n_pad, dv,
-                                         plan->ld_o, t->v.dtype, 1);
+    fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+    const int k_finite = cntx->mx_pack_k(k, plan->mx_k_parts, sc->row_ptrs, n, mt.n_pad, d, d_pad,
+                                         t->k.dtype, mx_qk_has_parts(plan) || state);
+    fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+    const int v_finite =
+        cntx->mx_pack_v(v, plan->mx_v_parts, sc->row_ptrs, n, mt.n_pad, dv, plan->ld_o, t->v.dtype);
     mt.state = MX_PACKED | (k_finite ? 0 : MX_K_NONFINITE) | (v_finite ? 0 : MX_V_NONFINITE);
     if (state) *state = (unsigned char)mt.state;
     return mt;
@@ -118,11 +119,10 @@ static void mx_qk_block(const fai_plan *plan, const unit_scratch *sc, const mx_t
     const fai_cntx *cntx = plan->cntx;
     const int64_t r0 = block * FAI_MX_BLOCK_ROWS, ld_n = plan->ld_n;
     const int64_t m = rows - r0 < FAI_MX_BLOCK_ROWS ? rows - r0 : FAI_MX_BLOCK_ROWS;
-    const int split = plan->mx_q_parts > 1 || plan->mx_k_parts > 1;
     const uint16_t *q = mx_q_block(plan, sc, block);
     float *s = sc->s_tile + r0 * ld_n;
-    if (split && (!*sc->mx_q_finite || (mt->state & MX_K_NONFINITE)))
-        cntx->mx_qk_exact(s, ld_n, q, plan->mx_q_parts, mt->k, plan->mx_k_parts, m, mt->n,
+    if (mx_qk_has_parts(plan) && (!*sc->mx_q_finite || (mt->state & MX_K_NONFINITE)))
+        cntx->mx_qk_exact(s, ld_n, q, plan->mx_q_parts, mt->k, plan->mx_k_parts, m, mt->extent.n,
                           FAI_MX_BLOCK_ROWS, mt->n_pad, plan->pb.head_dim, plan->d_pad);
     else
         cntx->mx_qk(s, ld_n, q, plan->mx_q_parts, mt->k, plan->mx_k_parts, FAI_MX_BLOCK_ROWS,
@@ -137,24 +137,23 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     const fai_cntx *cntx = plan->cntx;
     const int64_t r0 = block * FAI_MX_BLOCK_ROWS, ld_n = plan->ld_n, ld_o = plan->ld_o;
     const int64_t m = rows - r0 < FAI_MX_BLOCK_ROWS ? rows - r0 : FAI_MX_BLOCK_ROWS;
-    const int masked = mt->band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
+    const tile_extent *e = &mt->extent;
+    const int masked = e->band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
     float *s = sc->s_tile + r0 * ld_n;
     /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
      * scale and masks that only remove keys; else S is scaled first, as the other tables do */
     float scale = plan->scale;
     if (plan->pb.mask_kind == FAI_MASK_ADD || !(scale > 0.0f && scale < 1e30f)) {
         for (int64_t r = 0; r < m; r++)
-            for (int64_t c = 0; c < mt->n; c++)
+            for (int64_t c = 0; c < e->n; c++)
                 s[r * ld_n + c] *= scale;
         scale = 1.0f;
     }
-    if (masked) {
-        const fai_band band = fai__band_of(&plan->pb, &plan->seqs[unit->batch]);
-        apply_masks_rows(plan, t, unit, &band, mt->band_partial, mt->key_begin, mt->n, sc->s_tile,
+    if (masked)
+        apply_masks_rows(plan, t, unit, &e->band, e->band_partial, e->key_begin, e->n, sc->s_tile,
                          ld_n, 1, r0, r0 + m);
-    }
     uint16_t *p = mx_p_block(plan, sc, block);
-    cntx->mx_softmax(s, ld_n, m, FAI_MX_BLOCK_ROWS, mt->n, mt->n_pad, scale, sc->row_max + r0,
+    cntx->mx_softmax(s, ld_n, m, FAI_MX_BLOCK_ROWS, e->n, mt->n_pad, scale, sc->row_max + r0,
                      sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0, p,
                      plan->mx_p_parts);
     FAI_LAP(FAI_STAGE_SOFTMAX);
@@ -162,7 +161,7 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     cntx->rescale_o(o, ld_o, m, sc->row_alpha + r0);
     FAI_LAP(FAI_STAGE_RESCALE);
     if (mt->state & MX_V_NONFINITE)
-        cntx->mx_pv_sparse(o, ld_o, p, plan->mx_p_parts, mt->v, plan->mx_v_parts, m, mt->n,
+        cntx->mx_pv_sparse(o, ld_o, p, plan->mx_p_parts, mt->v, plan->mx_v_parts, m, e->n,
                            FAI_MX_BLOCK_ROWS, mt->n_pad, plan->head_dim_v, ld_o);
     else
         cntx->mx_pv(o, ld_o, p, plan->mx_p_parts, mt->v, plan->mx_v_parts, FAI_MX_BLOCK_ROWS,

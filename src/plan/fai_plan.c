@@ -112,9 +112,9 @@ static void layout_mx_cache(fai_plan *plan, size_t *offset) {
     const int64_t tiles = fai__ceil_div(max_kv, plan->tile_kv);
     plan->mx_cache_tiles = !reuse ? 0 : tiles < most ? tiles : most;
     ws->mx_cache = *offset;
+    ws->mx_cache_tiles_at = *offset + align64(64 + (size_t)plan->mx_cache_tiles);
     if (plan->mx_cache_tiles > 0)
-        *offset += align64(64 + (size_t)plan->mx_cache_tiles) +
-                   (size_t)plan->mx_cache_tiles * ws->mx_cache_tile_bytes;
+        *offset = ws->mx_cache_tiles_at + (size_t)plan->mx_cache_tiles * ws->mx_cache_tile_bytes;
 }
 
 /* bf16 parts that hold a dtype exactly: its significand in slices of 8 bits */
@@ -175,7 +175,7 @@ static fai_status layout_workspace(fai_plan *plan) {
     ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));
     ws->slot = offset;
     if (plan->mx) budget_mx(plan);
-    ws->per_thread = offset * (plan->direct_kv ? FAI_LOCKSTEP_UNITS : FAI_LOCKSTEP_PACKED_UNITS);
+    ws->per_thread = offset * (size_t)fai__slots_per_thread(plan);
     if (plan->mx) layout_mx_cache(plan, &ws->per_thread);
     int64_t total;
     if (!fai__mul_ok((int64_t)ws->per_thread, plan->threads, &total))

@@ -3,15 +3,13 @@
  * tile, never on one element. A table with a matrix engine adds the mx_ entries below, with
  * layouts of their own (bf16 operands for the tile unit).
  *
- * Layouts of the vector tables (all f32). m is the rows of the Q tile (query positions x group heads), n the keys of
- * the kv tile. Scores are kept transposed, S^T [n, ld_s] with ld_s >= m a multiple of the vector
- * width: the softmax then reduces over keys with whole vectors of query rows (no horizontal
- * reductions), and the QK and PV kernels broadcast one scalar against vectors of a packed tile:
- *     Q^T  [d, ld_s]     packed once per unit, transposed, columns [m, ld_s) zero
- *     K    [n, d]        the kv tile's keys, row-major
- *     V    [n, ld_o]     the kv tile's values, columns [dv, ld_o) zero
- *     S^T  [n, ld_s]     scores, then P in place
- *     O    [m, ld_o]     the f32 accumulator */
+ * Layouts of the vector tables (all f32). m is the rows of the Q tile (query positions x group
+ * heads), n the keys of the kv tile. Scores are kept transposed, S^T [n, ld_s] with ld_s >= m a
+ * multiple of the vector width: the softmax then reduces over keys with whole vectors of query rows
+ * (no horizontal reductions), and the QK and PV kernels broadcast one scalar against vectors of a
+ * packed tile: Q^T  [d, ld_s]     packed once per unit, transposed, columns [m, ld_s) zero K    [n,
+ * d]        the kv tile's keys, row-major V    [n, ld_o]     the kv tile's values, columns [dv,
+ * ld_o) zero S^T  [n, ld_s]     scores, then P in place O    [m, ld_o]     the f32 accumulator */
 #ifndef FAI_UKR_H
 #define FAI_UKR_H
 
@@ -107,8 +105,8 @@ typedef struct fai_cntx {
      *   mx_pack_q: m Q rows into Q [m_pad, d_pad]; returns 0 if Q holds Inf or NaN.
      *   mx_pack_k: n K rows into key pairs [d_pad / 2, n_pad, 2]; with check_finite, returns 0
      *     if a value is Inf or NaN.
-     *   mx_pack_v: n V rows into value pairs [n_pad / 2, dv_pad, 2]; with check_finite, returns
-     *     0 if a value is Inf or NaN.
+     *   mx_pack_v: n V rows into value pairs [n_pad / 2, dv_pad, 2]; returns 0 if a value is
+     *     Inf or NaN.
      *   mx_qk: S = Q K^T, unscaled.
      *   mx_qk_exact: the same in plain f32 for the first m rows and n keys, for tiles where Q
      *     or K holds Inf or NaN and one of them has parts (Inf x 0 between parts would be NaN
@@ -129,7 +127,7 @@ typedef struct fai_cntx {
     int (*mx_pack_k)(uint16_t *k, int parts, const void *const *rows, int64_t n, int64_t n_pad,
                      int64_t d, int64_t d_pad, fai_dtype dtype, int check_finite);
     int (*mx_pack_v)(uint16_t *v, int parts, const void *const *rows, int64_t n, int64_t n_pad,
-                     int64_t dv, int64_t dv_pad, fai_dtype dtype, int check_finite);
+                     int64_t dv, int64_t dv_pad, fai_dtype dtype);
     void (*mx_qk)(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,
                   int k_parts, int64_t m_pad, int64_t n_pad, int64_t d_pad);
     void (*mx_qk_exact)(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,

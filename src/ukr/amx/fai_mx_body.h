@@ -139,14 +139,13 @@ static int mx_pack_k(uint16_t *k, int parts, const void *const *rows, int64_t n,
 }
 
 /* V rows into value pairs [n_pad / 2, dv_pad, 2] (each part n_pad * dv_pad elements after the
- * last). With check_finite, returns 0 when a value is Inf or NaN (else 1 without looking). */
+ * last). Returns 0 when a value is Inf or NaN, else 1. */
 static int mx_pack_v(uint16_t *v, int parts, const void *const *rows, int64_t n, int64_t n_pad,
-                     int64_t dv, int64_t dv_pad, fai_dtype dtype, int check_finite) {
+                     int64_t dv, int64_t dv_pad, fai_dtype dtype) {
     enum { ROW = FAI_MAX_HEAD_DIM + PAIR_COLS };
     uint16_t staged[2][3][ROW]; /* two rows, their parts */
     const int direct = parts == 1 && dv == dv_pad;
     const int64_t part_stride = n_pad * dv_pad;
-    int nonfinite = 0;
     for (int64_t j = 0; j < n_pad; j += 2) {
         const uint16_t *a[3], *b[3];
         if (direct && j + 1 < n) {
@@ -163,15 +162,12 @@ static int mx_pack_v(uint16_t *v, int parts, const void *const *rows, int64_t n,
                 b[part] = staged[1][part];
             }
         }
-        for (int64_t x = 0; x < dv_pad; x += PAIR_COLS) {
-            if (check_finite)
-                nonfinite |= v_nonfinite32_bf16(a[0] + x) | v_nonfinite32_bf16(b[0] + x);
+        for (int64_t x = 0; x < dv_pad; x += PAIR_COLS)
             for (int part = 0; part < parts; part++)
                 v_interleave32_u16(v + part * part_stride + j * dv_pad + 2 * x, a[part] + x,
                                    b[part] + x);
-        }
     }
-    return !nonfinite;
+    return !any_nonfinite(v, part_stride); /* hi carries every Inf and NaN */
 }
 
 /* C (tiles 0-3, a 2 x 2 block of 16 x 16 accumulators) += A B for A rows a0, a1 and B columns b0,

@@ -33,11 +33,6 @@ static inline fvec v_add(fvec a, fvec b) {
         a.lane[i] += b.lane[i];
     return a;
 }
-static inline fvec v_mul(fvec a, fvec b) {
-    for (int i = 0; i < W; i++)
-        a.lane[i] *= b.lane[i];
-    return a;
-}
 static inline fvec v_fma(fvec a, fvec b, fvec c) {
     for (int i = 0; i < W; i++)
         a.lane[i] = fmaf(a.lane[i], b.lane[i], c.lane[i]);
@@ -48,13 +43,6 @@ static inline fvec v_max(fvec a, fvec b) {
     for (int i = 0; i < W; i++)
         a.lane[i] = a.lane[i] > b.lane[i] ? a.lane[i] : b.lane[i];
     return a;
-}
-static inline float v_hsum(fvec v) {
-    /* the pairwise order of a tree reduction, as the vector tables sum */
-    for (int width = W / 2; width > 0; width /= 2)
-        for (int i = 0; i < width; i++)
-            v.lane[i] += v.lane[i + width];
-    return v.lane[0];
 }
 static inline float v_hmax(fvec v) {
     float top = v.lane[0];

@@ -8,8 +8,6 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#define FAI_TILE_NAME "amx"
-
 #define TILE_ZERO(t) _tile_zero(t)
 #define TILE_LOAD(t, base, stride) _tile_loadd(t, base, stride)
 #define TILE_STORE(t, base, stride) _tile_stored(t, base, stride)

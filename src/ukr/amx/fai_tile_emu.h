@@ -9,8 +9,6 @@
 
 #include <stdint.h>
 
-#define FAI_TILE_NAME "amx emulated"
-
 void fai__tile_emu_zero(int tile);
 void fai__tile_emu_load(int tile, const void *base, int64_t stride);
 void fai__tile_emu_store(int tile, void *base, int64_t stride);
