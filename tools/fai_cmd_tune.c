@@ -135,17 +135,20 @@ static int plan_tile(const fai_shape_data *data, const tune_options *opt, int64_
     return 0;
 }
 
-/* The planner's choice first, then every candidate that fits, each tile once (tiles larger than
- * the sequences clamp to the same plan). */
+/* The planner's choice first, then every candidate that fits, each tile once. A tile longer than
+ * the sequences is measured as the sequences' length, the tile a tuned plan of this shape gets
+ * (the tuning cache's tiles are clamped to the lengths; a tile given by the caller is not). */
 static int list_candidates(const fai_shape_data *data, const tune_options *opt, tile_timing *list) {
     fai_plan_info info;
     if (plan_tile(data, opt, 0, 0, &info)) return -1;
+    const int64_t max_q = data->problem.seq_q, max_kv = data->problem.seq_kv;
     int count = 0;
     list[count++] = (tile_timing){info.tile_q, info.tile_kv, 1, 0.0, 0.0};
     for (size_t q = 0; q < sizeof candidate_q / sizeof *candidate_q; q++)
         for (size_t kv = 0; kv < sizeof candidate_kv / sizeof *candidate_kv; kv++) {
-            if (plan_tile(data, opt, candidate_q[q], candidate_kv[kv], &info) || !info.tile_fits)
-                continue;
+            const int64_t tile_q = candidate_q[q] < max_q ? candidate_q[q] : max_q;
+            const int64_t tile_kv = candidate_kv[kv] < max_kv ? candidate_kv[kv] : max_kv;
+            if (plan_tile(data, opt, tile_q, tile_kv, &info) || !info.tile_fits) continue;
             int seen = 0;
             for (int c = 0; c < count; c++)
                 seen |= list[c].tile_q == info.tile_q && list[c].tile_kv == info.tile_kv;
