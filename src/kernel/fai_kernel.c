@@ -138,6 +138,32 @@ static tile_extent tile_extent_of(const fai_plan *plan, const fai_unit *unit, in
     return e;
 }
 
+/* Share `part` of `parts` of a unit's rows of Q or O (row_bytes each) requested into the caches.
+ * A unit reads its Q rows and writes its O rows once, straight from memory, at its start and
+ * end; the worker asks for the next unit's Q and this unit's O a share per kv tile, so that the
+ * misses overlap the tiles' compute instead of stalling the packing and the store. */
+static void prefetch_unit_rows(const fai_plan *plan, const fai_tensor *tensor, const fai_unit *unit,
+                               int64_t part, int64_t parts, int64_t row_bytes) {
+    const int64_t rows = unit->q_len * unit->heads;
+    for (int64_t r = part * rows / parts; r < (part + 1) * rows / parts; r++) {
+        const char *row = fai__q_row(plan, tensor, unit->batch, unit->q_begin + r / unit->heads,
+                                     unit->head_q_begin + r % unit->heads);
+        for (int64_t offset = 0; offset < row_bytes; offset += 64)
+            __builtin_prefetch(row + offset, 0, 2);
+    }
+}
+
+/* The prefetches of kv tile `tile` of `tiles` of a unit, with `next` the worker's next unit (or
+ * NULL). */
+static void prefetch_rows_for_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                                   const fai_unit *next, int64_t tile, int64_t tiles) {
+    if (next && next->q_len > 0)
+        prefetch_unit_rows(plan, &t->q, next, tile, tiles,
+                           plan->pb.head_dim * (int64_t)fai__dtype_size(t->q.dtype));
+    prefetch_unit_rows(plan, &t->o, unit, tile, tiles,
+                       plan->head_dim_v * (int64_t)fai__dtype_size(t->o.dtype));
+}
+
 #include "kernel/fai_kernel_mx.h"
 
 static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b, int64_t i,
@@ -259,7 +285,7 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
                           int64_t tile_begin, int64_t tile_end, const unit_scratch *sc) {
     start_unit(plan, t, unit, sc);
     if (plan->mx) {
-        mx_run_tiles(plan, t, unit, tile_begin, tile_end, sc);
+        mx_run_tiles(plan, t, unit, NULL, tile_begin, tile_end, sc);
         return;
     }
     for (int64_t tile = tile_begin; tile < tile_end; tile++)
@@ -398,12 +424,17 @@ void KERNEL_RUN_WORKER(const fai_plan *plan, const fai_tensors *t, int64_t worke
         if (unit->q_len > 0) {
             for (int64_t k = 0; k < count; k++)
                 start_unit(plan, t, &plan->units[u + k], &slots[k]);
+            const fai_unit *next = u + count < worker->unit_end ? &plan->units[u + count] : NULL;
+            if (next && next->parts > 1) next = NULL;
             if (plan->mx) /* lockstep_count: 1 */
-                mx_run_tiles(plan, t, unit, 0, unit->kv_tiles, &slots[0]);
+                mx_run_tiles(plan, t, unit, next, 0, unit->kv_tiles, &slots[0]);
             else
-                for (int64_t tile = 0; tile < unit->kv_tiles; tile++)
+                for (int64_t tile = 0; tile < unit->kv_tiles; tile++) {
+                    if (count == 1)
+                        prefetch_rows_for_tile(plan, t, unit, next, tile, unit->kv_tiles);
                     for (int64_t k = 0; k < count; k++)
                         run_tile(plan, t, &plan->units[u + k], tile, &slots[k]);
+                }
         }
         for (int64_t k = 0; k < count; k++)
             finish_unit(plan, t, &plan->units[u + k], &slots[k]);

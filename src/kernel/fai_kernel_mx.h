@@ -182,9 +182,11 @@ static void mx_end_tiles(const fai_unit *unit, const unit_scratch *sc) {
     }
 }
 
-/* Step 2 on the matrix engine: the unit's kv tiles [tile_begin, tile_end), pipelined. */
+/* Step 2 on the matrix engine: the unit's kv tiles [tile_begin, tile_end), pipelined; with the
+ * worker's next unit (or NULL), its Q rows and this unit's O rows prefetched along the way. */
 static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
-                         int64_t tile_begin, int64_t tile_end, const unit_scratch *sc) {
+                         const fai_unit *next, int64_t tile_begin, int64_t tile_end,
+                         const unit_scratch *sc) {
     const int64_t rows = unit->q_len * unit->heads;
     const int64_t blocks = fai__ceil_div(rows, FAI_MX_BLOCK_ROWS);
     mx_tile tiles[2];
@@ -198,6 +200,8 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
     for (int64_t tile = tile_begin; tile < tile_end; tile++) {
         const int current = (int)((tile - tile_begin) & 1);
         const int has_next = tile + 1 < tile_end;
+        if (next)
+            prefetch_rows_for_tile(plan, t, unit, next, tile - tile_begin, tile_end - tile_begin);
         if (has_next) tiles[1 - current] = mx_prepare(plan, t, unit, tile + 1, 1 - current, sc);
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++) {
