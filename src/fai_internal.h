@@ -161,6 +161,14 @@ static inline int64_t fai__slots_per_thread(const fai_plan *plan) {
 
 /* Plan steps (plan/). */
 void fai__choose_tile(fai_plan *plan);
+
+/* Whether the plan's table has a matrix engine and its K and V are 16-bit: f32 K/V would need
+ * three passes of each product for f32 accuracy, and stay on the FMA tables. Prefill tiles of
+ * such a plan run on the matrix engine. */
+static inline int fai__mx_serves(const fai_plan *plan) {
+    return plan->cntx->mx_qk && plan->pb.k_dtype != FAI_DTYPE_F32 &&
+           plan->pb.v_dtype != FAI_DTYPE_F32;
+}
 /* The tuning cache (fai_tuning.c): the plan's shape class, and the tuned tile for it. */
 void fai__tuning_class(fai_plan *plan, int64_t max_q, int64_t max_kv);
 int fai__tuning_lookup(const fai_plan *plan, int64_t *tile_q, int64_t *tile_kv);

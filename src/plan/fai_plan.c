@@ -82,13 +82,10 @@ static void layout_vector_slot(fai_plan *plan, size_t *offset_io) {
     *offset_io = offset;
 }
 
-/* Whether the matrix engine takes the plan: a table with one, prefill tiles (decode streams K
- * and V and is bound by memory), and 16-bit K and V (f32 K/V would need three passes of each
- * product for f32 accuracy; they stay on the FMA tables). */
+/* Whether the matrix engine takes the plan: prefill tiles (decode streams K and V and is bound
+ * by memory) of a plan whose table and dtypes it serves (fai__mx_serves). */
 static int use_matrix_engine(const fai_plan *plan) {
-    const fai_problem *pb = &plan->pb;
-    return plan->cntx->mx_qk && !plan->direct_kv && pb->k_dtype != FAI_DTYPE_F32 &&
-           pb->v_dtype != FAI_DTYPE_F32;
+    return fai__mx_serves(plan) && !plan->direct_kv;
 }
 
 /* The packed K/V cache pays when some sequence has more than one q tile (or a group is cut into
