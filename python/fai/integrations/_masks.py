@@ -67,7 +67,8 @@ def read_mask(mask, q_len, kv_len, is_causal, sliding_window):
         causal = bool(is_causal) and q_len > 1
         return MaskArgs({"causal_top_left": causal}, {})
     if not isinstance(mask, torch.Tensor) or mask.ndim != 4:
-        what = f"shape {list(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        is_tensor = isinstance(mask, torch.Tensor)
+        what = f"shape {list(mask.shape)}" if is_tensor else f"type {type(mask).__name__}"
         raise FaiError(f"attention_mask has {what}; expected None or a 4D mask [B, 1 or H, Sq, "
                        "Skv] (the mask of attn_implementation='fai' is sdpa's)")
     if mask.dtype != torch.bool:
