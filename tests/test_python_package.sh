@@ -4,9 +4,11 @@
 # package's pytest suite against a float64 numpy reference; the FAI_LIBRARY fallback (an existing
 # libfai.so) at install and at import time.
 #
-# torch (the comparison with scaled_dot_product_attention): the PyPI wheel brings about 5 GB of
-# CUDA libraries and takes about 2 minutes to install, so it is installed only when
-# FAI_TEST_TORCH=1, which CI sets (CI=true); otherwise those tests are skipped with a reason.
+# torch (the comparison with scaled_dot_product_attention) and transformers (attn_implementation
+# "fai" against "sdpa" on tiny models): the PyPI torch wheel brings about 5 GB of CUDA libraries
+# and takes about 2 minutes to install, so both are installed only when FAI_TEST_TORCH=1, which CI
+# sets (CI=true), or when the python3 running this script has both (a developer who has them gets
+# their tests); otherwise those tests are skipped with a reason.
 set -euo pipefail
 fai=${1:?usage: test_python_package.sh /path/to/fai}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -65,17 +67,23 @@ fi
 
 want_torch=${FAI_TEST_TORCH:-}
 if [ -z "$want_torch" ] && [ "${CI:-}" = true ]; then want_torch=1; fi
+if [ -z "$want_torch" ] && python3 -c 'import torch, transformers' >/dev/null 2>&1; then
+    want_torch=1
+fi
 if [ "$want_torch" = 1 ]; then
-    start=$(date +%s)
-    if "${pip[@]}" torch >"$tmp/torch.log" 2>&1; then
-        echo "test_python_package: torch installed in $(($(date +%s) - start)) s"
-    else
-        tail -3 "$tmp/torch.log"
-        echo "test_python_package: torch could not be installed: its tests are skipped"
-    fi
+    for package in torch transformers; do
+        start=$(date +%s)
+        if "${pip[@]}" "$package" >"$tmp/$package.log" 2>&1; then
+            echo "test_python_package: $package installed in $(($(date +%s) - start)) s"
+        else
+            tail -3 "$tmp/$package.log"
+            echo "test_python_package: $package could not be installed: its tests are skipped"
+        fi
+    done
 else
-    echo "test_python_package: torch not installed (a 5 GB download; FAI_TEST_TORCH=1 adds" \
-        "it): the comparison with scaled_dot_product_attention is skipped"
+    echo "test_python_package: torch and transformers not installed (a 5 GB download;" \
+        "FAI_TEST_TORCH=1 adds them): the comparison with scaled_dot_product_attention and" \
+        "the transformers integration tests are skipped"
 fi
 
 # the installed package, not the source tree, is imported: run from the temporary directory
