@@ -698,6 +698,52 @@ TEST(robust_runs_after_pauses) {
     fai_pool_free(pool);
 }
 
+/* fai_plan_wake announces runs that come at once, late (after the announcement's polling
+ * window), or never, and is a no-op for NULL and one-thread plans: every run's result is the
+ * same oracle-checked bits, and a pool whose threads were announced to and left idle frees. */
+TEST(robust_wake_announcements) {
+    fai_pool *pool = NULL;
+    REQUIRE(fai_pool_create(3, &pool) == FAI_OK);
+    fai_case_spec s;
+    small_spec(&s, 1);
+    s.workers = 5;
+    s.threads = 3;
+    fai_case c;
+    REQUIRE(fai_case_build(&c, &s, 3260) == 0);
+    fai_plan *plan = NULL;
+    REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+    fai_plan_set_pool(plan, pool);
+    fai_plan_wake(NULL);
+    fai_plan_wake(plan);
+    REQUIRE(run_with(plan, &c.tensors) == FAI_OK);
+    const compare_stats st = compare_to_oracle(&c, NAN_ROWS_REQUIRE, "announced run");
+    CHECK(st.bad == 0 && st.checked > 0);
+    const size_t o_bytes = c.bytes[FAI_CASE_BUF_O];
+    unsigned char *first = malloc(o_bytes);
+    REQUIRE(first != NULL);
+    memcpy(first, c.buf[FAI_CASE_BUF_O], o_bytes);
+    static const long pauses_ns[] = {0, 200000, 3000000};
+    for (int i = 0; i < 12; i++) {
+        fai_plan_wake(plan);
+        if (i % 4 == 3) fai_plan_wake(plan); /* announced twice */
+        const struct timespec pause = {0, pauses_ns[i % 3]};
+        if (pause.tv_nsec) nanosleep(&pause, NULL);
+        fai_case_reset(&c);
+        CHECK(run_with(plan, &c.tensors) == FAI_OK);
+        CHECK(memcmp(c.buf[FAI_CASE_BUF_O], first, o_bytes) == 0);
+    }
+    fai_plan_wake(plan); /* and no run follows */
+    free(first);
+    fai_plan_free(plan);
+    /* one thread: nothing to wake */
+    c.problem.threads = 1;
+    REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+    fai_plan_wake(plan);
+    fai_plan_free(plan);
+    fai_case_free(&c);
+    fai_pool_free(pool);
+}
+
 /* -- (v) determinism -------------------------------------------------------------------------- */
 
 /* One plan (fixed workers, split-KV where the shape makes it) run 5 times on each of pools of

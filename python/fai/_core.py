@@ -620,6 +620,8 @@ class Plan:
         q, k, v (and out, if given) must have the plan's shapes and dtypes; mask (keep),
         mask_drop or mask_add must be the plan's mask_kind; block_table is int32 [B, pages]."""
         handle = self._require()
+        if _lib.plan_wake:  # the pool's threads wake while the arguments below are converted
+            _lib.plan_wake(handle)
         s = self._shape
         B, Hq, Hkv, D, Dv = s["batch"], s["heads_q"], s["heads_kv"], s["head_dim"], s["head_dim_v"]
         Sq, Skv = s["seq_q"], s["seq_kv"]

@@ -236,6 +236,10 @@ run = _declare("fai_run", c_int,
 # fai_check_tensors: fai_run's tensor checks alone (libfai builds that have it)
 check_tensors = (_declare("fai_check_tensors", c_int, [c_void_p, ctypes.POINTER(Tensors)])
                  if hasattr(lib, "fai_check_tensors") else None)
+# fai_plan_wake: the pool's threads woken while a run's arguments are converted (libfai builds
+# that have it)
+plan_wake = (_declare("fai_plan_wake", None, [c_void_p])
+             if hasattr(lib, "fai_plan_wake") else None)
 plan_get_info = _declare("fai_plan_get_info", c_int, [c_void_p, ctypes.POINTER(PlanInfo)])
 plan_get_worker = _declare("fai_plan_get_worker", c_int,
                            [c_void_p, c_int64, ctypes.POINTER(WorkerRange)])

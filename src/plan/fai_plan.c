@@ -251,6 +251,12 @@ void fai_plan_free(fai_plan *plan) {
 
 size_t fai_plan_workspace_size(const fai_plan *plan) { return plan ? plan->workspace_size : 0; }
 
+void fai_plan_wake(const fai_plan *plan) {
+    if (!plan || plan->threads <= 1) return;
+    fai_pool *pool = plan->pool ? plan->pool : fai__default_pool();
+    if (pool) fai__pool_wake(pool);
+}
+
 void fai_plan_set_pool(fai_plan *plan, fai_pool *pool) {
     if (plan) plan->pool = pool;
 }

@@ -16,8 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-/* How long a thread polls for the next run before it sleeps. */
+/* How long a thread polls for the next run before it sleeps, and how long after a caller
+ * announced a run (fai_plan_wake). */
 #define SPIN_NANOSECONDS 20000
+#define WAKE_NANOSECONDS 1000000
 /* The bit of `joined` that closes a run to late helpers. */
 #define RUN_CLOSED ((int_fast64_t)1 << 40)
 
@@ -30,12 +32,14 @@ struct fai_pool {
     pthread_cond_t wake, done;
     atomic_uint_fast64_t generation; /* one more per run */
     atomic_int stopping;
-    atomic_int sleepers;          /* helpers asleep on `wake` */
-    atomic_int_fast64_t active;   /* threads the current run may use, the caller included */
-    atomic_int_fast64_t joined;   /* helpers that joined the current run; RUN_CLOSED once the
-                                     caller has stopped admitting them */
-    atomic_int_fast64_t finished; /* helpers of the current run that are done with it */
-    atomic_int caller_sleeping;   /* the caller waits on `done` */
+    atomic_int sleepers;             /* helpers asleep on `wake` */
+    atomic_int_fast64_t active;      /* threads the current run may use, the caller included */
+    atomic_int_fast64_t joined;      /* helpers that joined the current run; RUN_CLOSED once the
+                                        caller has stopped admitting them */
+    atomic_int_fast64_t finished;    /* helpers of the current run that are done with it */
+    atomic_int caller_sleeping;      /* the caller waits on `done` */
+    atomic_uint_fast64_t wakes;      /* announced runs (fai__pool_wake) */
+    atomic_int_fast64_t awake_until; /* helpers poll until then (CLOCK_MONOTONIC ns) */
     fai_pool_task_fn fn;
     void *arg;
 };
@@ -54,25 +58,35 @@ static void cpu_relax(void) {
 #endif
 }
 
-/* Waits until the run counter moves past `seen` (or the pool stops); returns the new value. */
+/* Waits until the run counter moves past `seen` (or the pool stops); returns the new value.
+ * Polls for SPIN_NANOSECONDS, or until `awake_until` when a run was announced, then sleeps; an
+ * announcement wakes it to poll again. */
 static uint_fast64_t wait_for_run(fai_pool *pool, uint_fast64_t seen) {
-    const int64_t deadline = now_nanoseconds() + SPIN_NANOSECONDS;
     uint_fast64_t generation;
-    int polls = 0;
-    while ((generation = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->stopping)) {
-        cpu_relax();
-        if (++polls % 64 == 0 && now_nanoseconds() > deadline) break;
+    for (;;) {
+        int64_t deadline = now_nanoseconds() + SPIN_NANOSECONDS;
+        const int64_t announced = atomic_load(&pool->awake_until);
+        if (announced > deadline) deadline = announced;
+        int polls = 0;
+        while ((generation = atomic_load(&pool->generation)) == seen &&
+               !atomic_load(&pool->stopping)) {
+            cpu_relax();
+            if (++polls % 64 == 0 && now_nanoseconds() > deadline) break;
+        }
+        if (generation != seen || atomic_load(&pool->stopping)) return generation;
+        pthread_mutex_lock(&pool->lock);
+        atomic_fetch_add(&pool->sleepers, 1);
+        /* the caller bumps the counter, then wakes sleepers if it sees any: whichever of the two
+         * increments comes second sees the other, so no run is missed (an announcement may be:
+         * it is only a hint) */
+        const uint_fast64_t wakes = atomic_load(&pool->wakes);
+        while ((generation = atomic_load(&pool->generation)) == seen &&
+               !atomic_load(&pool->stopping) && atomic_load(&pool->wakes) == wakes)
+            pthread_cond_wait(&pool->wake, &pool->lock);
+        atomic_fetch_sub(&pool->sleepers, 1);
+        pthread_mutex_unlock(&pool->lock);
+        if (generation != seen || atomic_load(&pool->stopping)) return generation;
     }
-    if (generation != seen || atomic_load(&pool->stopping)) return generation;
-    pthread_mutex_lock(&pool->lock);
-    atomic_fetch_add(&pool->sleepers, 1);
-    /* the caller bumps the counter, then wakes sleepers if it sees any: whichever of the two
-     * increments comes second sees the other, so no run is missed */
-    while ((generation = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->stopping))
-        pthread_cond_wait(&pool->wake, &pool->lock);
-    atomic_fetch_sub(&pool->sleepers, 1);
-    pthread_mutex_unlock(&pool->lock);
-    return generation;
 }
 
 /* A helper that joined a run is done with it: the caller may be asleep waiting for it. */
@@ -147,6 +161,8 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
     atomic_init(&pool->joined, RUN_CLOSED); /* no run yet */
     atomic_init(&pool->finished, 0);
     atomic_init(&pool->caller_sleeping, 0);
+    atomic_init(&pool->wakes, 0);
+    atomic_init(&pool->awake_until, 0);
     for (int64_t i = 1; i < threads; i++) {
         if (pthread_create(&pool->threads[i], NULL, helper_main, pool) != 0) {
             pool->size = i; /* join only the threads started */
@@ -176,6 +192,17 @@ void fai_pool_free(fai_pool *pool) {
 }
 
 int64_t fai__pool_size(const fai_pool *pool) { return pool->size; }
+
+void fai__pool_wake(fai_pool *pool) {
+    if (pool->size <= 1) return;
+    atomic_store(&pool->awake_until, now_nanoseconds() + WAKE_NANOSECONDS);
+    atomic_fetch_add(&pool->wakes, 1);
+    if (atomic_load(&pool->sleepers) > 0) {
+        pthread_mutex_lock(&pool->lock);
+        pthread_cond_broadcast(&pool->wake);
+        pthread_mutex_unlock(&pool->lock);
+    }
+}
 
 void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *arg) {
     if (threads > pool->size) threads = pool->size;
