@@ -74,9 +74,9 @@ int64_t fai__band_hi(const fai_band *band, int64_t i); /* clipped to <= kv_len -
 typedef struct fai_ws_layout {
     size_t q_tile, k_tile, v_tile, s_tile, o_acc, row_max, row_sum, row_alpha, kv_rows;
     size_t slot; /* bytes of one unit's scratch, a multiple of 64 */
-    /* the matrix engine's packed K/V cache after the slots: its state at mx_cache, its tiles
-     * from mx_cache_tiles_at, each mx_cache_tile_bytes (K, then V at mx_cache_k_bytes) */
-    size_t mx_cache, mx_cache_tiles_at, mx_cache_k_bytes, mx_cache_tile_bytes;
+    /* the packed K/V cache after the slots: its state at kv_cache, its tiles from
+     * kv_cache_tiles_at, each kv_cache_tile_bytes (K, then V at kv_cache_k_bytes) */
+    size_t kv_cache, kv_cache_tiles_at, kv_cache_k_bytes, kv_cache_tile_bytes;
     size_t mx_flags;    /* in a matrix-engine slot: whether the unit's Q is finite */
     size_t mx_row_sums; /* and its rows' running sums, FAI_MX_SUM_LANES wide */
     size_t
@@ -118,10 +118,11 @@ struct fai_plan {
     int mx_q_parts, mx_k_parts, mx_v_parts;
     int mx_p_parts; /* 2 (hi + lo), or 1 with round_p_bf16 */
     int64_t d_pad;
-    /* The packed K/V cache of the matrix engine: kv tiles [0, mx_cache_tiles) of one (batch,
-     * kv head) stay packed in the thread's workspace, so the q tiles of a sequence after the
-     * first reuse them instead of packing them again (0: no cache; see fai_kernel.c). */
-    int64_t mx_cache_tiles;
+    /* The packed K/V cache of prefill plans: kv tiles [0, kv_cache_tiles) of one (batch, kv
+     * head) stay packed (in the layout of the path: f32 rows, or the matrix engine's bf16
+     * pairs) in the thread's workspace, so the q tiles of a sequence after the first reuse them
+     * instead of packing them again (0: no cache; see fai_kernel.c). */
+    int64_t kv_cache_tiles;
     fai_unit *units;
     int64_t unit_count;
     int64_t total_weight;

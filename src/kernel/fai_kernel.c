@@ -45,7 +45,7 @@ typedef struct unit_scratch {
     float *row_sum;   /* [rows] running sum l */
     float *row_alpha; /* [rows] exp(m_old - m_new) of the last tile */
     const void **row_ptrs;
-    unsigned char *mx_cache; /* the thread's packed K/V cache (slot 0 only), or NULL */
+    unsigned char *kv_cache; /* the thread's packed K/V cache (slot 0 only), or NULL */
     int *mx_q_finite;        /* the matrix engine: 0 when the unit's Q holds Inf or NaN */
     float *mx_row_sums;      /* and its rows' running sums [ld_s, FAI_MX_SUM_LANES] */
 } unit_scratch;
@@ -61,7 +61,7 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
     sc.row_sum = (float *)(ws + plan->ws.row_sum);
     sc.row_alpha = (float *)(ws + plan->ws.row_alpha);
     sc.row_ptrs = (const void **)(ws + plan->ws.kv_rows);
-    sc.mx_cache = NULL;
+    sc.kv_cache = NULL;
     sc.mx_q_finite = (int *)(ws + plan->ws.mx_flags);
     sc.mx_row_sums = (float *)(ws + plan->ws.mx_row_sums);
     return sc;
@@ -136,6 +136,37 @@ static tile_extent tile_extent_of(const fai_plan *plan, const fai_unit *unit, in
     e.band_partial = !(fai__band_lo(&e.band, unit->q_begin + unit->q_len - 1) <= e.key_begin &&
                        fai__band_hi(&e.band, unit->q_begin) >= e.key_begin + e.n - 1);
     return e;
+}
+
+/* A thread's packed K/V cache (layout_kv_cache in fai_plan.c): which (batch, kv head) its tiles
+ * belong to, a state per tile (0 not packed yet, else KV_PACKED with KV_K_NONFINITE and
+ * KV_V_NONFINITE when K or V holds Inf or NaN), and the tiles, each its K then its V as the
+ * plan's path packs them. Reset at the start of every worker: the tensors may differ from run to
+ * run. */
+enum { KV_PACKED = 1, KV_K_NONFINITE = 2, KV_V_NONFINITE = 4 };
+
+typedef struct kv_cache_head {
+    int64_t batch, head_kv;
+} kv_cache_head;
+
+/* The cache's state of the unit's kv tile starting at key_begin, with its bytes in *tile (K,
+ * then V at ws.kv_cache_k_bytes): 0 while the caller still has to pack it there and set the
+ * state. NULL when the tile is not cached. A unit of another (batch, kv head) than the cache
+ * holds starts the cache over. */
+static unsigned char *kv_cache_find(const fai_plan *plan, const unit_scratch *sc,
+                                    const fai_unit *unit, int64_t key_begin, unsigned char **tile) {
+    const int64_t index = key_begin / plan->tile_kv;
+    if (!sc->kv_cache || index >= plan->kv_cache_tiles) return NULL;
+    kv_cache_head *head = (kv_cache_head *)sc->kv_cache;
+    unsigned char *states = sc->kv_cache + sizeof *head;
+    if (head->batch != unit->batch || head->head_kv != unit->head_kv) {
+        head->batch = unit->batch;
+        head->head_kv = unit->head_kv;
+        memset(states, 0, (size_t)plan->kv_cache_tiles);
+    }
+    *tile = sc->kv_cache + (plan->ws.kv_cache_tiles_at - plan->ws.kv_cache) +
+            (size_t)index * plan->ws.kv_cache_tile_bytes;
+    return states + index;
 }
 
 /* Share `part` of `parts` of a unit's rows of Q or O (row_bytes each) requested into the caches.
@@ -216,6 +247,14 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     const fai_band band = e.band;
     const int64_t key_begin = e.key_begin, n = e.n;
     const int band_partial = e.band_partial;
+    /* packed K and V: the thread's cached copy of the tile (packed here by the first unit that
+     * needs it), or this unit's own scratch */
+    unsigned char *cached = NULL;
+    unsigned char *state =
+        plan->direct_kv ? NULL : kv_cache_find(plan, sc, unit, key_begin, &cached);
+    const int from_cache = state && *state;
+    float *k_packed = state ? (float *)cached : sc->k_tile;
+    float *v_packed = state ? (float *)(cached + plan->ws.kv_cache_k_bytes) : sc->v_tile;
 
     FAI_LAP(FAI_STAGE_OTHER);
     /* decode reads K and V rows in place, prefetching FAI_PREFETCH_ROWS ahead: the row
@@ -224,7 +263,10 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     const int64_t ahead = !plan->direct_kv           ? 0
                           : rest < FAI_PREFETCH_ROWS ? rest
                                                      : FAI_PREFETCH_ROWS;
-    if (!plan->direct_kv && tile + 1 < unit->kv_tiles) {
+    unsigned char *next_cached = NULL, *next_state = NULL;
+    if (!plan->direct_kv && tile + 1 < unit->kv_tiles)
+        next_state = kv_cache_find(plan, sc, unit, key_begin + tile_kv, &next_cached);
+    if (!plan->direct_kv && tile + 1 < unit->kv_tiles && !(next_state && *next_state)) {
         /* prefill packs K and V per tile: have the next tile's rows on their way to L2,
          * hidden behind this tile's compute */
         const int64_t next = key_begin + tile_kv;
@@ -243,9 +285,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
                       plan->scale);
     } else {
-        cntx->pack_rows(sc->k_tile, d, sc->row_ptrs, n, d, t->k.dtype);
+        if (!from_cache) cntx->pack_rows(k_packed, d, sc->row_ptrs, n, d, t->k.dtype);
         FAI_LAP(FAI_STAGE_PACK_KV);
-        cntx->qk(sc->s_tile, ld_s, sc->q_tile, sc->k_tile, n, d, plan->scale);
+        cntx->qk(sc->s_tile, ld_s, sc->q_tile, k_packed, n, d, plan->scale);
     }
     FAI_LAP(FAI_STAGE_QK);
 
@@ -264,18 +306,25 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
     FAI_LAP(FAI_STAGE_RESCALE);
 
-    fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
+    if (!from_cache)
+        fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
     if (plan->direct_kv) {
         FAI_LAP(FAI_STAGE_PACK_KV);
         cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, ahead,
                       t->v.dtype, n, dv, masked);
     } else {
-        const int v_finite = cntx->pack_rows(sc->v_tile, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
+        int v_finite;
+        if (from_cache) {
+            v_finite = !(*state & KV_V_NONFINITE);
+        } else {
+            v_finite = cntx->pack_rows(v_packed, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
+            if (state) *state = (unsigned char)(KV_PACKED | (v_finite ? 0 : KV_V_NONFINITE));
+        }
         FAI_LAP(FAI_STAGE_PACK_KV);
         /* V holding Inf or NaN takes the exact (sparse) PV: in a tile product 0 x Inf would be NaN
          * where a key weighs 0 (masked), and a P's lo part of 0 would turn an Inf it carries into
          * NaN */
-        cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, sc->v_tile, rows, n, masked && !v_finite);
+        cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, v_packed, rows, n, masked && !v_finite);
     }
     FAI_LAP(FAI_STAGE_PV);
 }
@@ -395,9 +444,9 @@ void KERNEL_RUN_WORKER(const fai_plan *plan, const fai_tensors *t, int64_t worke
     const int64_t slot_count = fai__slots_per_thread(plan);
     for (int64_t k = 0; k < slot_count; k++)
         slots[k] = carve_scratch(plan, ws + (size_t)k * plan->ws.slot);
-    if (plan->mx_cache_tiles > 0) {
-        slots[0].mx_cache = ws + plan->ws.mx_cache;
-        ((mx_cache_head *)slots[0].mx_cache)->batch = -1; /* nothing packed for this run yet */
+    if (plan->kv_cache_tiles > 0) {
+        slots[0].kv_cache = ws + plan->ws.kv_cache;
+        ((kv_cache_head *)slots[0].kv_cache)->batch = -1; /* nothing packed for this run yet */
     }
     const fai_worker *worker = &plan->worker[worker_index];
     if (plan->mx) plan->cntx->mx_enter();

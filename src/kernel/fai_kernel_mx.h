@@ -12,16 +12,6 @@
  * both tiles. K and V of tile t + 1 are packed (or found in the cache) before tile t's blocks
  * start, into the second of two buffers. */
 
-/* A thread's packed K/V cache (layout_mx_cache in fai_plan.c): which (batch, kv head) its tiles
- * belong to, a state per tile (0 not packed yet, else MX_PACKED with MX_K_NONFINITE and
- * MX_V_NONFINITE when K or V holds Inf or NaN), and the tiles, each its K pairs then its V
- * pairs. Reset at the start of every worker: the tensors may differ from run to run. */
-enum { MX_PACKED = 1, MX_K_NONFINITE = 2, MX_V_NONFINITE = 4 };
-
-typedef struct mx_cache_head {
-    int64_t batch, head_kv;
-} mx_cache_head;
-
 /* One kv tile's operands. */
 typedef struct mx_tile {
     tile_extent extent;
@@ -34,11 +24,6 @@ typedef struct mx_tile {
  * product could give NaN where the exact score is +-Inf (see mx_qk_exact). */
 static int mx_qk_has_parts(const fai_plan *plan) {
     return plan->mx_q_parts > 1 || plan->mx_k_parts > 1;
-}
-
-static unsigned char *mx_cache_tile(const fai_plan *plan, unsigned char *cache, int64_t tile) {
-    return cache + (plan->ws.mx_cache_tiles_at - plan->ws.mx_cache) +
-           (size_t)tile * plan->ws.mx_cache_tile_bytes;
 }
 
 static uint16_t *mx_q_block(const fai_plan *plan, const unit_scratch *sc, int64_t block) {
@@ -80,19 +65,11 @@ static mx_tile mx_prepare(const fai_plan *plan, const fai_tensors *t, const fai_
     const int64_t v_elems = plan->ld_n * plan->ld_o * plan->mx_v_parts;
     uint16_t *k = (uint16_t *)sc->k_tile + buffer * k_elems;
     uint16_t *v = (uint16_t *)sc->v_tile + buffer * v_elems;
-    unsigned char *state = NULL;
-    const int64_t index = key_begin / plan->tile_kv;
-    if (sc->mx_cache && index < plan->mx_cache_tiles) {
-        mx_cache_head *head = (mx_cache_head *)sc->mx_cache;
-        unsigned char *states = sc->mx_cache + sizeof *head;
-        if (head->batch != b || head->head_kv != unit->head_kv) {
-            head->batch = b;
-            head->head_kv = unit->head_kv;
-            memset(states, 0, (size_t)plan->mx_cache_tiles);
-        }
-        k = (uint16_t *)mx_cache_tile(plan, sc->mx_cache, index);
-        v = (uint16_t *)((unsigned char *)k + plan->ws.mx_cache_k_bytes);
-        state = states + index;
+    unsigned char *cached = NULL;
+    unsigned char *state = kv_cache_find(plan, sc, unit, key_begin, &cached);
+    if (state) {
+        k = (uint16_t *)cached;
+        v = (uint16_t *)(cached + plan->ws.kv_cache_k_bytes);
     }
     mt.k = k;
     mt.v = v;
@@ -108,7 +85,7 @@ static mx_tile mx_prepare(const fai_plan *plan, const fai_tensors *t, const fai_
     fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
     const int v_finite =
         cntx->mx_pack_v(v, plan->mx_v_parts, sc->row_ptrs, n, mt.n_pad, dv, plan->ld_o, t->v.dtype);
-    mt.state = MX_PACKED | (k_finite ? 0 : MX_K_NONFINITE) | (v_finite ? 0 : MX_V_NONFINITE);
+    mt.state = KV_PACKED | (k_finite ? 0 : KV_K_NONFINITE) | (v_finite ? 0 : KV_V_NONFINITE);
     if (state) *state = (unsigned char)mt.state;
     return mt;
 }
@@ -121,7 +98,7 @@ static void mx_qk_block(const fai_plan *plan, const unit_scratch *sc, const mx_t
     const int64_t m = rows - r0 < FAI_MX_BLOCK_ROWS ? rows - r0 : FAI_MX_BLOCK_ROWS;
     const uint16_t *q = mx_q_block(plan, sc, block);
     float *s = sc->s_tile + r0 * ld_n;
-    if (mx_qk_has_parts(plan) && (!*sc->mx_q_finite || (mt->state & MX_K_NONFINITE)))
+    if (mx_qk_has_parts(plan) && (!*sc->mx_q_finite || (mt->state & KV_K_NONFINITE)))
         cntx->mx_qk_exact(s, ld_n, q, plan->mx_q_parts, mt->k, plan->mx_k_parts, m, mt->extent.n,
                           FAI_MX_BLOCK_ROWS, mt->n_pad, plan->pb.head_dim, plan->d_pad);
     else
@@ -160,7 +137,7 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     float *o = sc->o_acc + r0 * ld_o;
     cntx->rescale_o(o, ld_o, m, sc->row_alpha + r0);
     FAI_LAP(FAI_STAGE_RESCALE);
-    if (mt->state & MX_V_NONFINITE)
+    if (mt->state & KV_V_NONFINITE)
         cntx->mx_pv_sparse(o, ld_o, p, plan->mx_p_parts, mt->v, plan->mx_v_parts, m, e->n,
                            FAI_MX_BLOCK_ROWS, mt->n_pad, plan->head_dim_v, ld_o);
     else

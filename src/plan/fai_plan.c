@@ -91,27 +91,37 @@ static int use_matrix_engine(const fai_plan *plan) {
 /* The packed K/V cache pays when some sequence has more than one q tile (or a group is cut into
  * slices): the units after the first of a kv head then find its tiles packed. It holds the first
  * tiles of a sequence, up to this many bytes per thread. */
-#define MX_CACHE_BYTES (INT64_C(8) << 20)
+#define KV_CACHE_BYTES (INT64_C(8) << 20)
 
-static void layout_mx_cache(fai_plan *plan, size_t *offset) {
-    const size_t half = sizeof(uint16_t);
-    const size_t n_pad = (size_t)plan->ld_n;
+static void layout_kv_cache(fai_plan *plan, size_t *offset) {
+    const size_t half = sizeof(uint16_t), f32 = sizeof(float);
+    const size_t n_pad = (size_t)plan->ld_n, keys = (size_t)plan->tile_kv;
     fai_ws_layout *ws = &plan->ws;
     int64_t max_kv = 0, reuse = plan->group_slice < plan->group;
     for (int64_t b = 0; b < plan->pb.batch; b++) {
         if (plan->seqs[b].kv_len > max_kv) max_kv = plan->seqs[b].kv_len;
         reuse |= plan->seqs[b].q_len > plan->tile_q;
     }
-    ws->mx_cache_k_bytes = align64(n_pad * (size_t)plan->d_pad * half * (size_t)plan->mx_k_parts);
-    ws->mx_cache_tile_bytes = ws->mx_cache_k_bytes +
-                              align64(n_pad * (size_t)plan->ld_o * half * (size_t)plan->mx_v_parts);
-    const int64_t most = MX_CACHE_BYTES / (int64_t)ws->mx_cache_tile_bytes;
+    /* a tile as the path packs it: the matrix engine's K and V pairs in bf16 parts, or the
+     * vector tables' f32 K [tile_kv, d] (none where bf16 QK reads the K rows in place) and V
+     * [tile_kv, ld_o] */
+    size_t v_bytes;
+    if (plan->mx) {
+        ws->kv_cache_k_bytes =
+            align64(n_pad * (size_t)plan->d_pad * half * (size_t)plan->mx_k_parts);
+        v_bytes = align64(n_pad * (size_t)plan->ld_o * half * (size_t)plan->mx_v_parts);
+    } else {
+        ws->kv_cache_k_bytes = plan->bf16_qk ? 0 : align64(keys * (size_t)plan->pb.head_dim * f32);
+        v_bytes = align64(keys * (size_t)plan->ld_o * f32);
+    }
+    ws->kv_cache_tile_bytes = ws->kv_cache_k_bytes + v_bytes;
+    const int64_t most = KV_CACHE_BYTES / (int64_t)ws->kv_cache_tile_bytes;
     const int64_t tiles = fai__ceil_div(max_kv, plan->tile_kv);
-    plan->mx_cache_tiles = !reuse ? 0 : tiles < most ? tiles : most;
-    ws->mx_cache = *offset;
-    ws->mx_cache_tiles_at = *offset + align64(64 + (size_t)plan->mx_cache_tiles);
-    if (plan->mx_cache_tiles > 0)
-        *offset = ws->mx_cache_tiles_at + (size_t)plan->mx_cache_tiles * ws->mx_cache_tile_bytes;
+    plan->kv_cache_tiles = !reuse ? 0 : tiles < most ? tiles : most;
+    ws->kv_cache = *offset;
+    ws->kv_cache_tiles_at = *offset + align64(64 + (size_t)plan->kv_cache_tiles);
+    if (plan->kv_cache_tiles > 0)
+        *offset = ws->kv_cache_tiles_at + (size_t)plan->kv_cache_tiles * ws->kv_cache_tile_bytes;
 }
 
 /* bf16 parts that hold a dtype exactly: its significand in slices of 8 bits */
@@ -173,7 +183,7 @@ static fai_status layout_workspace(fai_plan *plan) {
     ws->slot = offset;
     if (plan->mx) budget_mx(plan);
     ws->per_thread = offset * (size_t)fai__slots_per_thread(plan);
-    if (plan->mx) layout_mx_cache(plan, &ws->per_thread);
+    if (!plan->direct_kv) layout_kv_cache(plan, &ws->per_thread);
     int64_t total;
     if (!fai__mul_ok((int64_t)ws->per_thread, plan->threads, &total))
         return fai__fail(FAI_ERR_OVERFLOW, "workspace of %" PRId64 " threads overflows",
