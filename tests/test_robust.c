@@ -698,6 +698,41 @@ TEST(robust_runs_after_pauses) {
     fai_pool_free(pool);
 }
 
+/* The packed K/V cache: the later q tiles of a kv head read the tiles the first one packed,
+ * per (batch, kv head), on every table and for f32 and f16 K/V. V holds NaN at key 12 of one
+ * head, which causal attention hides from rows 0-11: the tile's NaN flag travels with the cached
+ * tile, so rows 8-11 (of the second q tile, which reads it from the cache) stay finite while
+ * rows 12 on turn NaN. A second run with that NaN replaced must not see the first run's tiles. */
+TEST(robust_packed_kv_cache_reuse) {
+    for (int variant = 0; variant < 2; variant++) {
+        fai_case_spec s;
+        small_spec(&s, 0);
+        s.seq_q = s.seq_kv = 40;
+        s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+        s.tile_q = 8; /* 16 rows with the group: packed tiles, not the decode path */
+        s.tile_kv = 16;
+        s.workers = 2;
+        s.k_dtype = s.v_dtype = variant ? FAI_DTYPE_F16 : FAI_DTYPE_F32;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 3270 + (uint64_t)variant) == 0);
+        for (int64_t x = 0; x < s.head_dim_v; x++)
+            fai_case_set(&c.tensors.v, 1, 12, 1, x, NAN);
+        fai_plan *plan = NULL;
+        REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+        REQUIRE(run_with(plan, &c.tensors) == FAI_OK);
+        compare_stats st = compare_to_oracle(&c, NAN_ROWS_REQUIRE, "cached NaN tile");
+        CHECK(st.bad == 0 && st.checked > 0 && st.nan_refs > 0);
+        for (int64_t x = 0; x < s.head_dim_v; x++)
+            fai_case_set(&c.tensors.v, 1, 12, 1, x, 0.25);
+        fai_case_reset(&c);
+        REQUIRE(run_with(plan, &c.tensors) == FAI_OK);
+        st = compare_to_oracle(&c, NAN_ROWS_REQUIRE, "second run");
+        CHECK(st.bad == 0 && st.checked > 0 && st.nan_refs == 0);
+        fai_plan_free(plan);
+        fai_case_free(&c);
+    }
+}
+
 /* fai_plan_wake announces runs that come at once, late (after the announcement's polling
  * window), or never, and is a no-op for NULL and one-thread plans: every run's result is the
  * same oracle-checked bits, and a pool whose threads were announced to and left idle frees. */
