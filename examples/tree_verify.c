@@ -24,12 +24,12 @@ enum {
     HEADS_KV = 2,
     DIM = 64,
     PAGE_SIZE = 16,
-    PAGES_PER_SEQ = 16,                       /* room for 256 tokens per sequence */
-    NUM_PAGES = BATCH * PAGES_PER_SEQ + 3,    /* the shared pool */
-    MAX_TREE = 64,                            /* draft tokens per sequence, at most */
-    MAX_KEYS = PAGES_PER_SEQ * PAGE_SIZE,     /* keys per sequence, at most */
-    MASK_STRIDE = (MAX_KEYS + 7) / 8 + 6,     /* bytes per mask row (any >= ceil(keys / 8)) */
-    ROW = HEADS_KV * DIM                      /* floats of one token's K (or V) in a page */
+    PAGES_PER_SEQ = 16,                    /* room for 256 tokens per sequence */
+    NUM_PAGES = BATCH * PAGES_PER_SEQ + 3, /* the shared pool */
+    MAX_TREE = 64,                         /* draft tokens per sequence, at most */
+    MAX_KEYS = PAGES_PER_SEQ * PAGE_SIZE,  /* keys per sequence, at most */
+    MASK_STRIDE = (MAX_KEYS + 7) / 8 + 6,  /* bytes per mask row (any >= ceil(keys / 8)) */
+    ROW = HEADS_KV * DIM                   /* floats of one token's K (or V) in a page */
 };
 
 static const int prompt_len[BATCH] = {150, 97};
@@ -175,9 +175,9 @@ int main(void) {
                     const double err = fabs(got[d] - out[d] / sum);
                     if (err > worst || isnan(err)) worst = isnan(err) ? INFINITY : err;
                 }
-                const double lse_err = fabs(lse[((size_t)b * HEADS_Q + h) * MAX_TREE + n] -
-                                            (max + log(sum))) /
-                                       fmax(1.0, fabs(max + log(sum)));
+                const double lse_err =
+                    fabs(lse[((size_t)b * HEADS_Q + h) * MAX_TREE + n] - (max + log(sum))) /
+                    fmax(1.0, fabs(max + log(sum)));
                 if (lse_err > worst || isnan(lse_err)) worst = isnan(lse_err) ? INFINITY : lse_err;
             }
     /* padding rows past each tree are written as zeros */
