@@ -239,12 +239,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pb.causal = (fai_causal)take_enum(&in, 3);
     pb.window_left = take_int(&in, 40);
     pb.window_right = take_int(&in, 40);
-    pb.mask_kind = (fai_mask_kind)take_enum(&in, 4);
+    pb.mask_kind = (fai_mask_kind)take_enum(&in, 5);
     pb.split = (fai_split)take_enum(&in, 3);
     pb.workers = take_int(&in, 20);
     pb.threads = take_int(&in, 4);
     pb.tile_q = take_int(&in, 9);
     pb.tile_kv = take_int(&in, 70);
+    /* score modifiers: any softcap (NaN, negative and infinite ones are refused), flags of any
+     * value */
+    pb.softcap = fuzz_u8(&in) < 200 ? 0.0f : take_scale(&in);
+    pb.alibi = take_enum(&in, 2);
+    pb.sinks = take_enum(&in, 2);
     const uint8_t paging = fuzz_u8(&in);
     if (paging < 96) {
         pb.page_size = take_int(&in, 20);

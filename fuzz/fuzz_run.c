@@ -23,8 +23,8 @@
 /* Cap of B * Hq * Sq * max(Skv, 8) * (D + Dv): a few milliseconds per run under the sanitizers. */
 #define WORK_CAP 4e5
 
-static const char *isas[] = {"ref", "avx2", "avx512", "neon"};
-#define ISA_COUNT 4
+static const char *isas[] = {"ref", "avx2", "avx512", "neon", "amx", "amx-emu"};
+#define ISA_COUNT 6
 static int isa_ok[ISA_COUNT];
 static fai_pool *pools[2]; /* 1 and 2 threads; the default pool is the third choice */
 
@@ -101,6 +101,7 @@ enum {
     F_BAD_PAGE,    /* its page */
     F_BAD_VALUE,   /* its value */
     F_POISON,      /* < 128: NaN and Inf in K and V at every key no row of its sequence sees */
+    F_MODIFIERS,   /* softcap (and its size), ALiBi and sinks, by bits */
     F_COUNT        /* then the seed */
 };
 
@@ -154,6 +155,8 @@ static int row_sees(const fai_case *c, int64_t b, int64_t h, int64_t i, int64_t 
     if (pb->mask_kind == FAI_MASK_NONE) return 1;
     const fai_mask *m = &c->tensors.mask;
     const int64_t at = b * m->stride_batch + h * m->stride_head + i * m->stride_q + j;
+    if (pb->mask_kind == FAI_MASK_KEEP_BITS) /* bit j % 8 of the row's byte j / 8 */
+        return (((const unsigned char *)m->data)[at - j + j / 8] >> (j % 8)) & 1;
     if (pb->mask_kind == FAI_MASK_ADD) {
         float add;
         memcpy(&add, (const unsigned char *)m->data + at * 4, 4);
@@ -243,7 +246,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     s.causal = f[F_CAUSAL] % 3;
     s.window_left = -1 + f[F_WINDOW_LEFT] % 32;
     s.window_right = -1 + f[F_WINDOW_RIGHT] % 32;
-    s.mask_kind = f[F_MASK_KIND] % 4;
+    s.mask_kind = f[F_MASK_KIND] % 5;
+    /* score modifiers: bit 0 softcap (bits 3-4 its size), bit 1 ALiBi, bit 2 sinks */
+    s.softcap = f[F_MODIFIERS] & 1 ? (double)(1 + (f[F_MODIFIERS] >> 3) % 4) * 4.0 : 0.0;
+    s.alibi = (f[F_MODIFIERS] >> 1) & 1;
+    s.sinks = (f[F_MODIFIERS] >> 2) & 1;
     s.mask_shape = f[F_MASK_SHAPE] % FAI_CASE_MASK_SHAPES;
     s.mask_density = f[F_MASK_DENSITY] % 101;
     s.q_lens = f[F_Q_LENS] % 3;

@@ -3,6 +3,10 @@
  *
  *     S = scale * Q K^T (+ mask)     P = softmax(S)     O = P V     LSE = log(sum exp S)
  *
+ * Score modifiers, each optional: soft-capping (S <- c tanh(S / c)), ALiBi (S -= slope x
+ * distance), attention sinks (a per-head logit in every row's denominator) and bit-packed keep
+ * masks; see fai_problem.softcap, alibi and sinks and FAI_MASK_KEEP_BITS.
+ *
  * The only public header of libfai. Usage is plan, then run:
  *
  *     fai_problem pb;  fai_problem_init(&pb);   // describe shapes, masks, lengths, dtypes
@@ -114,12 +118,18 @@ typedef enum fai_causal {
 /* Explicit mask tensors, [Sq, Skv], [B, Sq, Skv] or [B, Hq, Sq, Skv] by strides (0 broadcasts).
  *   KEEP: one byte per element, nonzero = attend (PyTorch's boolean convention).
  *   DROP: one byte per element, nonzero = masked out (the seed's convention).
- *   ADD:  float32 added to the scaled logit; -inf masks the position. */
+ *   ADD:  float32 added to the scaled logit; -inf masks the position.
+ *   KEEP_BITS: one bit per element, 1 = attend: key j of a row is bit j % 8 (least significant
+ *         first) of the row's byte j / 8, and each row is padded to whole bytes (at least
+ *         ceil(Skv / 8) of them; the padding bits are never read). The strides count bytes.
+ *         The tree masks of speculative decoding (FlashInfer's packed custom masks). Where all
+ *         the bits of a kv tile's rows are 0 the tile is skipped without computing it. */
 typedef enum fai_mask_kind {
     FAI_MASK_NONE = 0,
     FAI_MASK_KEEP = 1,
     FAI_MASK_DROP = 2,
-    FAI_MASK_ADD = 3
+    FAI_MASK_ADD = 3,
+    FAI_MASK_KEEP_BITS = 4
 } fai_mask_kind;
 
 /* How fai_plan_create splits the work across workers.
@@ -224,13 +234,44 @@ typedef struct fai_problem {
      * P is held to 2^-16 relative and the tolerances hold. Tables without a matrix engine
      * compute P exactly either way. */
     int round_p_bf16;
+
+    /* Score modifiers. The scores of a row are formed as
+     *     s_j = softcap(scale q.k_j) - slope_h |pos(j) - pos(i)| (+ additive mask)
+     * and masked keys (causal, window, mask tensors) are removed after that; P and LSE then
+     * include the sink (below). */
+
+    /* Logit soft-capping (Gemma 2): each scaled score s becomes softcap * tanh(s / softcap),
+     * before ALiBi and the masks (+-Inf scores become +-softcap, NaN stays NaN). 0 (the
+     * default): off. Otherwise finite and positive; negative, NaN or infinite values are
+     * refused. */
+    float softcap;
+
+    /* Nonzero: ALiBi (BLOOM, MPT). Query head h's score for key j of query i gains
+     * -alibi_slopes[h] x |pos(j) - pos(i)|, the slopes (f32 [heads_q], finite) given at run
+     * time in fai_tensors.alibi_slopes (fai_alibi_slopes fills the standard ones). Positions
+     * are those of the causal diagonal: key j at j, query i at i + lk - lq (bottom-right),
+     * at i with causal TOP_LEFT, or the global positions of q_positions / kv_positions, so a
+     * chunk of queries, a shard or a cache of any length gets the same bias as the whole
+     * sequence. 0 (the default): off. */
+    int alibi;
+
+    /* Nonzero: attention sinks (gpt-oss). Query head h's softmax denominator gains
+     * exp(sinks[h] - m) (m the row's max), the sink logits (f32 [heads_q]) given at run time in
+     * fai_tensors.sinks: P_j = exp(s_j) / (exp(sink_h) + sum_k exp(s_k)), and LSE = log(exp
+     * (sink_h) + sum_k exp(s_k)). The sink carries no value. A sink of -inf is no sink for
+     * that head; NaN and +inf are refused. A row with no visible key gets O = 0 and LSE =
+     * sink_h. With split-KV the sink is counted once, when the parts are merged. Results
+     * computed with sinks must not be merged by fai_merge_states (each part would count the
+     * sink): compute the parts without sinks, merge them, then add the sinks once with
+     * fai_apply_sinks. 0 (the default): off. */
+    int sinks;
 } fai_problem;
 
 /* Fills a problem with the defaults: every count 0, head_dim_v FAI_HEAD_DIM_V_DEFAULT (D),
  * dtypes Q f32, K/V f16, O f32, scale FAI_SCALE_DEFAULT (1/sqrt(D)), no causal mask, window
  * FAI_WINDOW_UNBOUNDED on both sides, no mask tensor, dense KV, FAI_AUTO workers, threads and
- * tiles. A problem zeroed some other way is not a default one (its scale 0 and window (0, 0) are
- * taken as given, its head_dim_v 0 is refused). */
+ * tiles, no score modifiers (softcap 0, alibi 0, sinks 0). A problem zeroed some other way is not a
+ * default one (its scale 0 and window (0, 0) are taken as given, its head_dim_v 0 is refused). */
 FAI_API void fai_problem_init(fai_problem *problem);
 
 /* ---------------------------------------------------------------------------------------------
@@ -252,7 +293,9 @@ typedef struct fai_tensor {
 /* An explicit mask: element (b, h, i, j) for query i and key j of sequence b (positions inside
  * the sequence, also for packed batches) lives at data[b*stride_batch + h*stride_head +
  * i*stride_q + j]. A zero stride broadcasts: [Sq, Skv] is stride_batch = stride_head = 0.
- * Bytes for KEEP and DROP, float32 for ADD. */
+ * Bytes for KEEP and DROP, float32 for ADD. For KEEP_BITS the strides count bytes and element
+ * (b, h, i, j) is bit j % 8 of byte data[b*stride_batch + h*stride_head + i*stride_q + j / 8]
+ * (a row of Skv keys needs stride_q >= ceil(Skv / 8)). */
 typedef struct fai_mask {
     const void *data;
     int64_t stride_batch, stride_head, stride_q;
@@ -275,6 +318,12 @@ typedef struct fai_tensors {
     fai_mask mask;              /* used when the plan's mask_kind is not NONE */
     const int32_t *block_table; /* paged only: [batch, pages_per_seq] */
     int64_t block_table_stride; /* elements between rows; 0 means pages_per_seq */
+    /* ALiBi slopes, f32 [heads_q], finite: required when the problem has alibi, and refused
+     * (not silently ignored) when it has not. */
+    const float *alibi_slopes;
+    /* Sink logits, f32 [heads_q], finite or -inf: required when the problem has sinks, and
+     * refused when it has not. */
+    const float *sinks;
 } fai_tensors;
 
 /* Strides of a contiguous [B, S, H, Dlast] tensor (the default BSHD layout). */
@@ -460,11 +509,36 @@ FAI_API const char *fai_tuning_path(void);
  * (b, i, h) at data[b*stride_batch + i*stride_seq + h*stride_head] (lse_out.data NULL skips it).
  * The output may be one of the parts itself (the same data, dtype and strides: each row is read
  * from every part before it is written, so a running result can absorb the next part in place),
- * and may not overlap the parts otherwise. Nothing is written on failure. Thread-safe. */
+ * and may not overlap the parts otherwise. Nothing is written on failure. Thread-safe.
+ * Sinks: the merge treats every part's LSE as the log of its whole denominator, so parts
+ * computed with fai_problem.sinks would each bring the sink and the merged row would count it
+ * once per part (its O too small by that weight). Merge parts computed without sinks, then call
+ * fai_apply_sinks once on the result. */
 FAI_API fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts,
                                     const fai_tensor *lse_parts, int64_t batch, int64_t seq,
                                     int64_t heads, int64_t head_dim, const fai_tensor *o_out,
                                     const fai_tensor *lse_out);
+
+/* Adds attention sinks to a result computed without them, in place: for each row of query head
+ * h, LSE' = log(exp(LSE) + exp(sinks[h])) and O' = O exp(LSE - LSE'). This is the sink of
+ * fai_problem.sinks counted once, so the parts of a split computation (shards, cascades) are
+ * computed without sinks, merged by fai_merge_states, and then given their sinks here. A row
+ * with LSE = -inf (it saw nothing) gets LSE' = sinks[h] and keeps O = 0; a NaN LSE stays NaN; a
+ * sink of -inf changes nothing. o and lse are laid out as for fai_merge_states (lse is required:
+ * the rescaling needs it); sinks is f32 [heads], finite or -inf. Nothing is written on failure.
+ * Thread-safe. */
+FAI_API fai_status fai_apply_sinks(const float *sinks, int64_t batch, int64_t seq, int64_t heads,
+                                   int64_t head_dim, const fai_tensor *o, const fai_tensor *lse);
+
+/* ---------------------------------------------------------------------------------------------
+ * Score modifiers
+ * ------------------------------------------------------------------------------------------- */
+
+/* Fills slopes[0 .. heads) with the standard ALiBi slopes (Press et al.; BLOOM, MPT): for heads
+ * a power of two n, slope h = 2^(-8 (h + 1) / n); otherwise the slopes of the largest power of
+ * two n below heads, followed by every other slope of 2n (2^(-4 (2k + 1) / n), k = 0, 1, ...).
+ * FAI_ERR_INVALID_ARG for heads < 1 or slopes NULL. Thread-safe. */
+FAI_API fai_status fai_alibi_slopes(int64_t heads, float *slopes);
 
 /* ---------------------------------------------------------------------------------------------
  * Thread pools

@@ -28,6 +28,12 @@
  * MPI aborts the job); under MPI_ERRORS_RETURN a failed MPI call returns FAI_ERR_UNSUPPORTED with
  * MPI's error text on the ranks where it failed.
  *
+ * Score modifiers. local->softcap and local->alibi apply within each shard or chunk (ALiBi over
+ * the global positions, so every key gets the bias it has in the whole sequence);
+ * local->sinks (with tensors->sinks) are counted once per row, in the final merge: the shards
+ * and the ring's pairs run without them. Bit-packed masks shard with the keys like the byte
+ * masks (fai_mpi_attention; the ring takes no explicit mask).
+ *
  * Determinism. Partial results are merged in a fixed order (rank order; in the ring, the order
  * of its steps, which is fixed for a rank and a ring size), never in arrival order, and each rank's
  * fai_run is deterministic for its plan, so the result does not depend on timing or thread counts,

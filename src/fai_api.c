@@ -3,6 +3,7 @@
 #include "kernel/fai_profile.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -44,6 +45,24 @@ static fai_status check_tensor(const char *name, const fai_tensor *tensor, fai_d
     return FAI_OK;
 }
 
+/* A per-head array of a modifier: given exactly when the problem asks for it, and every value
+ * finite (sinks may also be -inf: no sink for that head). */
+static fai_status check_head_values(const char *name, const float *values, int wanted,
+                                    int64_t heads, int minus_inf_ok) {
+    if (wanted && !values)
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s = NULL but the problem has %s = 1", name,
+                         minus_inf_ok ? "sinks" : "alibi");
+    if (!wanted && values)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s is set but the problem has %s = 0: set it to use them", name,
+                         minus_inf_ok ? "sinks" : "alibi");
+    for (int64_t h = 0; values && h < heads; h++)
+        if (!isfinite(values[h]) && !(minus_inf_ok && values[h] == -INFINITY))
+            return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "] = %g is not %s", name, h,
+                             (double)values[h], minus_inf_ok ? "finite or -inf" : "finite");
+    return FAI_OK;
+}
+
 static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table) {
     const fai_problem *pb = &plan->pb;
     /* kv_rows: keys some query reads; K, V, the mask and the block table are needed only then */
@@ -67,6 +86,8 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
                              ") must not be negative",
                              t->mask.stride_batch, t->mask.stride_head, t->mask.stride_q);
     }
+    FAI_TRY(check_head_values("alibi_slopes", t->alibi_slopes, pb->alibi, pb->heads_q, 0));
+    FAI_TRY(check_head_values("sinks", t->sinks, pb->sinks, pb->heads_q, 1));
     if (plan->paged && kv_rows > 0 && !t->block_table)
         return fai__fail(FAI_ERR_INVALID_ARG, "block_table = NULL");
     /* a table that is given is checked whole (every entry a length reaches), also when no query

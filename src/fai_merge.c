@@ -121,3 +121,81 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
             }
     return FAI_OK;
 }
+
+/* A sink is a part whose O is 0 and whose LSE is the sink: merging it in is a rescaling of O by
+ * exp(LSE - LSE') with LSE' = log(exp(LSE) + exp(sink)), computed in double. */
+fai_status fai_apply_sinks(const float *sinks, int64_t batch, int64_t seq, int64_t heads,
+                           int64_t head_dim, const fai_tensor *o, const fai_tensor *lse) {
+    fai__clear_error();
+    if (!sinks) return fai__fail(FAI_ERR_INVALID_ARG, "sinks = NULL");
+    if (!o) return fai__fail(FAI_ERR_INVALID_ARG, "o = NULL");
+    if (!lse) return fai__fail(FAI_ERR_INVALID_ARG, "lse = NULL: the rescaling needs the LSE");
+    if (batch < 0 || seq < 0 || heads < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "batch = %" PRId64 ", seq = %" PRId64 ", heads = %" PRId64
+                         ": sizes must not be negative",
+                         batch, seq, heads);
+    if (head_dim < 1 || head_dim > FAI_MAX_HEAD_DIM)
+        return fai__fail(FAI_ERR_INVALID_ARG, "head_dim = %" PRId64 " is outside [1, %d]", head_dim,
+                         FAI_MAX_HEAD_DIM);
+    int64_t rows;
+    if (!fai__mul_ok(batch, seq, &rows) || !fai__mul_ok(rows, heads, &rows) ||
+        !fai__mul_ok(rows, head_dim, &rows) || rows > (INT64_MAX >> 3))
+        return fai__fail(FAI_ERR_OVERFLOW,
+                         "batch = %" PRId64 " x seq = %" PRId64 " x heads = %" PRId64
+                         " x head_dim = %" PRId64 " overflows",
+                         batch, seq, heads, head_dim);
+    for (int64_t h = 0; h < heads; h++)
+        if (isnan(sinks[h]) || sinks[h] == INFINITY)
+            return fai__fail(FAI_ERR_INVALID_ARG,
+                             "sinks[%" PRId64 "] = %g: a sink is finite or -inf (no sink)", h,
+                             (double)sinks[h]);
+    if (rows == 0) return FAI_OK;
+    FAI_TRY(check_part("o", 0, o, 0));
+    if (!lse->data) return fai__fail(FAI_ERR_INVALID_ARG, "lse.data = NULL");
+    FAI_TRY(check_part("lse", 0, lse, 1));
+
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < seq; i++)
+            for (int64_t h = 0; h < heads; h++) {
+                const double sink = sinks[h];
+                float *lse_row = (float *)lse->data + b * lse->stride_batch + i * lse->stride_seq +
+                                 h * lse->stride_head;
+                const double value = *lse_row;
+                if (sink == -INFINITY || isnan(value)) continue;
+                if (value == -INFINITY) { /* O is 0: only the LSE moves */
+                    *lse_row = (float)sink;
+                    continue;
+                }
+                const double top = value > sink ? value : sink;
+                const double total = top + log(exp(value - top) + exp(sink - top));
+                const double mul = exp(value - total);
+                const int64_t row = b * o->stride_batch + i * o->stride_seq + h * o->stride_head;
+                for (int64_t x = 0; x < head_dim; x++)
+                    fai__store_element(
+                        o->data, row + x, o->dtype,
+                        (float)(fai__load_element(o->data, row + x, o->dtype) * mul));
+                *lse_row = (float)total;
+            }
+    return FAI_OK;
+}
+
+static void geometric_slopes(int64_t n, float *slopes) {
+    for (int64_t h = 0; h < n; h++)
+        slopes[h] = (float)exp2(-8.0 * (double)(h + 1) / (double)n);
+}
+
+fai_status fai_alibi_slopes(int64_t heads, float *slopes) {
+    fai__clear_error();
+    if (heads < 1)
+        return fai__fail(FAI_ERR_INVALID_ARG, "heads = %" PRId64 " must be at least 1", heads);
+    if (!slopes) return fai__fail(FAI_ERR_INVALID_ARG, "slopes = NULL");
+    int64_t n = 1;
+    while (n * 2 <= heads)
+        n *= 2;
+    geometric_slopes(n, slopes);
+    /* the rest: the odd-numbered slopes of 2n heads, 2^(-8 (2k + 1) / 2n) */
+    for (int64_t k = 0; n + k < heads; k++)
+        slopes[n + k] = (float)exp2(-4.0 * (double)(2 * k + 1) / (double)n);
+    return FAI_OK;
+}

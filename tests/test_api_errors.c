@@ -258,10 +258,34 @@ TEST(plan_bad_enums) {
     pb.causal = (fai_causal)-1;
     CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "causal", "-1", NULL));
     base_problem(&pb);
-    pb.mask_kind = (fai_mask_kind)4;
-    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "mask_kind", "4", NULL));
+    pb.mask_kind = (fai_mask_kind)5;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "mask_kind", "5", NULL));
     pb.mask_kind = (fai_mask_kind)-1;
     CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "mask_kind", "-1", NULL));
+}
+
+TEST(plan_modifiers) {
+    fai_problem pb;
+    base_problem(&pb);
+    pb.softcap = -1.0f;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "softcap", "-1", NULL));
+    pb.softcap = NAN;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "softcap", "nan", NULL));
+    pb.softcap = INFINITY;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "softcap", "inf", NULL));
+    pb.softcap = 30.0f;
+    CHECK(plan_succeeds(&pb));
+    pb.softcap = 0.0f;
+    pb.alibi = 2;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "alibi", "2", NULL));
+    pb.alibi = 1;
+    CHECK(plan_succeeds(&pb));
+    pb.sinks = -1;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "sinks", "-1", NULL));
+    pb.sinks = 1;
+    CHECK(plan_succeeds(&pb));
+    pb.mask_kind = FAI_MASK_KEEP_BITS;
+    CHECK(plan_succeeds(&pb));
 }
 
 TEST(plan_seqlens) {
@@ -432,11 +456,14 @@ typedef struct run_fixture {
 
 /* Padded or paged (page_size 4, 6 pages, 3 pages per sequence, lengths 7 and 10), with an
  * optional KEEP mask; every tensor filled with small valid values. */
-static int fixture_init(run_fixture *fx, int paged, fai_mask_kind mask_kind) {
+static int fixture_init_with(run_fixture *fx, int paged, fai_mask_kind mask_kind, int alibi,
+                             int sinks) {
     memset(fx, 0, sizeof *fx);
     fai_problem *pb = &fx->pb;
     base_problem(pb);
     pb->mask_kind = mask_kind;
+    pb->alibi = alibi;
+    pb->sinks = sinks;
     const int64_t B = pb->batch, Sq = pb->seq_q, Hq = pb->heads_q, Hkv = pb->heads_kv;
     const int64_t D = pb->head_dim, Dv = pb->head_dim_v;
     int64_t kv_rows = pb->seq_kv, kv_batches = B;
@@ -495,6 +522,10 @@ static int fixture_init(run_fixture *fx, int paged, fai_mask_kind mask_kind) {
     }
     if (paged) fx->t.block_table = fx->block_table;
     return 1;
+}
+
+static int fixture_init(run_fixture *fx, int paged, fai_mask_kind mask_kind) {
+    return fixture_init_with(fx, paged, mask_kind, 0, 0);
 }
 
 static void fixture_free(run_fixture *fx) {
@@ -756,4 +787,81 @@ TEST(run_paged_block_table) {
     CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "block_table_stride", "-3",
                     NULL));
     fixture_free(&fx);
+}
+
+/* The per-head arrays of ALiBi and sinks: required when the problem asks for them, refused when
+ * it does not, and every value checked, naming the array, the head and the value; nothing is
+ * written on failure, and fai_check_tensors says the same. */
+TEST(run_modifier_arrays) {
+    run_fixture fx;
+    REQUIRE(fixture_init_with(&fx, 0, FAI_MASK_NONE, 1, 1));
+    float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f}, sinks[4] = {0.0f, 1.0f, -INFINITY, -2.0f};
+    fai_tensors t = fx.t;
+    t.alibi_slopes = slopes;
+    t.sinks = sinks;
+    CHECK(run_succeeds(&fx, &t));
+    fai_tensors bad = t;
+    bad.alibi_slopes = NULL;
+    CHECK(
+        run_fails(&fx, &bad, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "alibi_slopes", "NULL", NULL));
+    CHECK(fai_check_tensors(fx.plan, &bad) == FAI_ERR_INVALID_ARG);
+    bad = t;
+    bad.sinks = NULL;
+    CHECK(run_fails(&fx, &bad, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "sinks", "NULL", NULL));
+    slopes[2] = NAN;
+    CHECK(
+        run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "alibi_slopes[2]", "nan", NULL));
+    slopes[2] = -INFINITY;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "alibi_slopes[2]", "-inf",
+                    NULL));
+    slopes[2] = -0.5f; /* any finite slope */
+    CHECK(run_succeeds(&fx, &t));
+    sinks[3] = NAN;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "sinks[3]", "nan", NULL));
+    sinks[3] = INFINITY;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "sinks[3]", "inf", NULL));
+    CHECK(fai_check_tensors(fx.plan, &t) == FAI_ERR_INVALID_ARG);
+    fixture_free(&fx);
+
+    /* given to a problem without them: refused, not ignored */
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    t = fx.t;
+    t.alibi_slopes = slopes;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "alibi_slopes", "alibi = 0",
+                    NULL));
+    t = fx.t;
+    t.sinks = sinks;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "sinks", "sinks = 0", NULL));
+    fixture_free(&fx);
+}
+
+TEST(apply_sinks_and_slopes_errors) {
+    float o[2 * 3 * 4] = {0}, lse[2 * 3] = {0};
+    const float sinks[3] = {0.0f, 1.0f, NAN};
+    fai_tensor to = fai_tensor_bshd(o, FAI_DTYPE_F32, 2, 3, 4);
+    fai_tensor tl = {lse, FAI_DTYPE_F32, 6, 3, 1, 1};
+    CHECK(fai_apply_sinks(NULL, 1, 2, 3, 4, &to, &tl) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "sinks") != NULL);
+    CHECK(fai_apply_sinks(sinks, 1, 2, 3, 4, NULL, &tl) == FAI_ERR_INVALID_ARG);
+    CHECK(fai_apply_sinks(sinks, 1, 2, 3, 4, &to, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "lse") != NULL);
+    CHECK(fai_apply_sinks(sinks, 1, 2, 3, 0, &to, &tl) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "head_dim") != NULL);
+    CHECK(fai_apply_sinks(sinks, -1, 2, 3, 4, &to, &tl) == FAI_ERR_INVALID_ARG);
+    /* a NaN sink: named, and nothing written */
+    CHECK(fai_apply_sinks(sinks, 1, 2, 3, 4, &to, &tl) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "sinks[2]") && strstr(fai_last_error(), "nan"));
+    CHECK(all_bytes(o, sizeof o, 0) && all_bytes(lse, sizeof lse, 0));
+    fai_tensor bad_dtype = tl;
+    bad_dtype.dtype = FAI_DTYPE_F16;
+    CHECK(fai_apply_sinks(sinks, 1, 2, 2, 4, &to, &bad_dtype) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "lse") != NULL);
+    CHECK(fai_apply_sinks(sinks, 1, 2, 2, 4, &to, &tl) == FAI_OK);
+    CHECK(fai_last_error()[0] == '\0');
+
+    float slopes[3];
+    CHECK(fai_alibi_slopes(0, slopes) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "heads = 0") != NULL);
+    CHECK(fai_alibi_slopes(3, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "slopes") != NULL);
 }

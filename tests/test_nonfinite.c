@@ -449,7 +449,7 @@ static int site_may_change(const void *ctx, int64_t g, int64_t r, int64_t h) {
 
 /* In V, a key whose weight in a row is below e^-80 may underflow to P = 0 in f32 (the exp gives
  * 0 below -87.3) where the fp64 reference still weighs it: such rows may be non-finite or not.
- * The weight is the oracle's O[d] with V[site] = 1 minus that with V[site] = 0. */
+ * The weight is the oracle's O[d] with V[site] = 1 and every other value of V 0. */
 static int site_exempt(const void *ctx, int64_t g, int64_t r, int64_t h) {
     const poison_site *site = ctx;
     if (site->tensor != 2) return 0;
@@ -524,11 +524,20 @@ static int weight_refs(fai_case *c, poison_site *site, double value, fai_oracle_
     fai_tensor *v = site_tensor(c, site);
     char err[256];
     int ok = 1;
+    /* every other value of V is 0 meanwhile, so that O[d] is the weight itself, however small
+     * (beside values of V the difference of two O would lose it below 1e-17 relative) */
+    const size_t bytes = c->bytes[FAI_CASE_BUF_V];
+    unsigned char *saved = malloc(bytes);
+    if (!saved) return 0;
+    memcpy(saved, c->buf[FAI_CASE_BUF_V], bytes);
+    memset(c->buf[FAI_CASE_BUF_V], 0, bytes);
     for (int k = 0; k < 2 && ok; k++) {
         fai_case_set(v, site->tb, site->ts, site->head, site->d, (double)k);
         ok = fai_oracle_run(&c->problem, &c->tensors, &refs[k], err, sizeof err) == FAI_OK;
         if (!ok) fprintf(stderr, "  oracle: %s\n", err);
     }
+    memcpy(c->buf[FAI_CASE_BUF_V], saved, bytes);
+    free(saved);
     fai_case_set(v, site->tb, site->ts, site->head, site->d, value);
     if (!ok && refs[0].o) fai_oracle_out_free(&refs[0]);
     site->weight_ref[0] = &refs[0];

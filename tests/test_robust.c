@@ -162,6 +162,8 @@ static void small_spec(fai_case_spec *s, int decode) {
     s->tile_kv = 16;
     s->scale = FAI_CASE_SCALE_DEFAULT;
     s->amplitude = 0.5;
+    s->softcap = 0.0; /* and no modifiers: some tests below expect O rows equal to V */
+    s->alibi = s->sinks = 0;
 }
 
 /* Whether query i of a sequence of lq queries and lk keys sees key j under causal and window
@@ -188,6 +190,12 @@ static void set_mask(fai_case *c, int64_t b, int64_t h, int64_t i, int64_t j, in
     case FAI_MASK_ADD: {
         const float f = visible ? 0.25f : -INFINITY;
         memcpy((unsigned char *)m->data + at * 4, &f, 4);
+        break;
+    }
+    case FAI_MASK_KEEP_BITS: {
+        unsigned char *byte = (unsigned char *)m->data + at - j + j / 8;
+        const unsigned char bit = (unsigned char)(1u << (j % 8));
+        *byte = visible ? (unsigned char)(*byte | bit) : (unsigned char)(*byte & ~bit);
         break;
     }
     case FAI_MASK_NONE:
@@ -598,6 +606,9 @@ TEST(robust_one_plan_four_threads) {
         s.layout = FAI_CASE_ANY; /* strides are given at run time: each thread its own */
         s.workers = 5;
         s.threads = variant ? 1 : 0;
+        /* the modifiers' arrays are given at run time too: each thread its own slopes and sinks */
+        s.softcap = 10.0;
+        s.alibi = s.sinks = 1;
         for (int t = 0; t < THREADS; t++)
             REQUIRE(fai_case_build(&cases[t], &s, 3100 + (uint64_t)t) == 0);
         fai_plan *plan = NULL;

@@ -232,6 +232,26 @@ CASES = [
     ("paged v pool mismatch", dict(PAGED, **{"bt.npy": i32((2, 2), [0, 1, 2, 0]),
                                              "vp.npy": f32((3, 2, 1, 8))}),
      PAGED_ARGS + ["--block-table", "bt.npy"], "--v"),
+    # score modifiers and bit masks
+    ("softcap negative", {}, BASE + ["--softcap", "-1"], "--softcap"),
+    ("softcap not a number", {}, BASE + ["--softcap", "big"], "--softcap"),
+    ("softcap inf", {}, BASE + ["--softcap", "inf"], "--softcap"),
+    ("alibi slopes wrong length", {"a.npy": f32((3,))}, BASE + ["--alibi-slopes", "a.npy"],
+     "--alibi-slopes"),
+    ("alibi slopes int", {"a.npy": i32((2,), [1, 2])}, BASE + ["--alibi-slopes", "a.npy"],
+     "--alibi-slopes"),
+    ("alibi slope nan", {"a.npy": npy("<f4", (2,), payload=struct.pack("<2f", 0.5,
+                                                                        float("nan")))},
+     BASE + ["--alibi-slopes", "a.npy"], "alibi_slopes[1]"),
+    ("sinks wrong rank", {"s.npy": f32((1, 2))}, BASE + ["--sinks", "s.npy"], "--sinks"),
+    ("sink +inf", {"s.npy": npy("<f4", (2,), payload=struct.pack("<2f", float("inf"), 0.0))},
+     BASE + ["--sinks", "s.npy"], "sinks[0]"),
+    ("mask bits bool", {"m.npy": npy("|b1", (4, 1))}, BASE + ["--mask-bits", "m.npy"],
+     "--mask-bits"),
+    ("mask bits a byte per key", {"m.npy": npy("|u1", (4, 6))}, BASE + ["--mask-bits", "m.npy"],
+     "ceil(Skv/8)"),
+    ("mask bits with a keep mask", {"m.npy": npy("|u1", (4, 1)), "k2.npy": npy("|b1", (4, 6))},
+     BASE + ["--mask-bits", "m.npy", "--mask", "k2.npy"], "exclude"),
 ]
 
 OLD_O = b"previous output, must survive\n"

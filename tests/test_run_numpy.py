@@ -5,7 +5,8 @@ Usage: python3 test_run_numpy.py /path/to/fai
 
 Seeded random cases cover f32/f16/bf16 inputs and outputs, GQA/MQA, D != Dv, odd head dims,
 bottom-right and top-left causal masks with Sq < Skv and Sq > Skv, sliding windows, keep/drop/add
-masks in all three shapes, padded lengths, paged K/V with shuffled block tables and LSE. The
+masks in all three shapes, bit-packed keep masks, the score modifiers (--softcap,
+--alibi-slopes, --sinks), padded lengths, paged K/V with shuffled block tables and LSE. The
 reference is computed from the same rounded inputs the tool reads, and compared with the
 tolerance of the design: |err| <= (t + 2 eps_f32 (L + sqrt(n))) x max(1, sum_j p_j |v_j|) for O
 (x max(1, |LSE|) for the LSE), L a row's largest |scale| sum_d |q_d k_d| (+ |mask|) and n its
@@ -91,6 +92,17 @@ def reference(c, q, k, v, mask, sq_len, skv_len):
         i = np.arange(lq)[:, None]
         j = np.arange(lk)[None, :]
         diag = i if c["causal"] == "tl" else i + lk - lq
+        if c["softcap"]:
+            cap = float(np.float32(c["softcap"]))
+            raw = s
+            s = cap * np.tanh(raw / cap)
+            mag = mag / np.cosh(raw / cap) ** 2 + 2.0 * np.abs(s)
+        if c["alibi"] is not None:
+            bias = c["alibi"].astype(np.float64)[:, None, None] * np.abs(j - diag)[None]
+            s = s - bias
+            mag = mag + bias.__abs__()
+        sink = (c["sinks"].astype(np.float64)[:, None, None] if c["sinks"] is not None
+                else np.full((Hq, 1, 1), -np.inf))
         vis = np.ones((lq, lk), dtype=bool)
         if c["causal"]:
             vis &= j <= diag
@@ -101,7 +113,7 @@ def reference(c, q, k, v, mask, sq_len, skv_len):
         vis = np.broadcast_to(vis, s.shape).copy()
         if mask is not None:
             m = mask[b, :, :lq, :lk]
-            if c["mask"][0] == "keep":
+            if c["mask"][0] in ("keep", "bits"):
                 vis &= m != 0
             elif c["mask"][0] == "drop":
                 vis &= m == 0
@@ -112,19 +124,27 @@ def reference(c, q, k, v, mask, sq_len, skv_len):
         s = np.where(vis, s, -np.inf)
         mx = s.max(axis=-1, keepdims=True)
         full = np.isfinite(mx)  # rows with at least one visible key
-        mx = np.where(full, mx, 0.0)
+        mx = np.where(full, np.maximum(mx, sink), 0.0)
         p = np.where(vis, np.exp(s - mx), 0.0)
-        tot = p.sum(axis=-1, keepdims=True)
+        tot = p.sum(axis=-1, keepdims=True) + np.where(full, np.exp(sink - mx), 0.0)
         ob = np.einsum("hij,jhd->ihd", p / np.where(full, tot, 1.0), vb)
         o[b, :lq] = ob
         o_scale[b, :lq] = np.maximum(
             1.0, np.einsum("hij,jhd->ihd", p / np.where(full, tot, 1.0), np.abs(vb)))
-        L = np.where(vis, mag, 0.0).max(axis=-1)
+        L = np.maximum(np.where(vis, mag, 0.0).max(axis=-1),
+                       np.where(full[..., 0] & np.isfinite(sink[..., 0]), np.abs(sink[..., 0]),
+                                0.0))
         slack[b, :, :lq] = ROUNDING * EPS_F32 * (L + np.sqrt(vis.sum(axis=-1)))
         with np.errstate(divide="ignore"):
             lb = np.where(full[..., 0], np.log(np.where(full, tot, 1.0))[..., 0] + mx[..., 0],
                           -np.inf)
-        lse[b, :, :lq] = lb
+        # a row that sees nothing has the sink as its LSE
+        lse[b, :, :lq] = np.where(full[..., 0], lb, np.broadcast_to(sink[..., 0], lb.shape))
+    if c["sinks"] is not None:  # rows of empty sequences (no key at all) too
+        for b in range(B):
+            lq, lk = int(sq_len[b]), int(skv_len[b])
+            if lk == 0:
+                lse[b, :, :lq] = c["sinks"].astype(np.float64)[:, None]
     return o, lse, o_scale, slack
 
 
@@ -134,7 +154,7 @@ def case(name, **kw):
     c = dict(name=name, B=2, Sq=8, Skv=8, Hq=2, Hkv=2, D=16, Dv=None, q="f32", k="f32", v="f32",
              out="f32", causal=None, window=None, mask=None, scale=None, seqlens_q=False,
              seqlens_kv=False, page=None, lse=True, threads=None, workers=None, bf16=False,
-             amp=1.0)
+             amp=1.0, softcap=None, alibi=None, sinks=None)
     c.update(kw)
     if c["Dv"] is None:
         c["Dv"] = c["D"]
@@ -188,6 +208,17 @@ CASES = [
          workers=3),
     case("no_lse_window_mask", B=3, Sq=9, Skv=13, window=(2, -1), mask=("drop", 3),
          seqlens_kv=True, lse=False),
+    # score modifiers and bit masks
+    case("bits_2d", mask=("bits", 2), Sq=6, Skv=21),
+    case("bits_3d_causal", mask=("bits", 3), Sq=7, Skv=30, causal="br", k="f16", v="f16"),
+    case("bits_4d_paged", mask=("bits", 4), page=4, B=2, Sq=5, Skv=19, Hq=4, Hkv=2),
+    case("softcap", softcap=2.5, Sq=9, Skv=14, amp=2.0),
+    case("alibi_causal", alibi=True, causal="br", Hq=4, Hkv=2, Sq=6, Skv=20),
+    case("alibi_top_left_window", alibi=True, causal="tl", window=(4, 0), Sq=8, Skv=12),
+    case("sinks_masked_rows", sinks=True, mask=("keep", 3), Sq=6, Skv=10, seqlens_kv=True,
+         B=3),
+    case("all_modifiers_paged_bf16", softcap=30.0, alibi=True, sinks=True, page=8, B=2, Sq=4,
+         Skv=40, Hq=4, Hkv=2, q="bf16", k="bf16", v="bf16", causal="br", mask=("bits", 3)),
 ]
 
 
@@ -260,6 +291,24 @@ def build(c, rng, d):
         np.save(os.path.join(d, "v.npy"), v_file)
         mask_kv = Skv
 
+    if c["alibi"] is True:  # the standard slopes of Hq heads, as fai.alibi_slopes gives them
+        n = 1 << (Hq.bit_length() - 1)
+        sl = [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+        sl += [2.0 ** (-4.0 * (2 * k + 1) / n) for k in range(Hq - n)]
+        c = dict(c, alibi=np.array(sl, dtype=np.float32))
+    if c["alibi"] is not None:
+        np.save(os.path.join(d, "slopes.npy"), c["alibi"])
+        args += ["--alibi-slopes", "slopes.npy"]
+    if c["sinks"] is True:
+        sk = (rng.standard_normal(Hq) * 1.5).astype(np.float32)
+        sk[-1] = -np.inf  # a head without a sink
+        c = dict(c, sinks=sk)
+    if c["sinks"] is not None:
+        np.save(os.path.join(d, "sinks.npy"), c["sinks"])
+        args += ["--sinks", "sinks.npy"]
+    if c["softcap"]:
+        args += ["--softcap", repr(c["softcap"])]
+
     mask = None
     if c["mask"]:
         kind, rank = c["mask"]
@@ -270,15 +319,19 @@ def build(c, rng, d):
             m[rng.random(shape) < 0.25] = -np.inf
             m[..., 1, :] = -np.inf  # a fully masked row
         else:
-            m = rng.random(shape) < (0.7 if kind == "keep" else 0.3)
-            if kind == "keep":
+            m = rng.random(shape) < (0.7 if kind in ("keep", "bits") else 0.3)
+            if kind in ("keep", "bits"):
                 m[..., 1, :] = False
             else:
                 m[..., 1, :] = True
-            if rank == 4:
+            if rank == 4 and kind != "bits":
                 m = m.astype(np.uint8) * 3  # any nonzero byte counts
-        np.save(os.path.join(d, "m.npy"), m)
-        args += ["--" + {"keep": "mask", "drop": "mask-drop", "add": "mask-add"}[kind], "m.npy"]
+        if kind == "bits":  # 8 keys a byte, the first in the least significant bit
+            np.save(os.path.join(d, "m.npy"), np.packbits(m, axis=-1, bitorder="little"))
+        else:
+            np.save(os.path.join(d, "m.npy"), m)
+        args += ["--" + {"keep": "mask", "drop": "mask-drop", "add": "mask-add",
+                         "bits": "mask-bits"}[kind], "m.npy"]
         if rank == 2:
             mask = np.broadcast_to(m, (B, Hq) + m.shape)
         elif rank == 3:
@@ -312,13 +365,13 @@ def build(c, rng, d):
         args += ["--workers", str(c["workers"])]
 
     ref = reference(c, q, k, v, mask, sq_len, skv_len)
-    return args, ref, sq_len
+    return args, ref, sq_len, c
 
 
 def check(fai, c, seed):
     rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory(prefix="fai_run_") as d:
-        args, (o_ref, lse_ref, o_scale, slack), sq_len = build(c, rng, d)
+        args, (o_ref, lse_ref, o_scale, slack), sq_len, c = build(c, rng, d)
         r = subprocess.run([fai] + args, cwd=d, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             return "exit %d: %s (fai %s)" % (r.returncode, r.stderr.strip(), " ".join(args))

@@ -447,7 +447,7 @@ TEST(sweep_paged_pages) {
 
 TEST(sweep_mask_kinds) {
     int failed = 0;
-    for (int64_t kind = FAI_MASK_KEEP; kind <= FAI_MASK_ADD; kind++)
+    for (int64_t kind = FAI_MASK_KEEP; kind <= FAI_MASK_KEEP_BITS; kind++)
         for (int64_t shape = 0; shape < FAI_CASE_MASK_SHAPES; shape++)
             for (int combo = 0; combo < 4; combo++) {
                 fai_case_spec s;
@@ -462,6 +462,35 @@ TEST(sweep_mask_kinds) {
                 s.max_work = 3e5;
                 failed += run_cases(&s, 800 + (uint64_t)(kind * 100 + shape * 10 + combo), 2);
             }
+    CHECK(failed == 0);
+}
+
+/* Every combination of the score modifiers (soft-capping, ALiBi, sinks) with every mask kind
+ * (none, keep, drop, additive, bits) and every way lengths are given (padded, seqlens, packed;
+ * for K/V also paged), the rest drawn: causal, windows, positions, dtypes, tensor layouts, decode
+ * and prefill tiles, splits. */
+TEST(sweep_modifiers) {
+    int failed = 0, cases = 0;
+    for (int mods = 1; mods < 8; mods++)
+        for (int64_t kind = FAI_MASK_NONE; kind <= FAI_MASK_KEEP_BITS; kind++)
+            for (int64_t q_lens = FAI_CASE_LEN_FULL; q_lens <= FAI_CASE_LEN_PACKED; q_lens++)
+                for (int64_t kv_lens = FAI_CASE_LEN_FULL; kv_lens <= FAI_CASE_LEN_PAGED;
+                     kv_lens++) {
+                    fai_case_spec s;
+                    fai_case_spec_any(&s);
+                    s.softcap = mods & 1 ? (double)(1 + (q_lens + kv_lens + kind) % 3) * 10.0 : 0.0;
+                    s.alibi = (mods >> 1) & 1;
+                    s.sinks = (mods >> 2) & 1;
+                    s.mask_kind = kind;
+                    s.q_lens = q_lens;
+                    s.kv_lens = kv_lens;
+                    s.max_work = 2e5;
+                    const uint64_t seed =
+                        5000 + (uint64_t)(mods * 1000 + kind * 100 + q_lens * 10 + kv_lens);
+                    failed += run_cases(&s, seed, 2);
+                    cases += 2;
+                }
+    printf("  %d cases with score modifiers\n", cases);
     CHECK(failed == 0);
 }
 
@@ -711,6 +740,11 @@ TEST(sweep_merge_states) {
         s.causal = k >= 2 ? FAI_CAUSAL_BOTTOM_RIGHT : FAI_CAUSAL_NONE;
         s.o_dtype = k == 2 ? FAI_DTYPE_BF16 : FAI_DTYPE_F32;
         s.lse = 1;
+        /* modifiers: soft-capping and ALiBi hold within each part; sinks are left out of the
+         * parts and added once after the merge (fai_apply_sinks) */
+        s.softcap = k == 1 ? 5.0 : 0.0;
+        s.alibi = k >= 2;
+        s.sinks = k % 2;
         fai_case c;
         REQUIRE(fai_case_build(&c, &s, 1360 + (uint64_t)k) == 0);
         const fai_problem *pb = &c.problem;
@@ -730,7 +764,9 @@ TEST(sweep_merge_states) {
             fai_problem part = *pb;
             part.mask_kind = FAI_MASK_KEEP;
             part.o_dtype = FAI_DTYPE_F32;
+            part.sinks = 0;
             fai_tensors t = c.tensors;
+            t.sinks = NULL;
             t.o = fai_tensor_bshd(po[p], FAI_DTYPE_F32, Sq, Hq, Dv);
             t.lse.data = pl[p];
             t.lse.dtype = FAI_DTYPE_F32;
@@ -753,6 +789,9 @@ TEST(sweep_merge_states) {
         fai_case_reset(&c);
         CHECK(fai_merge_states(PARTS, to, tl, B, Sq, Hq, Dv, &c.tensors.o, &c.tensors.lse) ==
               FAI_OK);
+        if (pb->sinks)
+            CHECK(fai_apply_sinks(c.tensors.sinks, B, Sq, Hq, Dv, &c.tensors.o, &c.tensors.lse) ==
+                  FAI_OK);
         fai_oracle_out ref;
         REQUIRE(fai_oracle_run(pb, &c.tensors, &ref, NULL, 0) == FAI_OK);
         const double tol = fai_case_tolerance(pb->q_dtype, pb->k_dtype, pb->v_dtype, pb->o_dtype);

@@ -72,7 +72,10 @@ static void print_usage(FILE *out) {
         "AMX tile (where the CPU has it) GFLOP/s and DRAM read GB/s are measured first on\n"
         "the same thread counts, and every rate is also given as a fraction of them (%%amx:\n"
         "of plans that run on the AMX table).\n\n"
-        "  SHAPE          P1 P2 D1 D2 C1 (default: all five; Q f32, K/V f16, O f32)\n"
+        "  SHAPE          P1 P2 D1 D2 C1 (default: all five; Q f32, K/V f16, O f32), or the\n"
+        "                 model shapes beside themselves without their score modifiers: O1 O1S\n"
+        "                 (gpt-oss-like prefill, window 128, sinks), O2 O2S (its batched\n"
+        "                 decode), G1 G1C (Gemma-2-like, D 256, window 4096, softcap 50)\n"
         "  shape flags    describe one shape, or change every named shape\n"
         "  --threads LIST comma-separated thread counts (default: 1, 2, 4, ... and the\n"
         "                 number of online CPUs); each runs on its own pool, workers = threads\n"
@@ -158,7 +161,7 @@ static int build_shapes(bench_options *opt, int argc, char **argv, const char *u
         status = split_shape_args(argc, argv, used, bases, &base_count, flags, &flag_count);
     if (!base_count && flag_count > 1) bases[base_count++] = &fai_shape_custom_base;
     if (!base_count)
-        for (int s = 0; s < fai_shape_count; s++)
+        for (int s = 0; s < fai_shape_default_count; s++)
             bases[base_count++] = &fai_shape_table[s];
     for (int s = 0; s < base_count && !status; s++) {
         fai_shape shape = *bases[s];
@@ -419,13 +422,14 @@ static void json_shape_fields(const fai_shape *shape) {
     printf("{\"shape\": \"%s\", \"q_dtype\": \"%s\", \"kv_dtype\": \"%s\", \"out_dtype\": \"%s\", "
            "\"b\": %lld, \"hq\": %lld, \"hkv\": %lld, \"sq\": %lld, \"skv\": %lld, \"d\": %lld, "
            "\"dv\": %lld, \"causal\": \"%s\", \"window_left\": %lld, \"window_right\": %lld, "
-           "\"page_size\": %lld",
+           "\"page_size\": %lld, \"softcap\": %g, \"alibi\": %s, \"sinks\": %s",
            shape->name, fai_oracle_dtype_name(shape->q_dtype),
            fai_oracle_dtype_name(shape->kv_dtype), fai_oracle_dtype_name(shape->out_dtype),
            (long long)shape->b, (long long)shape->hq, (long long)shape->hkv, (long long)shape->sq,
            (long long)shape->skv, (long long)shape->d, (long long)shape->dv,
            causal_name(shape->causal), (long long)shape->window_left,
-           (long long)shape->window_right, (long long)shape->page_size);
+           (long long)shape->window_right, (long long)shape->page_size, (double)shape->softcap,
+           shape->alibi ? "true" : "false", shape->sinks ? "true" : "false");
 }
 
 static void json_peak_ratios(const fai_shape *shape, const bench_result *r, const fai_peak *p) {
@@ -594,7 +598,10 @@ static int bench_shape(const fai_shape *shape, uint64_t seed, fai_pool **pools,
         fai_shape_data_free(&data);
         return 1;
     }
-    if (opt->baseline && fai_baseline_create(shape, &data, max_threads(opt), &baseline)) {
+    /* the unfused baseline knows no score modifiers: shapes with them run without it */
+    const int modifiers = shape->softcap > 0.0f || shape->alibi || shape->sinks;
+    if (opt->baseline && !modifiers &&
+        fai_baseline_create(shape, &data, max_threads(opt), &baseline)) {
         fprintf(stderr, "fai bench: %s: out of memory for the baseline\n", shape->name);
         fai_shape_data_free(&data);
         return 1;

@@ -50,7 +50,7 @@ int fai_cmd_demo(int argc, char **argv) {
     printf("%-5s %-34s %10s %10s %12s %10s  %s\n", "shape", "problem", "median_ms", "GFLOP/s",
            "KV GB/s", "max_err", "check");
     for (int s = 0; s < fai_shape_count; s++) {
-        if (any_selected && !selected[s]) continue;
+        if (any_selected ? !selected[s] : s >= fai_shape_default_count) continue;
         const fai_shape *shape = &fai_shape_table[s];
         fai_shape_data data;
         fai_plan *plan = NULL;

@@ -38,6 +38,15 @@ static void print_run_usage(FILE *out) {
             "  --mask KEEP.npy        bool/uint8, nonzero = attend      } shaped [Sq, Skv],\n"
             "  --mask-drop DROP.npy   bool/uint8, nonzero = masked out  } [B, Sq, Skv] or\n"
             "  --mask-add ADD.npy     float32 added to the scaled logit } [B, Hq, Sq, Skv]\n"
+            "  --mask-bits M.npy      uint8, 1 bit per key (bit j of byte j // 8, least\n"
+            "                         significant first), 1 = attend: [Sq, ceil(Skv/8)],\n"
+            "                         [B, Sq, ceil(Skv/8)] or [B, Hq, Sq, ceil(Skv/8)]\n"
+            "score modifiers:\n"
+            "  --softcap C            S <- C tanh(S / C) after the scale, before masks (0: off)\n"
+            "  --alibi-slopes S.npy   float32 [Hq]: S -= slope |key pos - query pos| (positions\n"
+            "                         as for --causal: query i at i + Skv - Sq)\n"
+            "  --sinks S.npy          float32 [Hq]: each row's denominator gains exp(sink);\n"
+            "                         the LSE includes it, a row that sees nothing gets the sink\n"
             "  --scale S              logit scale (default 1/sqrt(D)); taken as given: 0, or a\n"
             "                         value that rounds to 0 in f32, weighs keys alike\n"
             "lengths and paging:\n"
@@ -89,6 +98,8 @@ static int run_with(fai_run_args *a, fai_run_inputs *in) {
     t.o = fai_tensor_bshd(o, a->out_dtype, p.seq_q, p.heads_q, p.head_dim_v);
     if (want_lse) t.lse = fai_run_lse_tensor(lse, p.heads_q, p.seq_q);
     t.mask = p.mask;
+    t.alibi_slopes = p.alibi_slopes;
+    t.sinks = p.sinks;
     t.block_table = p.paged ? in->block_table.data : NULL;
     t.block_table_stride = 0;
 

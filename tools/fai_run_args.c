@@ -28,6 +28,10 @@ static const struct {
     [FAI_RUN_OPT_MASK] = {"--mask", 1},
     [FAI_RUN_OPT_MASK_DROP] = {"--mask-drop", 1},
     [FAI_RUN_OPT_MASK_ADD] = {"--mask-add", 1},
+    [FAI_RUN_OPT_MASK_BITS] = {"--mask-bits", 1},
+    [FAI_RUN_OPT_SOFTCAP] = {"--softcap", 1},
+    [FAI_RUN_OPT_ALIBI_SLOPES] = {"--alibi-slopes", 1},
+    [FAI_RUN_OPT_SINKS] = {"--sinks", 1},
     [FAI_RUN_OPT_SEQLENS_Q] = {"--seqlens-q", 1},
     [FAI_RUN_OPT_SEQLENS_KV] = {"--seqlens-kv", 1},
     [FAI_RUN_OPT_BLOCK_TABLE] = {"--block-table", 1},
@@ -115,10 +119,12 @@ static int parse_masking(fai_run_args *a) {
                 : a->value[FAI_RUN_OPT_CAUSAL_TOP_LEFT] ? FAI_CAUSAL_TOP_LEFT
                                                         : FAI_CAUSAL_NONE;
 
-    static const int masks[] = {FAI_RUN_OPT_MASK, FAI_RUN_OPT_MASK_DROP, FAI_RUN_OPT_MASK_ADD};
-    static const fai_mask_kind kinds[] = {FAI_MASK_KEEP, FAI_MASK_DROP, FAI_MASK_ADD};
+    static const int masks[] = {FAI_RUN_OPT_MASK, FAI_RUN_OPT_MASK_DROP, FAI_RUN_OPT_MASK_ADD,
+                                FAI_RUN_OPT_MASK_BITS};
+    static const fai_mask_kind kinds[] = {FAI_MASK_KEEP, FAI_MASK_DROP, FAI_MASK_ADD,
+                                          FAI_MASK_KEEP_BITS};
     a->mask_kind = FAI_MASK_NONE;
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < 4; m++) {
         if (!a->value[masks[m]]) continue;
         if (a->mask_opt >= 0)
             return fai_run_fail(a, "%s and %s exclude each other", options[a->mask_opt].name,
@@ -156,6 +162,16 @@ static int parse_numbers(fai_run_args *a) {
         if (end == s || *end || *s == ' ' || *s == '\t' || !isfinite(d) || !isfinite(f))
             return fai_run_fail(a, "--scale %s: not a finite number", s);
         a->scale = f;
+    }
+    if (a->value[FAI_RUN_OPT_SOFTCAP]) {
+        const char *s = a->value[FAI_RUN_OPT_SOFTCAP];
+        char *end = NULL;
+        const double d = strtod(s, &end);
+        const float f = (float)d;
+        if (end == s || *end || *s == ' ' || *s == '\t' || !isfinite(d) || !isfinite(f) ||
+            !(f >= 0.0f))
+            return fai_run_fail(a, "--softcap %s: expected a finite number >= 0 (0: off)", s);
+        a->softcap = f;
     }
 
     if (a->value[FAI_RUN_OPT_OUT_DTYPE]) {
@@ -257,6 +273,8 @@ void fai_run_free_inputs(fai_run_inputs *in) {
     fai_npy_free(&in->seqlens_q);
     fai_npy_free(&in->seqlens_kv);
     fai_npy_free(&in->block_table);
+    fai_npy_free(&in->alibi_slopes);
+    fai_npy_free(&in->sinks);
 }
 
 static int load_input(fai_run_args *a, int opt, fai_npy *arr) {
@@ -409,14 +427,19 @@ static int load_mask(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p, in
     const int64_t B = p->batch, Sq = p->seq_q, Hq = p->heads_q;
     if (load_input(a, opt, &in->mask)) return 2;
     const fai_npy *m = &in->mask;
+    const int bits = a->mask_kind == FAI_MASK_KEEP_BITS;
     if (a->mask_kind == FAI_MASK_ADD ? m->dtype != FAI_NPY_F32
+        : bits                       ? m->dtype != FAI_NPY_U8
                                      : m->dtype != FAI_NPY_BOOL && m->dtype != FAI_NPY_U8)
         return fai_run_fail(a, "%s %s: dtype %s is not %s", options[opt].name, a->value[opt],
                             fai_npy_dtype_name(m->dtype),
-                            a->mask_kind == FAI_MASK_ADD ? "float32" : "bool or uint8");
+                            a->mask_kind == FAI_MASK_ADD ? "float32"
+                            : bits                       ? "uint8 (8 keys per byte)"
+                                                         : "bool or uint8");
     if (m->rank < 2 || m->rank > 4)
-        return fai_run_fail(a, "%s is not [Sq, Skv], [B, Sq, Skv] or [B, Hq, Sq, Skv]",
-                            shape_of(a, opt, m, head, sizeof head));
+        return fai_run_fail(a, "%s is not [Sq, %s], [B, Sq, %s] or [B, Hq, Sq, %s]",
+                            shape_of(a, opt, m, head, sizeof head), bits ? "ceil(Skv/8)" : "Skv",
+                            bits ? "ceil(Skv/8)" : "Skv", bits ? "ceil(Skv/8)" : "Skv");
     const int64_t mk = m->shape[m->rank - 1];
     /* dense: the mask covers the Skv keys; paged: at least the longest sequence */
     int64_t need_kv = seq_kv;
@@ -426,11 +449,14 @@ static int load_mask(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p, in
         for (int64_t b = 0; b < B; b++)
             if (len[b] > need_kv) need_kv = len[b];
     }
+    if (bits) need_kv = (need_kv + 7) / 8; /* bytes of 8 keys */
     int ok = m->shape[m->rank - 2] == Sq && (p->paged ? mk >= need_kv : mk == need_kv);
     if (m->rank >= 3) ok = ok && m->shape[0] == B;
     if (m->rank == 4) ok = ok && m->shape[1] == Hq;
     if (!ok) {
         const char *forms[] = {"", "", "[Sq, Skv]", "[B, Sq, Skv]", "[B, Hq, Sq, Skv]"};
+        const char *bit_forms[] = {"", "", "[Sq, ceil(Skv/8)]", "[B, Sq, ceil(Skv/8)]",
+                                   "[B, Hq, Sq, ceil(Skv/8)]"};
         int64_t want[4];
         int n = 0;
         if (m->rank == 4) want[n++] = B, want[n++] = Hq;
@@ -440,7 +466,8 @@ static int load_mask(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p, in
         char expect[SHAPE_LEN];
         fai_npy_format_shape(expect, sizeof expect, n, want);
         return fai_run_fail(a, "%s does not match %s = %s%s",
-                            shape_of(a, opt, m, head, sizeof head), forms[m->rank], expect,
+                            shape_of(a, opt, m, head, sizeof head),
+                            bits ? bit_forms[m->rank] : forms[m->rank], expect,
                             p->paged ? " (Skv: at least the longest --seqlens-kv)" : "");
     }
     const int64_t plane = Sq * mk; /* fits: the mask holds at least this many elements */
@@ -449,6 +476,24 @@ static int load_mask(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p, in
     p->mask.stride_head = m->rank == 4 ? plane : 0;
     p->mask.stride_batch = m->rank == 4 ? Hq * plane : m->rank == 3 ? plane : 0;
     p->mask_kv = mk;
+    return 0;
+}
+
+/* -- Step 3b: the modifiers' per-head arrays (float32 [Hq]) -- */
+static int load_head_values(fai_run_args *a, int opt, fai_npy *arr, const fai_run_problem *p,
+                            const float **out) {
+    char head[FAI_RUN_ERROR_LEN / 2];
+    *out = NULL;
+    if (!a->value[opt]) return 0;
+    if (load_input(a, opt, arr)) return 2;
+    if (arr->dtype != FAI_NPY_F32)
+        return fai_run_fail(a, "%s %s: dtype %s is not float32", options[opt].name, a->value[opt],
+                            fai_npy_dtype_name(arr->dtype));
+    if (arr->rank != 1 || arr->shape[0] != p->heads_q)
+        return fai_run_fail(a, "%s does not match q's heads_q %lld (expected (%lld,))",
+                            shape_of(a, opt, arr, head, sizeof head), (long long)p->heads_q,
+                            (long long)p->heads_q);
+    *out = arr->data;
     return 0;
 }
 
@@ -473,6 +518,9 @@ static void describe_problem(const fai_run_args *a, const fai_run_inputs *in, fa
     pb->window_right = a->window_right;
     pb->mask_kind = a->mask_kind;
     pb->round_p_bf16 = a->value[FAI_RUN_OPT_ROUND_P_BF16] != NULL;
+    pb->softcap = a->softcap;
+    pb->alibi = p->alibi_slopes != NULL;
+    pb->sinks = p->sinks != NULL;
     pb->seqlens_q = a->value[FAI_RUN_OPT_SEQLENS_Q] ? in->seqlens_q.data : NULL;
     pb->seqlens_kv = a->value[FAI_RUN_OPT_SEQLENS_KV] ? in->seqlens_kv.data : NULL;
     pb->threads = a->threads;
@@ -486,6 +534,9 @@ int fai_run_load(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p) {
     int64_t seq_kv = 0;
     if (load_qkv(a, in, p) || load_lengths(a, in, p, &seq_kv)) return 2;
     if (a->mask_opt >= 0 && load_mask(a, in, p, seq_kv)) return 2;
+    if (load_head_values(a, FAI_RUN_OPT_ALIBI_SLOPES, &in->alibi_slopes, p, &p->alibi_slopes) ||
+        load_head_values(a, FAI_RUN_OPT_SINKS, &in->sinks, p, &p->sinks))
+        return 2;
     describe_problem(a, in, p, seq_kv);
     return 0;
 }

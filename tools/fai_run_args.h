@@ -24,6 +24,10 @@ enum {
     FAI_RUN_OPT_MASK,
     FAI_RUN_OPT_MASK_DROP,
     FAI_RUN_OPT_MASK_ADD,
+    FAI_RUN_OPT_MASK_BITS,
+    FAI_RUN_OPT_SOFTCAP,
+    FAI_RUN_OPT_ALIBI_SLOPES,
+    FAI_RUN_OPT_SINKS,
     FAI_RUN_OPT_SEQLENS_Q,
     FAI_RUN_OPT_SEQLENS_KV,
     FAI_RUN_OPT_BLOCK_TABLE,
@@ -50,7 +54,8 @@ typedef struct fai_run_args {
     float scale;
     fai_dtype out_dtype;
     int64_t threads, workers;
-    int mask_opt; /* FAI_RUN_OPT_MASK, _MASK_DROP, _MASK_ADD, or -1 */
+    int mask_opt;  /* FAI_RUN_OPT_MASK, _MASK_DROP, _MASK_ADD, _MASK_BITS, or -1 */
+    float softcap; /* --softcap, 0 without it */
     fai_mask_kind mask_kind;
     char error[FAI_RUN_ERROR_LEN]; /* the first failure's message, without the command */
 } fai_run_args;
@@ -69,6 +74,7 @@ int fai_run_parse_args(int argc, char **argv, const char *command, int with_ring
 
 typedef struct fai_run_inputs {
     fai_npy q, k, v, mask, seqlens_q, seqlens_kv, block_table;
+    fai_npy alibi_slopes, sinks; /* float32 [Hq] */
 } fai_run_inputs;
 
 void fai_run_free_inputs(fai_run_inputs *inputs);
@@ -78,9 +84,11 @@ typedef struct fai_run_problem {
     int64_t batch, seq_q, heads_q, head_dim, heads_kv, head_dim_v;
     fai_dtype q_dtype, k_dtype, v_dtype;
     int paged;
-    int64_t k_rows;      /* K's second dimension: Skv, or page_size when paged */
-    fai_mask mask;       /* the mask's data and strides over [B, Hq, Sq, mask_kv] */
-    int64_t mask_kv;     /* the mask's last dimension (0 without a mask) */
+    int64_t k_rows;  /* K's second dimension: Skv, or page_size when paged */
+    fai_mask mask;   /* the mask's data and strides over [B, Hq, Sq, mask_kv] */
+    int64_t mask_kv; /* the mask's last dimension (0 without a mask): keys, or bytes of a
+                        bit mask */
+    const float *alibi_slopes, *sinks; /* [Hq] from --alibi-slopes and --sinks, or NULL */
     fai_problem problem; /* everything fai_plan_create needs, lengths pointing into the inputs */
 } fai_run_problem;
 

@@ -13,17 +13,33 @@
 /*      name  B  Hq  Hkv  Sq    Skv    D    Dv   causal    window  page  dtypes  round_p_bf16 */
 const fai_shape fai_shape_table[] = {
     {"P1", 1, 32, 8, 2048, 2048, 128, 128, FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, FAI_DTYPE_F32,
-     FAI_DTYPE_F16, FAI_DTYPE_F32, 0},
+     FAI_DTYPE_F16, FAI_DTYPE_F32, 0, 0.0f, 0, 0},
     {"P2", 2, 16, 16, 1024, 1024, 64, 64, FAI_CAUSAL_NONE, -1, -1, 0, FAI_DTYPE_F32, FAI_DTYPE_F16,
-     FAI_DTYPE_F32, 0},
+     FAI_DTYPE_F32, 0, 0.0f, 0, 0},
     {"D1", 8, 32, 8, 1, 4096, 128, 128, FAI_CAUSAL_NONE, -1, -1, 128, FAI_DTYPE_F32, FAI_DTYPE_F16,
-     FAI_DTYPE_F32, 0},
+     FAI_DTYPE_F32, 0, 0.0f, 0, 0},
     {"D2", 1, 32, 8, 1, 32768, 128, 128, FAI_CAUSAL_NONE, -1, -1, 128, FAI_DTYPE_F32, FAI_DTYPE_F16,
-     FAI_DTYPE_F32, 0},
+     FAI_DTYPE_F32, 0, 0.0f, 0, 0},
     {"C1", 4, 32, 8, 16, 8192, 128, 128, FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 128, FAI_DTYPE_F32,
-     FAI_DTYPE_F16, FAI_DTYPE_F32, 0},
+     FAI_DTYPE_F16, FAI_DTYPE_F32, 0, 0.0f, 0, 0},
+    /* model shapes, each beside itself without its score modifiers (fai bench O1 O1S ...):
+     * gpt-oss-like (GQA 64/8, D 64, sliding window of 128 keys, sinks): a 4096 prefill and a
+     * batched decode on a paged cache; Gemma-2-like (GQA 16/8, D 256, window 4096, softcap 50) */
+    {"O1", 1, 64, 8, 4096, 4096, 64, 64, FAI_CAUSAL_BOTTOM_RIGHT, 127, -1, 0, FAI_DTYPE_F32,
+     FAI_DTYPE_F16, FAI_DTYPE_F32, 0, 0.0f, 0, 0},
+    {"O1S", 1, 64, 8, 4096, 4096, 64, 64, FAI_CAUSAL_BOTTOM_RIGHT, 127, -1, 0, FAI_DTYPE_F32,
+     FAI_DTYPE_F16, FAI_DTYPE_F32, 0, 0.0f, 0, 1},
+    {"O2", 16, 64, 8, 1, 4096, 64, 64, FAI_CAUSAL_BOTTOM_RIGHT, 127, -1, 128, FAI_DTYPE_F32,
+     FAI_DTYPE_F16, FAI_DTYPE_F32, 0, 0.0f, 0, 0},
+    {"O2S", 16, 64, 8, 1, 4096, 64, 64, FAI_CAUSAL_BOTTOM_RIGHT, 127, -1, 128, FAI_DTYPE_F32,
+     FAI_DTYPE_F16, FAI_DTYPE_F32, 0, 0.0f, 0, 1},
+    {"G1", 1, 16, 8, 8192, 8192, 256, 256, FAI_CAUSAL_BOTTOM_RIGHT, 4095, -1, 0, FAI_DTYPE_F32,
+     FAI_DTYPE_F16, FAI_DTYPE_F32, 0, 0.0f, 0, 0},
+    {"G1C", 1, 16, 8, 8192, 8192, 256, 256, FAI_CAUSAL_BOTTOM_RIGHT, 4095, -1, 0, FAI_DTYPE_F32,
+     FAI_DTYPE_F16, FAI_DTYPE_F32, 0, 50.0f, 0, 0},
 };
 const int fai_shape_count = (int)(sizeof fai_shape_table / sizeof fai_shape_table[0]);
+const int fai_shape_default_count = 5;
 
 const fai_shape fai_shape_custom_base = {.name = "custom",
                                          .b = 1,
@@ -41,11 +57,12 @@ const fai_shape fai_shape_custom_base = {.name = "custom",
                                          .out_dtype = FAI_DTYPE_F32};
 
 const char fai_shape_usage[] =
-    "shape: a benchmark shape name (P1 P2 D1 D2 C1), and/or\n"
+    "shape: a benchmark shape name (P1 P2 D1 D2 C1; model shapes O1 O1S O2 O2S G1 G1C), and/or\n"
     "  --b N --hq N --hkv N --sq N --skv N --d N --dv N   (--d sets Dv too, unless --dv)\n"
     "  --causal | --causal-top-left    --window LEFT,RIGHT (-1: unbounded)\n"
     "  --page-size N                   paged K/V with a shuffled block table\n"
     "  --round-p-bf16                  P rounded to bf16 on a matrix engine (fai.h)\n"
+    "  --softcap C  --alibi  --sinks   score modifiers (standard ALiBi slopes; a sink per head)\n"
     "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; defaults f32 f16 f32)\n"
     "  flags change the named shape; without a name they start from B=Hq=Hkv=Sq=Skv=1,\n"
     "  D=Dv=128, no mask\n";
@@ -113,6 +130,20 @@ int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const c
         if (!strcmp(arg, "--round-p-bf16")) {
             shape->round_p_bf16 = 1;
             used[i] = 1;
+        } else if (!strcmp(arg, "--alibi") || !strcmp(arg, "--sinks")) {
+            *(arg[2] == 'a' ? &shape->alibi : &shape->sinks) = 1;
+            used[i] = 1;
+        } else if (!strcmp(arg, "--softcap")) {
+            char *end = NULL;
+            const double cap = i + 1 < argc ? strtod(argv[i + 1], &end) : -1.0;
+            if (i + 1 >= argc || end == argv[i + 1] || *end || !(cap >= 0.0) || cap > 1e30) {
+                fprintf(stderr, "fai %s: --softcap needs a finite number >= 0, got '%s'\n", cmd,
+                        i + 1 < argc ? argv[i + 1] : "");
+                return -1;
+            }
+            shape->softcap = (float)cap;
+            used[i] = used[i + 1] = 1;
+            i++;
         } else if (!strcmp(arg, "--causal") || !strcmp(arg, "--causal-top-left")) {
             shape->causal = arg[8] ? FAI_CAUSAL_TOP_LEFT : FAI_CAUSAL_BOTTOM_RIGHT;
             used[i] = 1;
@@ -174,6 +205,9 @@ void fai_shape_problem(const fai_shape *shape, fai_problem *pb, int32_t *seqlens
     pb->window_left = shape->window_left;
     pb->window_right = shape->window_right;
     pb->round_p_bf16 = shape->round_p_bf16;
+    pb->softcap = shape->softcap;
+    pb->alibi = shape->alibi;
+    pb->sinks = shape->sinks;
     if (shape->page_size > 0) {
         pb->page_size = shape->page_size;
         pb->pages_per_seq = (shape->skv + shape->page_size - 1) / shape->page_size;
@@ -251,7 +285,15 @@ int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data 
     data->v = alloc_cache(v_count * fai_shape_dtype_bytes(shape->kv_dtype) + 1);
     data->o = malloc(o_count * fai_shape_dtype_bytes(shape->out_dtype) + 1);
     data->lse = malloc((size_t)(shape->b * shape->hq * shape->sq) * sizeof(float) + 1);
-    if (!data->q || !data->k || !data->v || !data->o || !data->lse) return -1;
+    data->alibi_slopes = malloc((size_t)shape->hq * sizeof(float) + 1);
+    data->sinks = malloc((size_t)shape->hq * sizeof(float) + 1);
+    if (!data->q || !data->k || !data->v || !data->o || !data->lse || !data->alibi_slopes ||
+        !data->sinks)
+        return -1;
+    /* the standard slopes, and sinks around the scores' own size */
+    if (shape->hq > 0) fai_alibi_slopes(shape->hq, data->alibi_slopes);
+    for (int64_t h = 0; h < shape->hq; h++)
+        data->sinks[h] = (float)(h % 5) * 0.5f - 1.0f;
     uint64_t state = seed;
     fill_random(data->q, shape->q_dtype, q_count, &state);
     fill_random(data->k, shape->kv_dtype, k_count, &state);
@@ -269,6 +311,8 @@ int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data 
     t->lse.stride_batch = shape->hq * shape->sq;
     t->lse.stride_head = shape->sq;
     t->lse.stride_seq = 1;
+    t->alibi_slopes = shape->alibi ? data->alibi_slopes : NULL;
+    t->sinks = shape->sinks ? data->sinks : NULL;
     if (paged) {
         /* a shuffled block table: page order in memory is not sequence order */
         const int64_t pages = pb->num_pages;
@@ -295,6 +339,8 @@ void fai_shape_data_free(fai_shape_data *data) {
     free(data->v);
     free(data->o);
     free(data->lse);
+    free(data->alibi_slopes);
+    free(data->sinks);
     memset(data, 0, sizeof *data);
 }
 

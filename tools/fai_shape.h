@@ -1,5 +1,6 @@
-/* Shapes for `fai plan`, `fai demo` and `fai bench`: a benchmark shape by name (P1 P2 D1 D2 C1)
- * or the shape flags, and random tensors that fill such a problem. */
+/* Shapes for `fai plan`, `fai demo` and `fai bench`: a benchmark shape by name (P1 P2 D1 D2 C1,
+ * and the model shapes with and without their score modifiers: O1 O1S O2 O2S G1 G1C) or the
+ * shape flags, and random tensors that fill such a problem. */
 #ifndef FAI_SHAPE_H
 #define FAI_SHAPE_H
 
@@ -16,11 +17,16 @@ typedef struct fai_shape {
     int64_t page_size; /* 0: dense KV */
     fai_dtype q_dtype, kv_dtype, out_dtype;
     int round_p_bf16; /* --round-p-bf16: fai_problem.round_p_bf16 */
+    /* score modifiers: --softcap C, --alibi (the standard slopes), --sinks (a sink per head) */
+    float softcap;
+    int alibi, sinks;
 } fai_shape;
 
-/* The benchmark shapes of the design, in order. */
+/* The benchmark shapes of the design, then the model shapes, in order; the first
+ * fai_shape_default_count are what `fai bench` and `fai demo` run when no shape is named. */
 extern const fai_shape fai_shape_table[];
 extern const int fai_shape_count;
+extern const int fai_shape_default_count;
 
 /* The starting point of a shape given only by flags: one query, one key, D = Dv = 128, no mask. */
 extern const fai_shape fai_shape_custom_base;
@@ -54,6 +60,7 @@ typedef struct fai_shape_data {
     int32_t *block_table;
     void *q, *k, *v, *o;
     float *lse;
+    float *alibi_slopes, *sinks; /* [hq] when the shape has them */
 } fai_shape_data;
 
 int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data);

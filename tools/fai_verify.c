@@ -41,6 +41,10 @@ static double reference_row(const fai_shape *shape, const fai_shape_data *data, 
     const int64_t d = shape->d, dv = shape->dv;
     const int64_t hk = h / (shape->hq / shape->hkv);
     const double scale = 1.0 / sqrt((double)d);
+    const double cap = shape->softcap;
+    const double slope = shape->alibi ? (double)data->alibi_slopes[h] : 0.0;
+    const double sink = shape->sinks ? (double)data->sinks[h] : -INFINITY;
+    const int64_t diag = shape->causal == FAI_CAUSAL_TOP_LEFT ? i : i + shape->skv - shape->sq;
     int64_t first, last;
     visible_keys(shape, i, &first, &last);
     double max_score = -INFINITY, logit_mag = 0.0;
@@ -54,11 +58,21 @@ static double reference_row(const fai_shape *shape, const fai_shape_data *data, 
             dot += term;
             dot_mag += fabs(term);
         }
-        scores[j] = dot * scale;
+        double s = dot * scale, mag = dot_mag * scale;
+        if (cap > 0.0) { /* the tolerance on the capped logits (fai_oracle.c) */
+            const double slope_there = 1.0 / cosh(s / cap);
+            s = cap * tanh(s / cap);
+            mag = mag * slope_there * slope_there + 2.0 * fabs(s);
+        }
+        const double bias = slope * fabs((double)(j - diag));
+        scores[j] = s - bias;
+        mag += fabs(bias);
         if (scores[j] > max_score) max_score = scores[j];
-        if (dot_mag * scale > logit_mag) logit_mag = dot_mag * scale;
+        if (mag > logit_mag) logit_mag = mag;
     }
-    double sum = 0.0;
+    if (sink > max_score) max_score = sink;
+    if (sink > -INFINITY && fabs(sink) > logit_mag) logit_mag = fabs(sink);
+    double sum = sink > -INFINITY ? exp(sink - max_score) : 0.0;
     for (int64_t x = 0; x < dv; x++)
         o_row[x] = o_mag[x] = 0.0;
     for (int64_t j = first; j <= last; j++) {

@@ -10,8 +10,9 @@ numpy arrays (float32, float16, ml_dtypes' bfloat16) and torch CPU tensors (floa
 bfloat16) are read in place by pointer and strides; anything else with __array__ or __dlpack__
 works too. Errors raise fai.FaiError (a ValueError) with libfai's one-line message.
 """
-from ._core import FaiError, Plan, attention, cpu_count, library_path, merge_states
+from ._core import (FaiError, Plan, alibi_slopes, attention, cpu_count, library_path,
+                    merge_states)
 
 __version__ = "0.1.0"
-__all__ = ["FaiError", "Plan", "attention", "merge_states", "cpu_count", "library_path",
-           "__version__"]
+__all__ = ["FaiError", "Plan", "attention", "merge_states", "alibi_slopes", "cpu_count",
+           "library_path", "__version__"]

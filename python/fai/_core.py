@@ -10,7 +10,8 @@ import numpy as np
 
 from . import _lib
 
-__all__ = ["FaiError", "Plan", "attention", "merge_states", "cpu_count", "library_path"]
+__all__ = ["FaiError", "Plan", "attention", "merge_states", "alibi_slopes", "cpu_count",
+           "library_path"]
 
 
 class FaiError(ValueError):
@@ -353,18 +354,51 @@ def _count(value, name):
 
 _SPLITS = {"auto": _lib.SPLIT_AUTO, "units": _lib.SPLIT_UNITS, "greedy": _lib.SPLIT_GREEDY}
 _MASK_KINDS = {None: _lib.MASK_NONE, "none": _lib.MASK_NONE, "keep": _lib.MASK_KEEP,
-               "drop": _lib.MASK_DROP, "add": _lib.MASK_ADD}
+               "drop": _lib.MASK_DROP, "add": _lib.MASK_ADD, "bits": _lib.MASK_KEEP_BITS}
 _KIND_NAMES = {_lib.MASK_NONE: None, _lib.MASK_KEEP: "keep", _lib.MASK_DROP: "drop",
-               _lib.MASK_ADD: "add"}
-_MASK_ARGS = {_lib.MASK_KEEP: "mask", _lib.MASK_DROP: "mask_drop", _lib.MASK_ADD: "mask_add"}
+               _lib.MASK_ADD: "add", _lib.MASK_KEEP_BITS: "bits"}
+_MASK_ARGS = {_lib.MASK_KEEP: "mask", _lib.MASK_DROP: "mask_drop", _lib.MASK_ADD: "mask_add",
+              _lib.MASK_KEEP_BITS: "mask_bits"}
 
 
-def _mask_kind_of(mask, mask_drop, mask_add):
+def _mask_kind_of(mask, mask_drop, mask_add, mask_bits=None):
     given = [(k, m) for k, m in ((_lib.MASK_KEEP, mask), (_lib.MASK_DROP, mask_drop),
-                                 (_lib.MASK_ADD, mask_add)) if m is not None]
+                                 (_lib.MASK_ADD, mask_add), (_lib.MASK_KEEP_BITS, mask_bits))
+             if m is not None]
     if len(given) > 1:
         _fail(" and ".join(_MASK_ARGS[k] for k, _ in given) + " exclude each other")
     return given[0] if given else (_lib.MASK_NONE, None)
+
+
+def _softcap(softcap):
+    """softcap as a float32 for the problem (None: 0, off); libfai judges its value."""
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.integer,
+                                                               np.floating)):
+        _fail(f"softcap = {softcap!r}: expected a number (None or 0: no soft-capping)")
+    return float(softcap)
+
+
+def _head_values(values, name, heads):
+    """A float32 [heads] array of per-head values (ALiBi slopes, sink logits), contiguous."""
+    if _is_torch(values):
+        values = values.detach().cpu().numpy()
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
+        _fail(f"{name} has dtype {arr.dtype}: expected float32 [heads_q]")
+    if arr.shape != (heads,):
+        _fail(f"{name} has shape {list(arr.shape)}; expected [{heads}] (one per query head)")
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def alibi_slopes(heads):
+    """The standard ALiBi slopes of `heads` query heads (fai_alibi_slopes), float32 [heads]."""
+    if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)):
+        _fail(f"heads = {heads!r}: expected an integer")
+    out = np.empty(max(int(heads), 1), dtype=np.float32)
+    _check(_lib.alibi_slopes(int(heads), out.ctypes.data))
+    return out
 
 
 # -- the plan ---------------------------------------------------------------------------------------
@@ -400,6 +434,9 @@ class Plan:
     sequence's first query and first key when K/V are a shard of a longer sequence; causal and
     window masks then compare global positions).
 
+    Score modifiers: softcap (a number, None/0 off), alibi and sinks (True: the slopes and
+    sink logits are given to run()), mask_kind 'bits' (a bit-packed keep mask, mask_bits).
+
     Plan.like(q, k, v, **options) makes the plan that attention(q, k, v, **options) would use.
     """
 
@@ -409,7 +446,8 @@ class Plan:
                  seqlens_q=None, seqlens_kv=None, cu_seqlens_q=None, cu_seqlens_kv=None,
                  page_size=0, num_pages=0, pages_per_seq=0, threads=None, workers=None,
                  split="auto", tile=None, trust_block_table=False, q_positions=None,
-                 kv_positions=None, round_p_bf16=False):
+                 kv_positions=None, round_p_bf16=False, softcap=None, alibi=False,
+                 sinks=False):
         self._handle = None
         pb = _lib.Problem()
         _lib.problem_init(ctypes.byref(pb))
@@ -454,11 +492,17 @@ class Plan:
         if not isinstance(round_p_bf16, (bool, np.bool_)):
             _fail(f"round_p_bf16 = {round_p_bf16!r}: expected True or False")
         pb.round_p_bf16 = int(bool(round_p_bf16))
+        pb.softcap = _softcap(softcap)
+        for name, flag in (("alibi", alibi), ("sinks", sinks)):
+            if not isinstance(flag, (bool, np.bool_)):
+                _fail(f"{name} = {flag!r}: expected True or False")
+        pb.alibi, pb.sinks = int(bool(alibi)), int(bool(sinks))
+        self._alibi, self._sinks = bool(alibi), bool(sinks)
         pb.causal = _causal(causal, causal_top_left)
         pb.window_left, pb.window_right = _window(window)
         key = mask_kind.lower() if isinstance(mask_kind, str) else mask_kind
         if key not in _MASK_KINDS:
-            _fail(f"mask_kind = {mask_kind!r}: expected None, 'keep', 'drop' or 'add'")
+            _fail(f"mask_kind = {mask_kind!r}: expected None, 'keep', 'drop', 'add' or 'bits'")
         pb.mask_kind = _MASK_KINDS[key]
         if cu_seqlens_q is not None and seqlens_q is not None:
             _fail("seqlens_q and cu_seqlens_q exclude each other")
@@ -523,13 +567,14 @@ class Plan:
              mask_drop=None, mask_add=None, scale=None, seqlens_q=None, seqlens_kv=None,
              cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, threads=None,
              workers=None, out_dtype=None, split="auto", tile=None, mask_kind=None,
-             q_positions=None, kv_positions=None, round_p_bf16=False):
-        """The plan for attention(q, k, v, **options) (mask and block_table are looked at for
-        their kind and shape only; give them again to run())."""
+             q_positions=None, kv_positions=None, round_p_bf16=False, softcap=None,
+             alibi_slopes=None, sinks=None, mask_bits=None):
+        """The plan for attention(q, k, v, **options) (mask, block_table, alibi_slopes and sinks
+        are looked at for their kind and shape only; give them again to run())."""
         qv = _view(q, "q", _want_float("q"))
         kv = _view(k, "k", _want_float("k"))
         vv = _view(v, "v", _want_float("v"))
-        kind, _ = _mask_kind_of(mask, mask_drop, mask_add)
+        kind, _ = _mask_kind_of(mask, mask_drop, mask_add, mask_bits)
         name = _KIND_NAMES[kind]
         if mask_kind is not None:
             if kind != _lib.MASK_NONE and _MASK_KINDS.get(mask_kind) != kind:
@@ -544,7 +589,8 @@ class Plan:
                    scale=scale, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, threads=threads,
                    workers=workers, split=split, tile=tile, q_positions=q_positions,
-                   kv_positions=kv_positions, round_p_bf16=round_p_bf16)
+                   kv_positions=kv_positions, round_p_bf16=round_p_bf16, softcap=softcap,
+                   alibi=alibi_slopes is not None, sinks=sinks is not None)
 
     # -- inspection --
 
@@ -615,10 +661,11 @@ class Plan:
     # -- run --
 
     def run(self, q, k, v, *, mask=None, mask_drop=None, mask_add=None, block_table=None,
-            return_lse=False, out=None):
+            return_lse=False, out=None, mask_bits=None, alibi_slopes=None, sinks=None):
         """Attention of the plan's problem on these arrays: O, or (O, LSE) with return_lse.
         q, k, v (and out, if given) must have the plan's shapes and dtypes; mask (keep),
-        mask_drop or mask_add must be the plan's mask_kind; block_table is int32 [B, pages]."""
+        mask_drop, mask_add or mask_bits must be the plan's mask_kind; block_table is int32
+        [B, pages]; alibi_slopes and sinks (float32 [Hq]) exactly when the plan has them."""
         handle = self._require()
         if _lib.plan_wake:  # the pool's threads wake while the arguments below are converted
             _lib.plan_wake(handle)
@@ -656,8 +703,22 @@ class Plan:
                           f"{Skv} positions")
                 _fill_tensor(tensor, view, view.stride(0), view.stride(1), view.stride(2))
 
+        # the modifiers' per-head arrays
+        heads_arrays = []
+        for name, wanted, values in (("alibi_slopes", self._alibi, alibi_slopes),
+                                     ("sinks", self._sinks, sinks)):
+            if wanted and values is None:
+                _fail(f"{name} is required: the plan was made with {name.split('_')[0]}")
+            if not wanted and values is not None:
+                _fail(f"{name} given, but the plan was made without "
+                      f"{name.split('_')[0]} (Plan(..., {name.split('_')[0]}=True))")
+            if values is not None:
+                arr = _head_values(values, name, Hq)
+                heads_arrays.append(arr)
+                setattr(t, name, arr.ctypes.data)
+
         # the mask
-        kind, m = _mask_kind_of(mask, mask_drop, mask_add)
+        kind, m = _mask_kind_of(mask, mask_drop, mask_add, mask_bits)
         if kind != self._mask_kind:
             if self._mask_kind == _lib.MASK_NONE:
                 _fail(f"{_MASK_ARGS[kind]} given, but the plan has no mask")
@@ -666,6 +727,7 @@ class Plan:
         if m is not None:
             name = _MASK_ARGS[kind]
             mv = _view(m, name, _want_add_mask if kind == _lib.MASK_ADD
+                       else _want_exact(name, ("uint8",)) if kind == _lib.MASK_KEEP_BITS
                        else _want_exact(name, _BYTE_MASK))
             keep_mask = mv
             self._fill_mask(t.mask, mv, name)
@@ -713,7 +775,7 @@ class Plan:
             t.lse.stride_dim = 1
 
         self._execute(handle, t)
-        del keep_mask, bt  # the arrays (and any copies) lived until the run finished
+        del keep_mask, bt, heads_arrays  # the arrays (and copies) lived until the run finished
         return (out, lse) if return_lse else out
 
     def _fill_mask(self, dst, mv, name):
@@ -729,6 +791,9 @@ class Plan:
         exact_kv = not (self._packed_kv or self._paged)
         need_q = s["seq_q"] if exact_q else self._max_q
         need_kv = s["seq_kv"] if exact_kv else self._max_kv
+        bits = self._mask_kind == _lib.MASK_KEEP_BITS
+        if bits:  # one bit per key, rows of whole bytes
+            need_kv = (need_kv + 7) // 8
         ok = lq == 1 or (lq == need_q if exact_q else lq >= need_q)
         ok = ok and (lk == need_kv if exact_kv else lk >= need_kv)
         if mv.ndim >= 3:
@@ -738,9 +803,10 @@ class Plan:
         if not ok:
             kv_what = "" if exact_kv else " or more: the longest key length"
             q_what = "" if exact_q else " or more: the longest query length"
-            _fail(f"{name} has shape {list(mv.shape)}; expected [Sq, Skv], [B, Sq, Skv] or "
-                  f"[B, Hq, Sq, Skv] with B = {B}, Hq = {Hq}, Sq = {need_q}{q_what}, "
-                  f"Skv = {need_kv}{kv_what} (B, Hq and Sq may be 1 to broadcast)")
+            last = "ceil(Skv / 8)" if bits else "Skv"
+            _fail(f"{name} has shape {list(mv.shape)}; expected [Sq, {last}], [B, Sq, {last}] "
+                  f"or [B, Hq, Sq, {last}] with B = {B}, Hq = {Hq}, Sq = {need_q}{q_what}, "
+                  f"{last} = {need_kv}{kv_what} (B, Hq and Sq may be 1 to broadcast)")
         dst.data = mv.ptr
         dst.stride_q = mv.stride(mv.ndim - 2)
         dst.stride_head = mv.stride(1) if mv.ndim == 4 else 0
@@ -838,7 +904,8 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
               mask_drop=None, mask_add=None, scale=None, seqlens_q=None, seqlens_kv=None,
               cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, return_lse=False,
               threads=None, workers=None, out_dtype=None, out=None, split="auto", tile=None,
-              q_positions=None, kv_positions=None, round_p_bf16=False):
+              q_positions=None, kv_positions=None, round_p_bf16=False, softcap=None,
+              alibi_slopes=None, sinks=None, mask_bits=None):
     """O = softmax(scale * Q K^T + mask) V, and LSE = log sum exp of the logits.
 
     q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (numpy arrays, torch CPU tensors or
@@ -865,11 +932,18 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     round_p_bf16: where fai runs O = P V on a matrix engine (plan info isa 'amx'), round P to
     bfloat16 first, as torch and vLLM do: faster, and O may differ by up to 2^-8 sum p|v| more
     than the documented tolerances (False: P held to 2^-16; other engines are exact anyway).
+
+    Score modifiers: softcap=c (S <- c tanh(S / c) after the scale, before masks; None or 0:
+    off); alibi_slopes (float32 [Hq]: S -= slope_h |key position - query position|, positions
+    as for causal; alibi_slopes(Hq) gives the standard ones); sinks (float32 [Hq]: each row's
+    denominator gains exp(sink_h), the LSE includes it, a row that sees nothing gets LSE =
+    sink_h); mask_bits (uint8, one bit per key, bit j of byte j // 8 least significant first,
+    1 attends: [Sq, ceil(Skv / 8)], [B, Sq, ...] or [B, Hq, Sq, ...]).
     """
     qv = _view(q, "q", _want_float("q"))
     kv = _view(k, "k", _want_float("k"))
     vv = _view(v, "v", _want_float("v"))
-    kind, _ = _mask_kind_of(mask, mask_drop, mask_add)
+    kind, _ = _mask_kind_of(mask, mask_drop, mask_add, mask_bits)
     if out is not None:
         ov = _view(out, "out", _want_float("out"), writable=True)
         if out_dtype is not None and _dtype_name(out_dtype) != ov.dtype:
@@ -883,11 +957,13 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
                 scale=scale, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, threads=threads,
                 workers=workers, split=split, tile=tile, q_positions=q_positions,
-                kv_positions=kv_positions, round_p_bf16=round_p_bf16)
+                kv_positions=kv_positions, round_p_bf16=round_p_bf16, softcap=softcap,
+                alibi=alibi_slopes is not None, sinks=sinks is not None)
     try:
         # one-shot plans share a per-thread workspace instead of owning one
         plan._ws = _scratch(plan._ws_size)
         return plan.run(qv, kv, vv, mask=mask, mask_drop=mask_drop, mask_add=mask_add,
+                        mask_bits=mask_bits, alibi_slopes=alibi_slopes, sinks=sinks,
                         block_table=block_table, return_lse=return_lse,
                         out=out if out is not None else _alloc(qv.torch, _o_shape(plan),
                                                                o_dtype))
@@ -902,14 +978,16 @@ def _o_shape(plan):
     return [s["batch"], s["seq_q"], s["heads_q"], s["head_dim_v"]]
 
 
-def merge_states(o_parts, lse_parts, *, out_dtype=None):
+def merge_states(o_parts, lse_parts, *, out_dtype=None, sinks=None):
     """Merges attention results over disjoint key sets: (O, LSE) over their union.
 
     o_parts: a sequence of O [B, S, H, D] (or packed [rows, H, D]), float32/float16/bfloat16 each;
     lse_parts: the matching LSE float32 [B, H, S] (or [H, rows]), as attention(return_lse=True)
     gives them. Returns O in the first part's dtype (or out_dtype) and LSE float32, shaped like
     the parts. A part whose LSE is -inf contributes nothing; rows where every part is -inf get
-    O = 0, LSE = -inf.
+    O = 0, LSE = -inf. sinks (float32 [H]): the parts were computed without sinks, and the
+    merged result gets them once (fai_apply_sinks); parts computed with sinks would each count
+    them.
     """
     o_list = list(o_parts)
     l_list = list(lse_parts)
@@ -959,4 +1037,8 @@ def merge_states(o_parts, lse_parts, *, out_dtype=None):
     t_l.dtype = _lib.DTYPE_F32
     _check(_lib.merge_states(len(ov), tensors_o, tensors_l, B, S, H, D, ctypes.byref(t_o),
                              ctypes.byref(t_l)))
+    if sinks is not None:
+        arr = _head_values(sinks, "sinks", H)
+        _check(_lib.apply_sinks(arr.ctypes.data, B, S, H, D, ctypes.byref(t_o),
+                                ctypes.byref(t_l)))
     return out, lse

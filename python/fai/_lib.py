@@ -34,7 +34,7 @@ DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
 # fai_causal
 CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = 0, 1, 2
 # fai_mask_kind
-MASK_NONE, MASK_KEEP, MASK_DROP, MASK_ADD = 0, 1, 2, 3
+MASK_NONE, MASK_KEEP, MASK_DROP, MASK_ADD, MASK_KEEP_BITS = 0, 1, 2, 3, 4
 # fai_split
 SPLIT_AUTO, SPLIT_UNITS, SPLIT_GREEDY = 0, 1, 2
 
@@ -84,6 +84,9 @@ class Problem(ctypes.Structure):
         ("kv_positions", c_int32_p),
         ("ignore_tuning", c_int),
         ("round_p_bf16", c_int),
+        ("softcap", ctypes.c_float),
+        ("alibi", c_int),
+        ("sinks", c_int),
     ]
 
 
@@ -124,6 +127,8 @@ class Tensors(ctypes.Structure):
         ("mask", Mask),
         ("block_table", c_int32_p),
         ("block_table_stride", c_int64),
+        ("alibi_slopes", c_void_p),
+        ("sinks", c_void_p),
     ]
 
 
@@ -248,6 +253,10 @@ plan_get_unit = _declare("fai_plan_get_unit", c_int,
 merge_states = _declare("fai_merge_states", c_int,
                         [c_int64, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor), c_int64, c_int64,
                          c_int64, c_int64, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor)])
+apply_sinks = _declare("fai_apply_sinks", c_int,
+                       [c_void_p, c_int64, c_int64, c_int64, c_int64, ctypes.POINTER(Tensor),
+                        ctypes.POINTER(Tensor)])
+alibi_slopes = _declare("fai_alibi_slopes", c_int, [c_int64, c_void_p])
 pool_create = _declare("fai_pool_create", c_int, [c_int64, ctypes.POINTER(c_void_p)])
 pool_free = _declare("fai_pool_free", None, [c_void_p])
 plan_set_pool = _declare("fai_plan_set_pool", None, [c_void_p, c_void_p])

@@ -70,10 +70,12 @@ def visible(lq, lk, Sq, Skv, causal, window):
 
 
 def attention_ref(q, k, v, *, causal=None, window=None, keep=None, add=None, scale=None,
-                  seqlens_q=None, seqlens_kv=None):
+                  seqlens_q=None, seqlens_kv=None, softcap=None, alibi_slopes=None, sinks=None):
     """Padded batch: q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] float64.
     causal: None, 'bottom_right', 'top_left'. keep: bool broadcastable to [B, Hq, Sq, Skv];
-    add: float broadcastable to the same. Returns O [B, Sq, Hq, Dv], LSE [B, Hq, Sq]."""
+    add: float broadcastable to the same. softcap: s <- c tanh(s / c); alibi_slopes [Hq]:
+    s -= slope |j - diag(i)|; sinks [Hq]: exp(sink) joins the denominator (a row that sees
+    nothing gets LSE = sink). Returns O [B, Sq, Hq, Dv], LSE [B, Hq, Sq]."""
     B, Sq, Hq, D = q.shape
     Skv, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
     G = Hq // Hkv
@@ -89,10 +91,21 @@ def attention_ref(q, k, v, *, causal=None, window=None, keep=None, add=None, sca
         lq = Sq if seqlens_q is None else int(seqlens_q[b])
         lk = Skv if seqlens_kv is None else int(seqlens_kv[b])
         vis0 = visible(lq, lk, Sq, Skv, causal, window)
+        i_pos = np.arange(Sq)[:, None] + (0 if causal == "top_left" else lk - lq)
+        dist = np.abs(np.arange(Skv)[None, :] - i_pos).astype(np.float64)
         for h in range(Hq):
             kh = h // G
             s = scale * (q[b, :, h, :] @ k[b, :, kh, :].T)
             mag = abs(scale) * (np.abs(q[b, :, h, :]) @ np.abs(k[b, :, kh, :]).T)
+            if softcap:
+                raw = s
+                s = softcap * np.tanh(raw / softcap)
+                mag = mag / np.cosh(raw / softcap) ** 2 + 2.0 * np.abs(s)
+            if alibi_slopes is not None:
+                bias = float(alibi_slopes[h]) * dist
+                s = s - bias
+                mag = mag + np.abs(bias)
+            sink = -np.inf if sinks is None else float(sinks[h])
             vis = vis0.copy()
             if keep_b is not None:
                 vis &= keep_b[b, h]
@@ -104,16 +117,18 @@ def attention_ref(q, k, v, *, causal=None, window=None, keep=None, add=None, sca
             for i in range(Sq):
                 row = s[i]
                 if not vis[i].any():
+                    if i < lq:
+                        lse[b, h, i] = sink
                     continue
-                m = row[vis[i]].max()
+                m = max(row[vis[i]].max(), sink)
                 p = np.where(vis[i], np.exp(row - m), 0.0)
-                total = p.sum()
+                total = p.sum() + np.exp(sink - m)
                 vk = np.where(vis[i][:, None], v[b, :, kh, :], 0.0)  # invisible V never counts
                 o[b, i, h] = (p @ vk) / total
                 o_scale[b, i, h] = np.maximum(1.0, (p @ np.abs(vk)) / total)
                 lse[b, h, i] = m + np.log(total)
-                slack[b, h, i] = ROUNDING * EPS_F32 * (mag[i][vis[i]].max() +
-                                                      np.sqrt(vis[i].sum()))
+                top = max(mag[i][vis[i]].max(), abs(sink) if np.isfinite(sink) else 0.0)
+                slack[b, h, i] = ROUNDING * EPS_F32 * (top + np.sqrt(vis[i].sum()))
     o_slack = np.broadcast_to(np.transpose(slack, (0, 2, 1))[..., None], o.shape)
     return Ref(o, lse, o_scale, o_slack, slack)
 

@@ -36,14 +36,16 @@ _Thread_local fai_stage_clock fai__stage_clock;
 /* One unit's scratch. Decode plans (direct_kv) keep Q row-major [rows, ld_q] and S row-major
  * [rows, ld_n], and pack no K or V; the others use the layouts below. */
 typedef struct unit_scratch {
-    float *q_tile;    /* Q^T [d, ld_s] (bf16 pairs [d/2, ld_s, 2] on the bf16 QK path) */
-    float *k_tile;    /* K [tile_kv, d] */
-    float *v_tile;    /* V [tile_kv, ld_o] */
-    float *s_tile;    /* S^T [tile_kv, ld_s]: S, then P in place */
-    float *o_acc;     /* O [rows, ld_o] */
-    float *row_max;   /* [rows] running max m */
-    float *row_sum;   /* [rows] running sum l */
-    float *row_alpha; /* [rows] exp(m_old - m_new) of the last tile */
+    float *q_tile;     /* Q^T [d, ld_s] (bf16 pairs [d/2, ld_s, 2] on the bf16 QK path) */
+    float *k_tile;     /* K [tile_kv, d] */
+    float *v_tile;     /* V [tile_kv, ld_o] */
+    float *s_tile;     /* S^T [tile_kv, ld_s]: S, then P in place */
+    float *o_acc;      /* O [rows, ld_o] */
+    float *row_max;    /* [rows] running max m */
+    float *row_sum;    /* [rows] running sum l */
+    float *row_alpha;  /* [rows] exp(m_old - m_new) of the last tile */
+    float *row_slope;  /* ALiBi: [ld_s] each row's slope (0 past the unit's rows) */
+    float *row_offset; /* ALiBi: [ld_s] the tile's first key minus the row's query position */
     const void **row_ptrs;
     unsigned char *kv_cache; /* the thread's packed K/V cache (slot 0 only), or NULL */
     int *mx_q_finite;        /* the matrix engine: 0 when the unit's Q holds Inf or NaN */
@@ -60,11 +62,81 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
     sc.row_max = (float *)(ws + plan->ws.row_max);
     sc.row_sum = (float *)(ws + plan->ws.row_sum);
     sc.row_alpha = (float *)(ws + plan->ws.row_alpha);
+    sc.row_slope = (float *)(ws + plan->ws.row_slope);
+    sc.row_offset = (float *)(ws + plan->ws.row_offset);
     sc.row_ptrs = (const void **)(ws + plan->ws.kv_rows);
     sc.kv_cache = NULL;
     sc.mx_q_finite = (int *)(ws + plan->ws.mx_flags);
     sc.mx_row_sums = (float *)(ws + plan->ws.mx_row_sums);
     return sc;
+}
+
+/* Byte offset of the row of query i (of the unit's sequence) and query head head_q in a bit
+ * mask. */
+static int64_t bits_row(const fai_mask *mask, const fai_unit *unit, int64_t i, int64_t head_q) {
+    return unit->batch * mask->stride_batch + head_q * mask->stride_head + i * mask->stride_q;
+}
+
+/* Keys [key_begin, key_begin + n) of a bit-mask row whose bit is 0 become -inf: 64 keys at a
+ * time where they start a byte and their bits are all 0 or all 1. Only bytes of keys in the range
+ * are read. */
+static void apply_bits_row(const unsigned char *bits, int64_t key_begin, int64_t n, float *s_row,
+                           int64_t key_step) {
+    for (int64_t c = 0; c < n;) {
+        const int64_t j = key_begin + c;
+        if ((j & 7) == 0 && c + 64 <= n) {
+            uint64_t word;
+            memcpy(&word, bits + (j >> 3), sizeof word);
+            if (word == UINT64_MAX) {
+                c += 64;
+                continue;
+            }
+            if (word == 0) {
+                for (int64_t k = 0; k < 64; k++)
+                    s_row[(c + k) * key_step] = -INFINITY;
+                c += 64;
+                continue;
+            }
+        }
+        if (!((bits[j >> 3] >> (j & 7)) & 1)) s_row[c * key_step] = -INFINITY;
+        c++;
+    }
+}
+
+/* Whether a bit-mask row keeps any key of [key_begin, key_begin + n), reading whole words where
+ * it can. */
+static int bits_row_any(const unsigned char *bits, int64_t key_begin, int64_t n) {
+    int64_t j = key_begin;
+    const int64_t end = key_begin + n;
+    for (; j < end && (j & 7); j++)
+        if ((bits[j >> 3] >> (j & 7)) & 1) return 1;
+    for (; j + 64 <= end; j += 64) {
+        uint64_t word;
+        memcpy(&word, bits + (j >> 3), sizeof word);
+        if (word) return 1;
+    }
+    for (; j + 8 <= end; j += 8)
+        if (bits[j >> 3]) return 1;
+    for (; j < end; j++)
+        if ((bits[j >> 3] >> (j & 7)) & 1) return 1;
+    return 0;
+}
+
+/* Whether a bit mask removes every key of [key_begin, key_begin + n) from the unit's rows
+ * [row_begin, row_end): such a tile (or row block) changes nothing and is skipped. Rows of the
+ * heads of one query position share their bits when the mask broadcasts over heads. */
+static int bits_rows_empty(const fai_tensors *t, const fai_unit *unit, int64_t key_begin, int64_t n,
+                           int64_t row_begin, int64_t row_end) {
+    const fai_mask *mask = &t->mask;
+    const unsigned char *data = mask->data;
+    const int64_t heads = unit->heads;
+    for (int64_t r = row_begin; r < row_end; r++) {
+        if (mask->stride_head == 0 && r % heads != 0 && r != row_begin) continue;
+        const int64_t i = unit->q_begin + r / heads;
+        const int64_t head_q = unit->head_q_begin + r % heads;
+        if (bits_row_any(data + bits_row(mask, unit, i, head_q), key_begin, n)) return 0;
+    }
+    return 1;
 }
 
 /* Masks of one tile for its rows [row_begin, row_end): the causal/window band where the tile is
@@ -94,6 +166,11 @@ static void apply_masks_rows(const fai_plan *plan, const fai_tensors *t, const f
                 s_row[c * key_step] = -INFINITY;
         }
         if (kind == FAI_MASK_NONE) continue;
+        if (kind == FAI_MASK_KEEP_BITS) {
+            apply_bits_row((const unsigned char *)mask->data + bits_row(mask, unit, i, head_q),
+                           key_begin, n, s_row, key_step);
+            continue;
+        }
         const int64_t offset = unit->batch * mask->stride_batch + head_q * mask->stride_head +
                                i * mask->stride_q + key_begin;
         if (kind == FAI_MASK_ADD) {
@@ -195,6 +272,28 @@ static void prefetch_rows_for_tile(const fai_plan *plan, const fai_tensors *t, c
                        plan->head_dim_v * (int64_t)fai__dtype_size(t->o.dtype));
 }
 
+/* The score modifiers of a tile for the unit's rows [row_begin, row_end) (fai_score_mods): with
+ * ALiBi, each row's offset for the tile starting at key_begin; `scale` multiplies the scores
+ * first (1 where QK scaled them). */
+static fai_score_mods tile_mods(const fai_plan *plan, const fai_unit *unit, const unit_scratch *sc,
+                                int64_t key_begin, int64_t row_begin, int64_t row_end,
+                                float scale) {
+    fai_score_mods mods;
+    mods.scale = scale;
+    mods.softcap = plan->pb.softcap;
+    mods.slope = NULL;
+    mods.offset = NULL;
+    if (plan->pb.alibi) {
+        /* the query's position on the key axis is i + diagonal (causal's diagonal) */
+        const int64_t diagonal = plan->seqs[unit->batch].diagonal;
+        for (int64_t r = row_begin; r < row_end; r++)
+            sc->row_offset[r] = (float)(key_begin - (unit->q_begin + r / unit->heads + diagonal));
+        mods.slope = sc->row_slope + row_begin;
+        mods.offset = sc->row_offset + row_begin;
+    }
+    return mods;
+}
+
 #include "kernel/fai_kernel_mx.h"
 
 static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b, int64_t i,
@@ -227,6 +326,11 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
         sc->row_max[r] = -INFINITY;
         sc->row_sum[r] = 0.0f;
     }
+    if (plan->pb.alibi)
+        for (int64_t r = 0; r < ld_s; r++) {
+            sc->row_slope[r] = r < rows ? t->alibi_slopes[unit->head_q_begin + r % heads] : 0.0f;
+            sc->row_offset[r] = 0.0f;
+        }
     /* the matrix engine's accumulator tiles cover the padded rows too */
     const int64_t o_rows = plan->mx ? ld_s : rows;
     memset(sc->o_acc, 0, (size_t)(o_rows * ld_o) * sizeof(float));
@@ -257,6 +361,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     float *v_packed = state ? (float *)(cached + plan->ws.kv_cache_k_bytes) : sc->v_tile;
 
     FAI_LAP(FAI_STAGE_OTHER);
+    /* a tile whose bits are all 0 for every row would only add -inf scores: skipped */
+    if (plan->pb.mask_kind == FAI_MASK_KEEP_BITS && bits_rows_empty(t, unit, key_begin, n, 0, rows))
+        return;
     /* decode reads K and V rows in place, prefetching FAI_PREFETCH_ROWS ahead: the row
      * lists run that far into the next tile */
     const int64_t rest = seq->kv_len - key_begin - n;
@@ -292,6 +399,13 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     FAI_LAP(FAI_STAGE_QK);
 
     const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
+    if (plan->mods) { /* soft-capping and ALiBi, just before the masks */
+        const fai_score_mods mods = tile_mods(plan, unit, sc, key_begin, 0, rows, 1.0f);
+        if (plan->direct_kv)
+            cntx->mods_rows(sc->s_tile, plan->ld_n, rows, n, &mods);
+        else
+            cntx->mods_t(sc->s_tile, ld_s, n, &mods);
+    }
     if (plan->direct_kv) {
         if (masked)
             apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, plan->ld_n,
@@ -342,7 +456,9 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
 }
 
 /* O = O / l and LSE = m + log l from the scratch; rows that saw nothing get 0 and -inf, and so
- * do the rows past the sequence's length that the unit owns. */
+ * do the rows past the sequence's length that the unit owns. A sink joins the denominator here,
+ * once per row whatever the split: l' = l e^(m - m') + e^(sink - m') with m' = max(m, sink), so
+ * O = O e^(m - m') / l' and LSE = m' + log l'; a row that saw nothing gets LSE = sink. */
 static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                         const unit_scratch *sc) {
     const int64_t heads = unit->heads, rows = unit->q_len * heads;
@@ -350,15 +466,25 @@ static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_un
     for (int64_t r = 0; r < rows; r++) {
         const int64_t i = unit->q_begin + r / heads;
         const int64_t head_q = unit->head_q_begin + r % heads;
-        const float sum = sc->row_sum[r];
+        const float sum = sc->row_sum[r], max = sc->row_max[r];
+        const float sink = plan->pb.sinks ? t->sinks[head_q] : -INFINITY;
         /* a row saw nothing only if its max is still -inf; a NaN it saw stays NaN */
-        if (sc->row_max[r] == -INFINITY) {
+        if (max == -INFINITY) {
             write_zero_row(plan, t, b, i, head_q);
+            if (t->lse.data && sink > -INFINITY) *fai__lse_at(plan, &t->lse, b, i, head_q) = sink;
             continue;
         }
+        float mul = 1.0f / sum, lse = max + logf(sum);
+        if (sink > -INFINITY && !isnan(max)) {
+            const float top = max > sink ? max : sink;
+            const float kept = expf(max - top);
+            const float total = sum * kept + expf(sink - top);
+            mul = kept / total;
+            lse = top + logf(total);
+        }
         plan->cntx->store_row(fai__q_row(plan, &t->o, b, i, head_q), t->o.dtype,
-                              sc->o_acc + r * plan->ld_o, plan->head_dim_v, 1.0f / sum);
-        if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = sc->row_max[r] + logf(sum);
+                              sc->o_acc + r * plan->ld_o, plan->head_dim_v, mul);
+        if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = lse;
     }
     for (int64_t i = unit->pad_begin; i < unit->pad_end; i++)
         for (int64_t g = 0; g < heads; g++)

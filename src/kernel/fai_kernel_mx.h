@@ -91,13 +91,16 @@ static mx_tile mx_prepare(const fai_plan *plan, const fai_tensors *t, const fai_
 }
 
 /* QK of one row block: S rows of the block = Q K^T, unscaled. */
-static void mx_qk_block(const fai_plan *plan, const unit_scratch *sc, const mx_tile *mt,
-                        int64_t block, int64_t rows) {
+static void mx_qk_block(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                        const unit_scratch *sc, const mx_tile *mt, int64_t block, int64_t rows) {
     const fai_cntx *cntx = plan->cntx;
     const int64_t r0 = block * FAI_MX_BLOCK_ROWS, ld_n = plan->ld_n;
     const int64_t m = rows - r0 < FAI_MX_BLOCK_ROWS ? rows - r0 : FAI_MX_BLOCK_ROWS;
     const uint16_t *q = mx_q_block(plan, sc, block);
     float *s = sc->s_tile + r0 * ld_n;
+    if (plan->pb.mask_kind == FAI_MASK_KEEP_BITS &&
+        bits_rows_empty(t, unit, mt->extent.key_begin, mt->extent.n, r0, r0 + m))
+        return; /* its softmax and PV are skipped too */
     if (mx_qk_has_parts(plan) && (!*sc->mx_q_finite || (mt->state & KV_K_NONFINITE)))
         cntx->mx_qk_exact(s, ld_n, q, plan->mx_q_parts, mt->k, plan->mx_k_parts, m, mt->extent.n,
                           FAI_MX_BLOCK_ROWS, mt->n_pad, plan->pb.head_dim, plan->d_pad);
@@ -117,10 +120,18 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     const tile_extent *e = &mt->extent;
     const int masked = e->band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
     float *s = sc->s_tile + r0 * ld_n;
+    if (plan->pb.mask_kind == FAI_MASK_KEEP_BITS &&
+        bits_rows_empty(t, unit, e->key_begin, e->n, r0, r0 + m))
+        return; /* a block whose keys are all masked changes nothing */
     /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
-     * scale and masks that only remove keys; else S is scaled first, as the other tables do */
+     * scale and masks that only remove keys; else S is scaled first, as the other tables do
+     * (with the score modifiers, in their pass) */
     float scale = plan->scale;
-    if (plan->pb.mask_kind == FAI_MASK_ADD || !(scale > 0.0f && scale < 1e30f)) {
+    if (plan->mods) {
+        const fai_score_mods mods = tile_mods(plan, unit, sc, e->key_begin, r0, r0 + m, scale);
+        cntx->mods_rows(s, ld_n, m, e->n, &mods);
+        scale = 1.0f;
+    } else if (plan->pb.mask_kind == FAI_MASK_ADD || !(scale > 0.0f && scale < 1e30f)) {
         for (int64_t r = 0; r < m; r++)
             for (int64_t c = 0; c < e->n; c++)
                 s[r * ld_n + c] *= scale;
@@ -171,7 +182,7 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
         tiles[0] = mx_prepare(plan, t, unit, tile_begin, 0, sc);
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++)
-            mx_qk_block(plan, sc, &tiles[0], block, rows);
+            mx_qk_block(plan, t, unit, sc, &tiles[0], block, rows);
         FAI_LAP(FAI_STAGE_QK);
     }
     for (int64_t tile = tile_begin; tile < tile_end; tile++) {
@@ -183,7 +194,7 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++) {
             mx_softmax_pv_block(plan, t, unit, sc, &tiles[current], block, rows);
-            if (has_next) mx_qk_block(plan, sc, &tiles[1 - current], block, rows);
+            if (has_next) mx_qk_block(plan, t, unit, sc, &tiles[1 - current], block, rows);
             FAI_LAP(FAI_STAGE_QK);
         }
     }

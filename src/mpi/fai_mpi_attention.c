@@ -69,6 +69,9 @@ static void describe_call(const shard_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add(sig, "window_left", pb ? pb->window_left : 0);
     fai_mpi__signature_add(sig, "window_right", pb ? pb->window_right : 0);
     fai_mpi__signature_add(sig, "root", call->root);
+    fai_mpi__signature_add_float(sig, "softcap", pb ? pb->softcap : 0.0f);
+    fai_mpi__signature_add(sig, "alibi", pb ? pb->alibi : 0);
+    fai_mpi__signature_add(sig, "sinks", pb ? pb->sinks : 0);
 }
 
 /* -- Step 1 -- */
@@ -97,10 +100,12 @@ static void place_shard(shard_call *call) {
     }
 }
 
-/* The shard's plan: its problem with the positions, into f32 partials. */
+/* The shard's plan: its problem with the positions, into f32 partials, without sinks (they join
+ * once, in the merge). */
 static void plan_shard(shard_call *call) {
     fai_problem pb = *call->local;
     pb.o_dtype = FAI_DTYPE_F32;
+    pb.sinks = 0;
     pb.q_positions = call->q_pos;
     pb.kv_positions = call->kv_pos;
     fai_mpi__outcome_fai(&call->outcome, fai_plan_create(&pb, &call->plan));
@@ -134,6 +139,8 @@ static void check_arguments(shard_call *call) {
     else if (pb->batch < 0 || pb->batch > INT32_MAX)
         fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "batch = %lld is outside [0, 2^31)",
                               (long long)pb->batch);
+    else if (pb->heads_q >= 1)
+        fai_mpi__check_sinks(out, pb, call->tensors);
     if (out->status != FAI_OK) return;
     const size_t batch = (size_t)pb->batch;
     call->q_pos = fai_mpi__alloc(sizeof(int32_t) * batch);
@@ -196,7 +203,7 @@ static int allocate_parts(shard_call *call) {
     if (receives_result(call)) {
         call->gathered = fai_mpi__alloc(sizeof(float) * (size_t)floats * size);
         call->part_ptrs = fai_mpi__alloc(sizeof(float *) * size);
-        call->views = fai_mpi__alloc(sizeof(fai_tensor) * 2 * size);
+        call->views = fai_mpi__alloc(sizeof(fai_tensor) * 2 * (size + 1));
     }
     if (!call->part ||
         (receives_result(call) && (!call->gathered || !call->part_ptrs || !call->views))) {
@@ -230,6 +237,7 @@ static void run_shard(shard_call *call) {
                                   "no memory for a workspace of %zu bytes", ws_size);
         } else {
             fai_tensors t = *call->tensors;
+            t.sinks = NULL; /* the plan has none: they join in the merge */
             t.o = fai_mpi__part_o(call->part, &call->shape);
             t.lse = fai_mpi__part_lse(call->part, &call->shape);
             const double t0 = MPI_Wtime();
@@ -252,7 +260,8 @@ static fai_status exchange_and_merge(shard_call *call) {
         call->part_ptrs[p] = call->gathered + (size_t)p * (size_t)floats;
     const double t0 = MPI_Wtime();
     status = fai_mpi__merge_parts(call->size, call->part_ptrs, &call->shape, &call->tensors->o,
-                                  &call->tensors->lse, call->views);
+                                  &call->tensors->lse, call->views,
+                                  call->local->sinks ? call->tensors->sinks : NULL);
     call->stats.merge_seconds += MPI_Wtime() - t0;
     return status;
 }

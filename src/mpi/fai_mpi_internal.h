@@ -96,11 +96,17 @@ fai_tensor fai_mpi__part_lse(float *part, const fai_mpi__part_shape *shape);
 void fai_mpi__part_empty(float *part, const fai_mpi__part_shape *shape);
 
 /* Merges `count` parts (parts[p] points to part p, merged in that order) into o (its dtype) and
- * lse (NULL data skips it); views is room for 2 * count tensors, so that nothing is allocated
- * once the ranks have agreed to write. */
+ * lse (NULL data skips it); views is room for 2 * (count + 1) tensors, so that nothing is
+ * allocated once the ranks have agreed to write. sinks (f32 [heads], or NULL): the attention
+ * sinks, merged once as one more part whose O is 0 and whose LSE is the head's sink (the parts
+ * themselves are computed without them). */
 fai_status fai_mpi__merge_parts(int64_t count, float *const *parts,
                                 const fai_mpi__part_shape *shape, const fai_tensor *o,
-                                const fai_tensor *lse, fai_tensor *views);
+                                const fai_tensor *lse, fai_tensor *views, const float *sinks);
+
+/* Checks the problem's per-head arrays of sinks against the tensors (given exactly when the
+ * problem has sinks, each finite or -inf); records a failure in out. */
+void fai_mpi__check_sinks(fai_mpi__outcome *out, const fai_problem *pb, const fai_tensors *t);
 
 /* Collective: the parts of all ranks, in rank order, into `gathered` (size * part floats) on
  * every rank (root < 0) or on root alone. Counts bytes sent and the time into *stats. */

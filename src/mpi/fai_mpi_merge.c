@@ -41,15 +41,46 @@ void fai_mpi__part_empty(float *part, const fai_mpi__part_shape *shape) {
 
 fai_status fai_mpi__merge_parts(int64_t count, float *const *parts,
                                 const fai_mpi__part_shape *shape, const fai_tensor *o,
-                                const fai_tensor *lse, fai_tensor *views) {
+                                const fai_tensor *lse, fai_tensor *views, const float *sinks) {
+    static const float zeros[FAI_MAX_HEAD_DIM];
+    const int64_t all = count + (sinks != NULL);
     for (int64_t p = 0; p < count; p++) {
         views[p] = fai_mpi__part_o(parts[p], shape);
-        views[count + p] = fai_mpi__part_lse(parts[p], shape);
+        views[all + p] = fai_mpi__part_lse(parts[p], shape);
     }
-    const fai_status status = fai_merge_states(count, views, views + count, shape->batch,
-                                               shape->seq, shape->heads, shape->dim_v, o, lse);
+    if (sinks) { /* a part of O = 0 everywhere, its LSE sinks[h] for every row of head h */
+        memset(&views[count], 0, sizeof views[count]);
+        views[count].data = (void *)zeros;
+        views[count].dtype = FAI_DTYPE_F32;
+        memset(&views[all + count], 0, sizeof views[all + count]);
+        views[all + count].data = (void *)sinks;
+        views[all + count].dtype = FAI_DTYPE_F32;
+        views[all + count].stride_head = 1;
+    }
+    const fai_status status = fai_merge_states(all, views, views + all, shape->batch, shape->seq,
+                                               shape->heads, shape->dim_v, o, lse);
     if (status != FAI_OK) return fai_mpi__fail(status, "fai_merge_states: %s", fai_last_error());
     return FAI_OK;
+}
+
+void fai_mpi__check_sinks(fai_mpi__outcome *out, const fai_problem *pb, const fai_tensors *t) {
+    if (pb->sinks && !t->sinks) {
+        fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG,
+                              "sinks = NULL but the problem has sinks = 1");
+        return;
+    }
+    if (!pb->sinks && t->sinks) {
+        fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG,
+                              "sinks is set but the problem has sinks = 0: set it to use them");
+        return;
+    }
+    for (int64_t h = 0; t->sinks && h < pb->heads_q; h++)
+        if (isnan(t->sinks[h]) || t->sinks[h] == INFINITY) {
+            fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG,
+                                  "sinks[%lld] = %g is not finite or -inf", (long long)h,
+                                  (double)t->sinks[h]);
+            return;
+        }
 }
 
 fai_status fai_mpi__gather_parts(MPI_Comm comm, int root, const float *part,

@@ -59,6 +59,9 @@ static void describe_ring(const ring_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add(sig, "window_left", pb ? pb->window_left : 0);
     fai_mpi__signature_add(sig, "window_right", pb ? pb->window_right : 0);
     fai_mpi__signature_add_float(sig, "scale", pb ? pb->scale : 0.0f);
+    fai_mpi__signature_add_float(sig, "softcap", pb ? pb->softcap : 0.0f);
+    fai_mpi__signature_add(sig, "alibi", pb ? pb->alibi : 0);
+    fai_mpi__signature_add(sig, "sinks", pb ? pb->sinks : 0);
 }
 
 /* Chunk c of the whole sequence: its first position and rows. */
@@ -139,6 +142,7 @@ static int plan_pair(ring_call *call, int64_t qc, int64_t kc, int32_t *q_pos, in
     pb.seq_q = ql;
     pb.seq_kv = kl;
     pb.o_dtype = FAI_DTYPE_F32;
+    pb.sinks = 0; /* they join once, when the chunk is stored */
     for (int64_t b = 0; b < pb.batch; b++) {
         q_pos[b] = (int32_t)qs;
         kv_pos[b] = (int32_t)ks;
@@ -270,6 +274,7 @@ static void run_pair(ring_call *call, void *block, int owner, int64_t qc, int64_
     chunk_of(call, owner, &start, &l0);
     const int64_t rows = block_rows(call, owner), row0 = half ? l0 : 0;
     fai_tensors t = *call->tensors;
+    t.sinks = NULL;
     t.q = fai_mpi__tensor_from_row(&call->tensors->q, qc ? call->mine.len[0] : 0);
     t.k = block_view(block, pb->k_dtype, rows, row0, pb->heads_kv, pb->head_dim);
     t.v = block_view((char *)block + pb->batch * rows * call->k_row_bytes, pb->v_dtype, rows, row0,
@@ -289,10 +294,10 @@ static void run_pair(ring_call *call, void *block, int owner, int64_t qc, int64_
     if (target != running) { /* running = merge(running, scratch), in place */
         const double t1 = MPI_Wtime();
         float *both[2] = {running, call->scratch};
-        fai_tensor views[4];
+        fai_tensor views[6];
         const fai_tensor o = fai_mpi__part_o(running, &shape);
         const fai_tensor lse = fai_mpi__part_lse(running, &shape);
-        const fai_status merged = fai_mpi__merge_parts(2, both, &shape, &o, &lse, views);
+        const fai_status merged = fai_mpi__merge_parts(2, both, &shape, &o, &lse, views, NULL);
         call->stats.merge_seconds += MPI_Wtime() - t1;
         if (merged != FAI_OK)
             fai_mpi__outcome_fail(&call->outcome, merged, "%s", fai_mpi_last_error());
@@ -360,8 +365,9 @@ static fai_status store_chunk(ring_call *call, int64_t qc) {
     const int64_t row0 = qc ? call->mine.len[0] : 0;
     const fai_tensor o = fai_mpi__tensor_from_row(&call->tensors->o, row0);
     const fai_tensor lse = fai_mpi__tensor_from_row(&call->tensors->lse, row0);
-    fai_tensor views[2];
-    return fai_mpi__merge_parts(1, &part, &shape, &o, &lse, views);
+    fai_tensor views[4];
+    return fai_mpi__merge_parts(1, &part, &shape, &o, &lse, views,
+                                pb->sinks ? call->tensors->sinks : NULL);
 }
 
 static fai_status ring_attend(ring_call *call) {

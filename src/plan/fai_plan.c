@@ -177,6 +177,9 @@ static fai_status layout_workspace(fai_plan *plan) {
     ws->row_max = offset, offset += align64(ld_s * sizeof(float));
     ws->row_sum = offset, offset += align64(ld_s * sizeof(float));
     ws->row_alpha = offset, offset += align64(ld_s * sizeof(float));
+    const size_t alibi_rows = plan->pb.alibi ? ld_s : 0;
+    ws->row_slope = offset, offset += align64(alibi_rows * sizeof(float));
+    ws->row_offset = offset, offset += align64(alibi_rows * sizeof(float));
     /* row pointers of a Q tile, or of a kv tile and the rows prefetched past it */
     const size_t pointers = keys + FAI_PREFETCH_ROWS > rows ? keys + FAI_PREFETCH_ROWS : rows;
     ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));
@@ -222,6 +225,7 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
     plan->packed_q = problem->cu_seqlens_q != NULL;
     plan->packed_kv = problem->cu_seqlens_kv != NULL;
     plan->has_positions = problem->q_positions != NULL;
+    plan->mods = problem->softcap > 0.0f || problem->alibi;
     plan->workers = problem->workers ? problem->workers : fai_cpu_count();
     if (plan->workers > FAI_MAX_WORKERS) plan->workers = FAI_MAX_WORKERS;
     plan->threads = problem->threads ? problem->threads : fai_cpu_count();

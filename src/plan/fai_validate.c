@@ -101,10 +101,20 @@ fai_status fai__validate_problem(const fai_problem *pb) {
     FAI_TRY(check_range("window_left", pb->window_left, -1, MAX_SEQ));
     FAI_TRY(check_range("window_right", pb->window_right, -1, MAX_SEQ));
     if (pb->mask_kind != FAI_MASK_NONE && pb->mask_kind != FAI_MASK_KEEP &&
-        pb->mask_kind != FAI_MASK_DROP && pb->mask_kind != FAI_MASK_ADD)
+        pb->mask_kind != FAI_MASK_DROP && pb->mask_kind != FAI_MASK_ADD &&
+        pb->mask_kind != FAI_MASK_KEEP_BITS)
         return fai__fail(FAI_ERR_INVALID_ARG,
-                         "mask_kind = %d is not one of none 0, keep 1, drop 2, add 3",
+                         "mask_kind = %d is not one of none 0, keep 1, drop 2, add 3, keep_bits 4",
                          (int)pb->mask_kind);
+    /* -- score modifiers -- */
+    if (!(pb->softcap >= 0.0f) || pb->softcap == INFINITY)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "softcap = %g: a cap is finite and positive (0: no soft-capping)",
+                         (double)pb->softcap);
+    if (pb->alibi != 0 && pb->alibi != 1)
+        return fai__fail(FAI_ERR_INVALID_ARG, "alibi = %d is not 0 (off) or 1 (on)", pb->alibi);
+    if (pb->sinks != 0 && pb->sinks != 1)
+        return fai__fail(FAI_ERR_INVALID_ARG, "sinks = %d is not 0 (off) or 1 (on)", pb->sinks);
     FAI_TRY(check_range("workers", pb->workers, 0, FAI_MAX_WORKERS));
     if (pb->split != FAI_SPLIT_AUTO && pb->split != FAI_SPLIT_UNITS &&
         pb->split != FAI_SPLIT_GREEDY)

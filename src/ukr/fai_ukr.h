@@ -23,6 +23,19 @@
 /* How many K/V rows ahead of the one being computed the decode kernels prefetch. */
 #define FAI_PREFETCH_ROWS 16
 
+/* The score modifiers of one tile (fai_problem.softcap and alibi), for the mods_ entries: each
+ * score s of row r and key c becomes
+ *     s = s * scale;   s = softcap * tanh(s / softcap) if softcap > 0;
+ *     s = s - slope[r] * |c + offset[r]|                 if slope is not NULL
+ * offset[r] is the tile's first key minus the query's position on the key axis, so |c +
+ * offset[r]| is the query-key distance. */
+typedef struct fai_score_mods {
+    float scale;         /* 1 when the scores are scaled already */
+    float softcap;       /* 0: none */
+    const float *slope;  /* ALiBi slopes per row, or NULL */
+    const float *offset; /* per row, as above */
+} fai_score_mods;
+
 typedef struct fai_cntx {
     const char *name;
     /* Vector width in f32 lanes: ld_s and ld_o are multiples of it. */
@@ -144,6 +157,16 @@ typedef struct fai_cntx {
 
     /* The softmax's exp over n values (n a multiple of simd_width), for accuracy tests. */
     void (*exp_array)(float *dst, const float *src, int64_t n);
+
+    /* Score modifiers (fai_score_mods), in the same stage as the masks and before them:
+     *   mods_t:    on S^T [n, ld_s], all ld_s columns (slope and offset have ld_s entries).
+     *   mods_rows: on row-major s [m, ld_n], keys [0, n) of each row only (the columns after n
+     *              keep what they hold).
+     *   tanh_array: the soft-capping's tanh over n values (n a multiple of simd_width), for
+     *              accuracy tests. */
+    void (*mods_t)(float *s_t, int64_t ld_s, int64_t n, const fai_score_mods *mods);
+    void (*mods_rows)(float *s, int64_t ld_n, int64_t m, int64_t n, const fai_score_mods *mods);
+    void (*tanh_array)(float *dst, const float *src, int64_t n);
 } fai_cntx;
 
 void fai__cntx_init_ref(fai_cntx *cntx);

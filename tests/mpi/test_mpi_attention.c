@@ -21,6 +21,8 @@ typedef struct kv_case {
     int shard_padded;     /* dense: shard [0, skv) alike for every sequence, so that shards may
                              start past a sequence's length (and hold none of its keys) */
     int root;             /* FAI_MPI_ALL_RANKS or a rank */
+    float softcap;        /* score modifiers: soft-capping, ALiBi and sinks over the shards */
+    int alibi, sinks;
 } kv_case;
 
 static kv_case kv_case_of(int64_t batch, int64_t hq, int64_t hkv, int64_t sq, int64_t skv,
@@ -41,6 +43,7 @@ typedef struct whole_data {
     float *kf, *vf; /* K and V values, f32 [B, Skv, Hkv, D|Dv] */
     void *q, *k, *v;
     float *o_ref, *lse_ref;
+    float slopes[64], sinks[64]; /* per query head */
 } whole_data;
 
 static int make_whole(const kv_case *c, uint64_t seed, whole_data *w) {
@@ -72,6 +75,12 @@ static int make_whole(const kv_case *c, uint64_t seed, whole_data *w) {
     pb->window_left = c->window_left, pb->window_right = c->window_right;
     pb->seqlens_q = c->seqlens_q, pb->seqlens_kv = c->seqlens_kv;
     pb->threads = 1, pb->workers = 2;
+    pb->softcap = c->softcap, pb->alibi = c->alibi, pb->sinks = c->sinks;
+    fai_alibi_slopes(c->hq, w->slopes);
+    for (int64_t h = 0; h < c->hq; h++)
+        w->sinks[h] = h % 4 == 3 ? -INFINITY : (float)(h % 3) - 0.75f;
+    w->tensors.alibi_slopes = c->alibi ? w->slopes : NULL;
+    w->tensors.sinks = c->sinks ? w->sinks : NULL;
     w->tensors.q = fai_tensor_bshd(w->q, c->q_dtype, c->sq, c->hq, c->d);
     w->tensors.k = fai_tensor_bshd(w->k, c->kv_dtype, c->skv, c->hkv, c->d);
     w->tensors.v = fai_tensor_bshd(w->v, c->kv_dtype, c->skv, c->hkv, c->dv);
@@ -181,6 +190,8 @@ static void make_shard(const kv_case *c, const whole_data *w, shard_data *s) {
     memset(s, 0, sizeof *s);
     s->problem = w->problem;
     s->tensors.q = w->tensors.q;
+    s->tensors.alibi_slopes = w->tensors.alibi_slopes;
+    s->tensors.sinks = w->tensors.sinks;
     s->kv_start = test_alloc(sizeof(int32_t) * (size_t)c->batch);
     s->q_start = test_alloc(sizeof(int32_t) * (size_t)c->batch);
     s->lens = test_alloc(sizeof(int32_t) * (size_t)c->batch);
@@ -352,4 +363,25 @@ TEST(mpi_head_dims_differ) {
     kv_case c = kv_case_of(1, 3, 3, 5, 33, 24);
     c.dv = 40, c.causal = FAI_CAUSAL_BOTTOM_RIGHT;
     CHECK(run_both_placements(c, 30));
+}
+
+/* Soft-capping, ALiBi (global positions: the bias of a key is the same on whichever shard it
+ * sits) and sinks (counted once, in the merge, also for rows no shard gives a key), decode and
+ * prefill, dense and paged. */
+TEST(mpi_score_modifiers) {
+    kv_case c = kv_case_of(2, 8, 2, 1, 301, 32);
+    c.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    c.alibi = c.sinks = 1;
+    CHECK(run_both_placements(c, 40));
+    c.softcap = 3.0f, c.window_left = 60; /* the first shards see nothing: the sink alone */
+    CHECK(run_both_placements(c, 41));
+    static const int32_t lens[2] = {120, 37};
+    c = kv_case_of(2, 4, 2, 12, 120, 16);
+    c.seqlens_kv = lens, c.page_size = 8, c.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    c.kv_dtype = FAI_DTYPE_BF16, c.o_dtype = FAI_DTYPE_F16;
+    c.softcap = 20.0f, c.alibi = 1, c.sinks = 1;
+    CHECK(run_both_placements(c, 42));
+    c.root = 0;
+    c.alibi = 0;
+    CHECK(run_both_placements(c, 43));
 }

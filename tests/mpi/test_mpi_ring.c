@@ -12,6 +12,8 @@ typedef struct ring_case {
     fai_dtype q_dtype, kv_dtype, o_dtype;
     fai_causal causal;
     int64_t window_left, window_right;
+    float softcap; /* score modifiers */
+    int alibi, sinks;
 } ring_case;
 
 static ring_case ring_case_of(int64_t batch, int64_t hq, int64_t hkv, int64_t seq, int64_t d) {
@@ -68,6 +70,11 @@ static int run_ring_case(const ring_case *c, uint64_t seed, fai_mpi_stats *stats
     whole.o_dtype = c->o_dtype, whole.causal = c->causal;
     whole.window_left = c->window_left, whole.window_right = c->window_right;
     whole.threads = 1, whole.workers = 2;
+    whole.softcap = c->softcap, whole.alibi = c->alibi, whole.sinks = c->sinks;
+    float slopes[64], sinks[64];
+    fai_alibi_slopes(c->hq, slopes);
+    for (int64_t h = 0; h < c->hq; h++)
+        sinks[h] = h % 4 == 1 ? -INFINITY : 0.5f * (float)h - 1.0f;
     void *q = test_alloc(4 * (size_t)(B * S * q_row)), *k = test_alloc(4 * (size_t)(B * S * k_row));
     void *v = test_alloc(4 * (size_t)(B * S * v_row));
     take_rows(q, c->q_dtype, S, 0, qf, B, S, q_row, 0, S);
@@ -78,6 +85,8 @@ static int run_ring_case(const ring_case *c, uint64_t seed, fai_mpi_stats *stats
     wt.q = fai_tensor_bshd(q, c->q_dtype, S, c->hq, c->d);
     wt.k = fai_tensor_bshd(k, c->kv_dtype, S, c->hkv, c->d);
     wt.v = fai_tensor_bshd(v, c->kv_dtype, S, c->hkv, c->dv);
+    wt.alibi_slopes = c->alibi ? slopes : NULL;
+    wt.sinks = c->sinks ? sinks : NULL;
     float *o_ref = test_alloc(sizeof(float) * (size_t)(B * S * c->hq * c->dv));
     float *lse_ref = test_alloc(sizeof(float) * (size_t)(B * c->hq * S));
     int ok = test_reference(&whole, &wt, o_ref, lse_ref) == 0;
@@ -107,6 +116,8 @@ static int run_ring_case(const ring_case *c, uint64_t seed, fai_mpi_stats *stats
     lt.v = fai_tensor_bshd(lv, c->kv_dtype, rows, c->hkv, c->dv);
     lt.o = fai_tensor_bshd(o, c->o_dtype, rows, c->hq, c->dv);
     lt.lse = (fai_tensor){lse, FAI_DTYPE_F32, c->hq * rows, 1, rows, 0};
+    lt.alibi_slopes = wt.alibi_slopes;
+    lt.sinks = wt.sinks;
     const fai_status status = fai_mpi_ring_attention(MPI_COMM_WORLD, &local, S, &lt, stats);
     if (status != FAI_OK) {
         fprintf(stderr, "  rank %d: %s: %s\n", test_rank, fai_status_string(status),
@@ -174,4 +185,16 @@ TEST(mpi_ring_windows) {
     CHECK(run_ring_case(&c, 71, &stats));
     c.window_left = 0, c.window_right = 0; /* the diagonal alone */
     CHECK(run_ring_case(&c, 72, &stats));
+}
+
+/* Soft-capping, ALiBi over the chunks' global positions, and sinks counted once per row when the
+ * chunk's pairs are folded. */
+TEST(mpi_ring_score_modifiers) {
+    ring_case c = ring_case_of(2, 4, 2, 70, 16);
+    c.softcap = 4.0f, c.alibi = 1, c.sinks = 1;
+    fai_mpi_stats stats;
+    CHECK(run_ring_case(&c, 60, &stats));
+    c.causal = FAI_CAUSAL_NONE, c.window_left = 9, c.window_right = 2;
+    c.kv_dtype = FAI_DTYPE_F16;
+    CHECK(run_ring_case(&c, 61, &stats));
 }

@@ -74,6 +74,8 @@ void fai_case_spec_any(fai_case_spec *s) {
     s->scale = NAN;
     s->amplitude = NAN;
     s->max_work = 0;
+    s->softcap = NAN;
+    s->alibi = s->sinks = FAI_CASE_ANY;
 }
 
 static int64_t draw_dim(fai_rng *g) {
@@ -189,10 +191,11 @@ static const char *split_name(fai_split split) {
 }
 
 static const char *mask_name(int64_t kind) {
-    return kind == FAI_MASK_KEEP   ? "keep"
-           : kind == FAI_MASK_DROP ? "drop"
-           : kind == FAI_MASK_ADD  ? "add"
-                                   : "none";
+    return kind == FAI_MASK_KEEP        ? "keep"
+           : kind == FAI_MASK_DROP      ? "drop"
+           : kind == FAI_MASK_ADD       ? "add"
+           : kind == FAI_MASK_KEEP_BITS ? "bits"
+                                        : "none";
 }
 
 static const char *mask_shape_name(int shape) {
@@ -459,10 +462,11 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         sp.window_right = window_drawn && fai_rng_range(g, 0, 2) ? fai_rng_range(g, 0, wspan) : -1;
     if (ANY(sp.mask_kind)) {
         const int64_t p = fai_rng_range(g, 0, 99);
-        sp.mask_kind = p < 55   ? FAI_MASK_NONE
-                       : p < 70 ? FAI_MASK_KEEP
-                       : p < 85 ? FAI_MASK_DROP
-                                : FAI_MASK_ADD;
+        sp.mask_kind = p < 50   ? FAI_MASK_NONE
+                       : p < 62 ? FAI_MASK_KEEP
+                       : p < 74 ? FAI_MASK_DROP
+                       : p < 87 ? FAI_MASK_ADD
+                                : FAI_MASK_KEEP_BITS;
     }
     if (ANY(sp.mask_shape)) sp.mask_shape = fai_rng_range(g, 0, FAI_CASE_MASK_SHAPES - 1);
     if (ANY(sp.mask_density))
@@ -496,6 +500,30 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     }
     if (isnan(sp.amplitude)) sp.amplitude = (double)PICK(g, 1, 1, 2, 2, 3, 4) * 0.5;
     pb->scale = isinf(sp.scale) ? FAI_SCALE_DEFAULT : (float)sp.scale;
+    /* -- score modifiers: each about a fifth of the time, independently -- */
+    if (isnan(sp.softcap))
+        sp.softcap = fai_rng_range(g, 0, 99) < 20 ? (double)PICK(g, 1, 2, 5, 20, 50) * 0.5 : 0.0;
+    if (ANY(sp.alibi)) sp.alibi = fai_rng_range(g, 0, 99) < 20;
+    if (ANY(sp.sinks)) sp.sinks = fai_rng_range(g, 0, 99) < 25;
+    pb->softcap = (float)sp.softcap;
+    pb->alibi = sp.alibi != 0;
+    pb->sinks = sp.sinks != 0;
+    if (pb->alibi || pb->sinks) {
+        c->alibi_slopes = calloc((size_t)Hq, sizeof(float));
+        c->sinks = calloc((size_t)Hq, sizeof(float));
+        if (!c->alibi_slopes || !c->sinks) return build_fail(c, "out of memory");
+        /* the standard slopes mostly, else any (negative too: the bias then grows) */
+        const int standard = fai_rng_range(g, 0, 99) < 60;
+        if (standard) fai_alibi_slopes(Hq, c->alibi_slopes);
+        for (int64_t h = 0; h < Hq; h++) {
+            if (!standard) c->alibi_slopes[h] = (float)(fai_rng_uniform(g) * 1.2 - 0.2);
+            /* sink logits around the scores' own range, now and then none (-inf) or dominant */
+            const int64_t p = fai_rng_range(g, 0, 99);
+            c->sinks[h] = p < 10   ? -INFINITY
+                          : p < 15 ? (float)(8.0 + 8.0 * fai_rng_uniform(g))
+                                   : (float)uniform_pm(g, 3.0);
+        }
+    }
     if (ANY(sp.workers)) {
         const int64_t p = fai_rng_range(g, 0, 99);
         sp.workers = p < 25   ? 0
@@ -521,6 +549,8 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     /* -- tensors -- */
     fai_tensors *t = &c->tensors;
     memset(t, 0, sizeof *t);
+    t->alibi_slopes = pb->alibi ? c->alibi_slopes : NULL;
+    t->sinks = pb->sinks ? c->sinks : NULL;
     const int lay_any = ANY(sp.layout);
     c->layout_q = (int)(lay_any ? fai_rng_range(g, 0, 3) : sp.layout);
     c->layout_k = (int)(lay_any ? fai_rng_range(g, 0, 3) : sp.layout);
@@ -659,6 +689,7 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     /* -- explicit mask -- */
     if (pb->mask_kind != FAI_MASK_NONE) {
         const int add = pb->mask_kind == FAI_MASK_ADD;
+        const int bits = pb->mask_kind == FAI_MASK_KEEP_BITS;
         const int64_t mrows =
             (packed_q ? max_lq : pb->seq_q) > 0 ? (packed_q ? max_lq : pb->seq_q) : 1;
         const int64_t mcols = (paged || packed_kv ? max_lk : pb->seq_kv) > 0
@@ -675,14 +706,17 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         const int key_rows = c->mask_shape == FAI_CASE_MASK_B_SKV;
         const int64_t rows_stored = key_rows ? 1 : mrows;
         fai_mask *m = &t->mask;
-        const int64_t row_len = mcols + (fai_rng_range(g, 0, 1) ? fai_rng_range(g, 1, 5) : 0);
+        /* bytes or elements of a row: a bit mask's whole bytes (the bits past the keys are
+         * garbage) */
+        const int64_t row_need = bits ? (mcols + 7) / 8 : mcols;
+        const int64_t row_len = row_need + (fai_rng_range(g, 0, 1) ? fai_rng_range(g, 1, 5) : 0);
         m->stride_q = key_rows ? 0 : row_len;
         const int64_t plane = rows_stored * row_len + fai_rng_range(g, 0, 3);
         m->stride_head = per_h ? plane : 0;
         m->stride_batch = per_b ? (per_h ? Hq * plane : plane) + fai_rng_range(g, 0, 3) : 0;
         const int64_t nbm = per_b ? (B > 0 ? B : 1) : 1, nhm = per_h ? Hq : 1;
         const int64_t ext = (nbm - 1) * m->stride_batch + (nhm - 1) * m->stride_head +
-                            (rows_stored - 1) * m->stride_q + mcols;
+                            (rows_stored - 1) * m->stride_q + row_need;
         const size_t esize = add ? 4 : 1;
         if (alloc_buf(c, BUF_MASK, ext, esize)) return build_fail(c, "out of memory");
         unsigned char *mb = c->buf[BUF_MASK];
@@ -706,6 +740,11 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
                         if (add) {
                             const float v = masked ? -INFINITY : (float)uniform_pm(g, 3.0);
                             memcpy(mb + off * 4, &v, 4);
+                        } else if (bits) {
+                            unsigned char *byte = mb + off - j + j / 8;
+                            const unsigned char bit = (unsigned char)(1u << (j % 8));
+                            *byte = masked ? (unsigned char)(*byte & ~bit)
+                                           : (unsigned char)(*byte | bit);
                         } else {
                             const unsigned char nz = (unsigned char)fai_rng_range(g, 1, 255);
                             const int keep = !masked;
@@ -753,20 +792,24 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     else
         snprintf(mask_desc, sizeof mask_desc, "%s%s%lld%%", mask_name(pb->mask_kind),
                  mask_shape_name(c->mask_shape), (long long)sp.mask_density);
+    char mods_desc[64] = "";
+    if (pb->softcap > 0.0f || pb->alibi || pb->sinks)
+        snprintf(mods_desc, sizeof mods_desc, " mods=softcap:%g%s%s", (double)pb->softcap,
+                 pb->alibi ? ",alibi" : "", pb->sinks ? ",sinks" : "");
     snprintf(c->desc, sizeof c->desc,
              "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s v=%s "
-             "o=%s causal=%s%s window=%lld,%lld mask=%s lens_q=%s lens_kv=%s%s scale=%s amp=%g "
+             "o=%s causal=%s%s window=%lld,%lld mask=%s%s lens_q=%s lens_kv=%s%s scale=%s amp=%g "
              "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld ws+%zu",
              (unsigned long long)seed, (long long)B, (long long)Hq, (long long)Hkv,
              (long long)sp.seq_q, (long long)sp.seq_kv, (long long)D, (long long)pb->head_dim_v,
              fai_oracle_dtype_name(pb->q_dtype), fai_oracle_dtype_name(pb->k_dtype),
              fai_oracle_dtype_name(pb->v_dtype), fai_oracle_dtype_name(pb->o_dtype),
              causal_name(pb->causal), pb->q_positions ? " positions" : "",
-             (long long)pb->window_left, (long long)pb->window_right, mask_desc, lq_desc, lk_desc,
-             lens_desc, scale_desc, amp, c->layout_q, c->layout_k, c->layout_v, c->layout_o,
-             sp.lse ? 1 + c->lse_layout : 0, (long long)pb->workers, (long long)pb->threads,
-             split_name(pb->split), (long long)pb->tile_q, (long long)pb->tile_kv,
-             c->workspace_offset);
+             (long long)pb->window_left, (long long)pb->window_right, mask_desc, mods_desc, lq_desc,
+             lk_desc, lens_desc, scale_desc, amp, c->layout_q, c->layout_k, c->layout_v,
+             c->layout_o, sp.lse ? 1 + c->lse_layout : 0, (long long)pb->workers,
+             (long long)pb->threads, split_name(pb->split), (long long)pb->tile_q,
+             (long long)pb->tile_kv, c->workspace_offset);
     return 0;
 }
 
@@ -794,6 +837,8 @@ void fai_case_free(fai_case *c) {
     free(c->block_table);
     free(c->q_pos);
     free(c->kv_pos);
+    free(c->alibi_slopes);
+    free(c->sinks);
     memset(c, 0, sizeof *c);
 }
 

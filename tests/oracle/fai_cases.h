@@ -77,6 +77,11 @@ typedef struct fai_case_spec {
                          1/sqrt(D) (FAI_SCALE_DEFAULT); else the problem's scale */
     double amplitude; /* Q and K values are uniform in [-a, a]; NaN: draw; V is in [-1, 1] */
     double max_work;  /* cap on B*Hq*Sq*Skv*(D+Dv) for drawn shapes; 0: the default 2e6 */
+    /* Score modifiers. softcap: NaN draws (mostly 0, off), else the problem's softcap. alibi,
+     * sinks: 1 on, 0 off (slopes and sink logits are then drawn per head). A spec zeroed
+     * without fai_case_spec_any has none of them. */
+    double softcap;
+    int64_t alibi, sinks;
 } fai_case_spec;
 
 /* Every field FAI_CASE_ANY (scale and amplitude NaN, lens NULL, max_work 0). */
@@ -104,8 +109,9 @@ typedef struct fai_case {
     /* owned storage */
     int32_t *seqlens_q, *seqlens_kv, *cu_q, *cu_kv, *block_table;
     int32_t *q_pos, *kv_pos;
-    void *buf[FAI_CASE_BUFS];  /* q, k, v, o, lse, mask (NULL when absent) */
-    void *init[FAI_CASE_BUFS]; /* the contents before the run */
+    float *alibi_slopes, *sinks; /* [heads_q] when the problem has them */
+    void *buf[FAI_CASE_BUFS];    /* q, k, v, o, lse, mask (NULL when absent) */
+    void *init[FAI_CASE_BUFS];   /* the contents before the run */
     size_t bytes[FAI_CASE_BUFS];
     size_t workspace_offset; /* the workspace pointer is this many bytes past an aligned one */
     char desc[768];

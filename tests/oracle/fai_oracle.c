@@ -6,8 +6,12 @@
  *   positions, the key index at the query's position: q_positions[b] + i - kv_positions[b];
  *   key j is visible iff 0 <= j < lk, (wl < 0 or j >= diag - wl), (wr < 0 or j <= diag + wr)
  *   where wr is clamped to 0 when causal, and the explicit mask keeps it;
- *   s_j = scale * q.k_j (+ add mask), P = softmax over the visible keys, O = P V,
- *   LSE = log sum exp s_j. No visible key (or all ADD = -inf): O = 0, LSE = -inf.
+ *   s_j = cap tanh(scale * q.k_j / cap) (soft-capping; scale * q.k_j without it)
+ *         - slope_h |j - diag| (ALiBi) + add mask,
+ *   P = softmax over the visible keys, O = P V, LSE = log sum exp s_j. No visible key (or all
+ *   ADD = -inf): O = 0, LSE = -inf. With a sink (finite sink_h) the denominator and the sum in
+ *   the LSE gain exp(sink_h), and a row with no visible key gets LSE = sink_h. A KEEP_BITS mask
+ *   keeps key j where bit j % 8 of byte j / 8 of the row is 1.
  * Non-finite values follow IEEE arithmetic in double: a visible NaN logit, or a +inf one (whose
  * P is exp(inf - inf)), makes the row's O and LSE NaN; visible logits that are all -inf make a
  * row like a fully masked one (LSE = log 0 = -inf, O = 0); Inf or NaN in V reaches O through
@@ -240,8 +244,13 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "window = %lld,%lld",
                     (long long)pb->window_left, (long long)pb->window_right);
     if (pb->mask_kind != FAI_MASK_NONE && pb->mask_kind != FAI_MASK_KEEP &&
-        pb->mask_kind != FAI_MASK_DROP && pb->mask_kind != FAI_MASK_ADD)
+        pb->mask_kind != FAI_MASK_DROP && pb->mask_kind != FAI_MASK_ADD &&
+        pb->mask_kind != FAI_MASK_KEEP_BITS)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "mask_kind = %d", (int)pb->mask_kind);
+    if (!(pb->softcap >= 0.0f) || isinf(pb->softcap))
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "softcap = %g", (double)pb->softcap);
+    if ((pb->alibi && !t->alibi_slopes) || (pb->sinks && !t->sinks))
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "alibi_slopes or sinks NULL");
     if (pb->seqlens_q && pb->cu_seqlens_q)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "seqlens_q with cu_seqlens_q");
     if (pb->seqlens_kv && pb->cu_seqlens_kv)
@@ -414,6 +423,9 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
                         qd[d] = fai_oracle_load(t->q.data, pb->q_dtype, qo + d);
 
                     const int64_t diag = i + shift;
+                    const double cap = pb->softcap;
+                    const double slope = pb->alibi ? (double)t->alibi_slopes[h] : 0.0;
+                    const double sink = pb->sinks ? (double)t->sinks[h] : -INFINITY;
                     double m = -INFINITY;
                     for (int64_t j = 0; j < lk; j++) {
                         vis[j] = 0;
@@ -428,6 +440,10 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
                                 memcpy(&f, (const char *)t->mask.data + mo * 4, 4);
                                 if (f == -INFINITY) continue;
                                 add = (double)f;
+                            } else if (pb->mask_kind == FAI_MASK_KEEP_BITS) {
+                                const unsigned char byte =
+                                    ((const unsigned char *)t->mask.data)[mo - j + j / 8];
+                                if (!((byte >> (j % 8)) & 1)) continue;
                             } else {
                                 const unsigned char byte =
                                     ((const unsigned char *)t->mask.data)[mo];
@@ -439,10 +455,20 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
                             dot += qd[d] * kd[j * D + d];
                             dot_mag += fabs(qd[d] * kd[j * D + d]);
                         }
-                        s[j] = scale * dot + add;
+                        const double raw = scale * dot;
+                        double logit = raw, mag = fabs(scale) * dot_mag;
+                        if (cap > 0.0) {
+                            /* the raw logit's rounding passes through tanh's slope, and the
+                             * capped value brings the tanh's own */
+                            logit = cap * tanh(raw / cap);
+                            const double slope_there = 1.0 / cosh(raw / cap);
+                            mag = mag * slope_there * slope_there + 2.0 * fabs(logit);
+                        }
+                        const double bias = slope * fabs((double)(j - diag));
+                        s[j] = logit - bias + add;
                         vis[j] = 1;
                         keys++;
-                        const double mag = fabs(scale) * dot_mag + fabs(add);
+                        mag += fabs(add) + fabs(bias);
                         if (mag > logit_mag) logit_mag = mag;
                         /* a NaN logit makes the max NaN for good, and so the whole row */
                         if (s[j] > m || isnan(s[j])) m = s[j];
@@ -450,9 +476,13 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
                     if (m == -INFINITY) {
                         out->row_state[orow] = FAI_ORACLE_ROW_MASKED;
                         out->rows_masked++;
-                        continue; /* O stays 0, LSE -inf */
+                        *lse = sink; /* -inf without a sink */
+                        continue;    /* O stays 0 */
                     }
-                    double sum = 0.0;
+                    /* the sink joins the denominator (a NaN row stays NaN) */
+                    if (sink > m) m = sink;
+                    double sum = sink > -INFINITY ? exp(sink - m) : 0.0;
+                    if (sink > -INFINITY && fabs(sink) > logit_mag) logit_mag = fabs(sink);
                     for (int64_t j = 0; j < lk; j++) {
                         if (!vis[j]) continue;
                         const double p = exp(s[j] - m);

@@ -87,6 +87,8 @@ static int run_kv_sharded(fai_run_args *a, fai_run_inputs *in, const fai_run_pro
     rc = fai_mpi_tool_agree(rc, a);
     if (!rc) {
         s.tensors.o = fai_tensor_bshd(o, a->out_dtype, p->seq_q, p->heads_q, p->head_dim_v);
+        s.tensors.alibi_slopes = p->alibi_slopes;
+        s.tensors.sinks = p->sinks;
         if (a->value[FAI_RUN_OPT_LSE])
             s.tensors.lse = fai_run_lse_tensor(lse, p->heads_q, p->seq_q);
         /* the queries are placed by the library, as fai run places them, from the agreed length */
@@ -211,6 +213,8 @@ static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *
         t.v = fai_tensor_bshd(v, p->v_dtype, z.rows, p->heads_kv, p->head_dim_v);
         t.o = fai_tensor_bshd(o_local, a->out_dtype, z.rows, p->heads_q, p->head_dim_v);
         t.lse = fai_run_lse_tensor(lse_local, p->heads_q, z.rows);
+        t.alibi_slopes = p->alibi_slopes;
+        t.sinks = p->sinks;
         if (fai_mpi_ring_attention(MPI_COMM_WORLD, &local, p->seq_q, &t, NULL) != FAI_OK)
             rc = fai_run_fail(a, "%s", fai_mpi_last_error());
     }

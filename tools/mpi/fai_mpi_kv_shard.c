@@ -106,15 +106,25 @@ static int shard_paged(fai_run_args *a, const fai_run_inputs *in, const fai_run_
     return rc;
 }
 
+/* The bits of keys [from, from + count) of a bit-mask row, moved to start at bit 0 of dst. */
+static void copy_bits(unsigned char *dst, const unsigned char *src, int64_t from, int64_t count) {
+    for (int64_t j = 0; j < count; j++)
+        if ((src[(from + j) / 8] >> ((from + j) % 8)) & 1)
+            dst[j / 8] = (unsigned char)(dst[j / 8] | (1u << (j % 8)));
+}
+
 /* The mask columns of the shard's keys, per sequence (shards start at different keys in
- * different sequences when paged): [B, Hm, Sq, widest shard], Hm = Hq for a per-head mask. */
+ * different sequences when paged): [B, Hm, Sq, widest shard], Hm = Hq for a per-head mask; a
+ * bit mask keeps its rows of whole bytes, the shard's first key at bit 0. */
 static int shard_mask(fai_run_args *a, const fai_run_problem *p, fai_mpi_kv_shard *s,
                       const int64_t *lens) {
+    const int bits = p->problem.mask_kind == FAI_MASK_KEEP_BITS;
     const size_t es = p->problem.mask_kind == FAI_MASK_ADD ? 4 : 1;
     const int64_t heads = p->mask.stride_head ? p->heads_q : 1, Sq = p->seq_q;
     int64_t widest = 1;
     for (int64_t b = 0; b < p->batch; b++)
         if (lens[b] > widest) widest = lens[b];
+    if (bits) widest = (widest + 7) / 8;
     const size_t bytes = (size_t)(p->batch * heads * Sq * widest) * es;
     s->mask = fai_run_alloc(bytes);
     if (!s->mask) return out_of_memory(a, bytes);
@@ -122,8 +132,15 @@ static int shard_mask(fai_run_args *a, const fai_run_problem *p, fai_mpi_kv_shar
     for (int64_t b = 0; b < p->batch; b++)
         for (int64_t h = 0; h < heads; h++)
             for (int64_t i = 0; i < Sq; i++) {
-                const int64_t from = b * p->mask.stride_batch + h * p->mask.stride_head +
-                                     i * p->mask.stride_q + s->kv_start[b];
+                const int64_t row =
+                    b * p->mask.stride_batch + h * p->mask.stride_head + i * p->mask.stride_q;
+                const int64_t from = row + s->kv_start[b];
+                if (bits) {
+                    copy_bits((unsigned char *)s->mask +
+                                  (size_t)(((b * heads + h) * Sq + i) * widest),
+                              (const unsigned char *)whole + row, s->kv_start[b], lens[b]);
+                    continue;
+                }
                 memcpy((char *)s->mask + (size_t)(((b * heads + h) * Sq + i) * widest) * es,
                        whole + (size_t)from * es, (size_t)lens[b] * es);
             }

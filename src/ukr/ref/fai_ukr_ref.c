@@ -143,6 +143,31 @@ static void exp_array_ref(float *dst, const float *src, int64_t n) {
         dst[i] = expf(src[i]);
 }
 
+static void tanh_array_ref(float *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = tanhf(src[i]);
+}
+
+static float mod_score_ref(float s, int64_t c, int64_t r, const fai_score_mods *mods) {
+    s *= mods->scale;
+    if (mods->softcap > 0.0f) s = mods->softcap * tanhf(s * (1.0f / mods->softcap));
+    if (mods->slope) s -= mods->slope[r] * fabsf((float)c + mods->offset[r]);
+    return s;
+}
+
+static void mods_t_ref(float *s_t, int64_t ld_s, int64_t n, const fai_score_mods *mods) {
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t r = 0; r < ld_s; r++)
+            s_t[c * ld_s + r] = mod_score_ref(s_t[c * ld_s + r], c, r, mods);
+}
+
+static void mods_rows_ref(float *s, int64_t ld_n, int64_t m, int64_t n,
+                          const fai_score_mods *mods) {
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t c = 0; c < n; c++)
+            s[r * ld_n + c] = mod_score_ref(s[r * ld_n + c], c, r, mods);
+}
+
 void fai__cntx_init_ref(fai_cntx *cntx) {
     cntx->name = "ref";
     cntx->simd_width = 1;
@@ -157,4 +182,7 @@ void fai__cntx_init_ref(fai_cntx *cntx) {
     cntx->qk_rows = qk_rows_ref;
     cntx->softmax_rows = softmax_rows_ref;
     cntx->pv_rows = pv_rows_ref;
+    cntx->mods_t = mods_t_ref;
+    cntx->mods_rows = mods_rows_ref;
+    cntx->tanh_array = tanh_array_ref;
 }
