@@ -60,14 +60,6 @@ def _config(name):
     raise AssertionError(name)
 
 
-def _needs(name):
-    if name == "gemma2-softcap" and not fai_hf._PLAN_SOFTCAP:
-        pytest.skip("fai.Plan has no softcap= yet: Gemma 2's logit softcapping is refused "
-                    "(test_softcap_refused_by_name)")
-    if name == "gpt-oss-sinks" and not (fai_hf._PLAN_SINKS or fai_hf._RUN_SINKS):
-        pytest.skip("fai.Plan has no sinks= yet: gpt-oss's attention sinks are refused")
-
-
 MODELS = ["llama-gqa", "qwen2", "mistral-window", "gemma2-softcap", "gpt-oss-sinks"]
 
 
@@ -97,7 +89,6 @@ def _logits(model, impl, ids, mask):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_logits_float32(name):
-    _needs(name)
     model, ref = _model(name, torch.float32)
     ids, mask = _batch()
     got = _logits(model, "fai", ids, mask)
@@ -110,7 +101,6 @@ def test_logits_float32(name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_logits_bfloat16(name):
-    _needs(name)
     model, ref = _model(name, torch.bfloat16)
     ids, mask = _batch()
     got = _logits(model, "fai", ids, mask)
@@ -133,7 +123,6 @@ def _generate(model, impl, ids, mask, tokens):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_greedy_generate_float32(name):
-    _needs(name)
     model, ref = _model(name, torch.float32)
     ids, mask = _batch()
     got = _generate(model, "fai", ids, mask, NEW_TOKENS)
@@ -245,17 +234,19 @@ def test_two_dimensional_mask_refused():
         fai_hf.attention_forward(_Module(), q, k, v, torch.ones(2, 9, dtype=torch.bool))
 
 
-def test_softcap_refused_by_name():
-    if fai_hf._PLAN_SOFTCAP:
-        pytest.skip("this fai has softcap=: Gemma 2 runs in test_logits_*")
-    q, k, v = _qkv()
-    with pytest.raises(fai.FaiError, match="softcap = 5.0"):
-        fai_hf.attention_forward(_Module(), q, k, v, None, softcap=5.0)
-
-
-def test_sinks_refused_by_name():
-    if fai_hf._PLAN_SINKS or fai_hf._RUN_SINKS:
-        pytest.skip("this fai has sinks=: gpt-oss runs in test_logits_*")
-    q, k, v = _qkv()
-    with pytest.raises(fai.FaiError, match="s_aux"):
-        fai_hf.attention_forward(_Module(), q, k, v, None, s_aux=torch.zeros(4))
+def test_softcap_and_sinks_match_float64():
+    """softcap and s_aux (gpt-oss's sinks: a logit per query head that joins each row's
+    denominator and carries no value) reach fai's modifiers: causal attention with both against
+    float64 written out."""
+    q, k, v = _qkv(s_q=9)
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    out, _ = fai_hf.attention_forward(_Module(), q, k, v, None, scaling=0.4, softcap=3.0,
+                                      s_aux=sinks)
+    qd, kd, vd = (t.double() for t in (q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)))
+    s = qd @ kd.transpose(-1, -2) * 0.4
+    s = 3.0 * torch.tanh(s / 3.0)
+    s = s.masked_fill(torch.ones(9, 9, dtype=torch.bool).triu(1), float("-inf"))
+    sink = sinks.double().view(1, 4, 1, 1).expand(2, 4, 9, 1)
+    p = torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :9]
+    want = (p @ vd).transpose(1, 2)
+    assert torch.allclose(out.double(), want, atol=1e-5)

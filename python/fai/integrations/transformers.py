@@ -13,8 +13,6 @@ The attention function reads transformers' [B, H, S, D] query, key and value ten
 model reshapes next. Plans are cached (PLANS), so a forward pass plans once for all its layers.
 What fai cannot compute is refused with a FaiError naming the argument, never approximated.
 """
-import inspect
-
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import sdpa_mask
@@ -32,16 +30,6 @@ PLANS = PlanCache()
 MASKS = MaskReader()
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _takes(function, keyword):
-    return keyword in inspect.signature(function).parameters
-
-
-# score modifiers this build of the package has: passed through where it does, refused otherwise
-_PLAN_SOFTCAP = _takes(fai.Plan.like, "softcap")
-_PLAN_SINKS = _takes(fai.Plan.like, "sinks")
-_RUN_SINKS = _takes(fai.Plan.run, "sinks")
 
 
 def _refuse(argument, value, why):
@@ -75,22 +63,13 @@ def _check_tensors(query, key, value, module):
 
 def _modifiers(softcap, s_aux):
     """The plan and run keywords of the logit softcap and the attention sinks (s_aux, one logit
-    per query head, a key with no value), or a refusal when this fai has no such keyword."""
+    per query head, a key with no value)."""
     plan, run = {}, {}
     if softcap is not None:
-        if not _PLAN_SOFTCAP:
-            _refuse("softcap", softcap, "this fai has no logit softcapping (fai.Plan takes no "
-                    "softcap=)")
         plan["softcap"] = float(softcap)
     if s_aux is not None:
-        sinks = s_aux.detach()
-        if _RUN_SINKS:
-            run["sinks"] = sinks
-        elif _PLAN_SINKS:
-            plan["sinks"] = sinks
-        else:
-            _refuse("s_aux", f"a tensor of shape {list(s_aux.shape)}", "this fai has no "
-                    "attention sinks (fai.Plan takes no sinks=)")
+        plan["sinks"] = True  # the plan has sinks; their values (float32 [Hq]) come per run
+        run["sinks"] = s_aux.detach().float()
     return plan, run
 
 
@@ -101,7 +80,7 @@ def _threads():
 
 def _plan_key(q, k, v, options):
     def hashable(value):
-        if isinstance(value, torch.Tensor):  # sinks given to the plan: one plan per tensor
+        if isinstance(value, torch.Tensor):  # a tensor given to the plan: one plan per tensor
             return ("tensor", value.data_ptr(), value._version)
         return value
 
