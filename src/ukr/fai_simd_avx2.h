@@ -40,6 +40,15 @@ static inline fmask v_eq(fvec a, fvec b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ
 static inline fvec v_select(fmask mask, fvec yes, fvec no) {
     return _mm256_blendv_ps(no, yes, mask);
 }
+/* every lane of the mask set */
+static inline int v_all(fmask mask) { return _mm256_movemask_ps(mask) == 0xFF; }
+/* 1 / a to about an ulp: the 12-bit estimate and two Newton steps (no divider on the path) */
+static inline fvec v_recip(fvec a) {
+    const fvec one = _mm256_set1_ps(1.0f);
+    fvec r = _mm256_rcp_ps(a);
+    r = _mm256_fmadd_ps(r, _mm256_fnmadd_ps(a, r, one), r);
+    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(a, r, one), r);
+}
 static inline float v_hsum(fvec v) {
     const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));

@@ -42,6 +42,13 @@ static inline fmask v_eq(fvec a, fvec b) { return _mm512_cmp_ps_mask(a, b, _CMP_
 static inline fvec v_select(fmask mask, fvec yes, fvec no) {
     return _mm512_mask_blend_ps(mask, no, yes);
 }
+/* every lane of the mask set */
+static inline int v_all(fmask mask) { return mask == 0xFFFF; }
+/* 1 / a to about an ulp: the 14-bit estimate and a Newton step (no divider on the path) */
+static inline fvec v_recip(fvec a) {
+    const fvec r = _mm512_rcp14_ps(a);
+    return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(a, r, _mm512_set1_ps(1.0f)), r);
+}
 static inline float v_hsum(fvec v) { return _mm512_reduce_add_ps(v); }
 /* NaN in v may or may not show, by lane: the softmax keeps NaN out of the vectors it reduces */
 static inline float v_hmax(fvec v) { return _mm512_reduce_max_ps(v); }

@@ -36,6 +36,15 @@ static inline fvec v_exp2i(fvec k) {
 static inline fmask v_lt(fvec a, fvec b) { return vcltq_f32(a, b); }
 static inline fmask v_eq(fvec a, fvec b) { return vceqq_f32(a, b); }
 static inline fvec v_select(fmask mask, fvec yes, fvec no) { return vbslq_f32(mask, yes, no); }
+/* every lane of the mask set */
+static inline int v_all(fmask mask) { return vminvq_u32(mask) != 0; }
+/* 1 / a to about an ulp: the 8-bit estimate and three Newton steps (no divider on the path) */
+static inline fvec v_recip(fvec a) {
+    fvec r = vrecpeq_f32(a);
+    r = vmulq_f32(r, vrecpsq_f32(a, r));
+    r = vmulq_f32(r, vrecpsq_f32(a, r));
+    return vmulq_f32(r, vrecpsq_f32(a, r));
+}
 static inline float v_hsum(fvec v) { return vaddvq_f32(v); }
 /* NaN in any lane gives NaN */
 static inline float v_hmax(fvec v) { return vmaxvq_f32(v); }

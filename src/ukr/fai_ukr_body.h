@@ -47,8 +47,10 @@ static inline fvec v_abs(fvec a) { return v_max(a, v_sub(v_zero(), a)); }
  * (truncation below 8e-9 relative there), above it 1 - 2 / (e^(2|x|) + 1) with v_exp (no
  * cancellation: the quotient is at most 0.45), the sign restored. Measured maximum relative error
  * against tanh in double: see the test ukr_tanh_accuracy (1.4e-7 measured on AVX-512 and
- * AVX2, 4e-7 enforced). +-Inf gives
- * +-1 (v_exp saturates), NaN stays NaN. */
+ * AVX2, 4e-7 enforced). +-Inf gives +-1 (|x| is clamped to 10, where tanh rounds to 1 in f32), NaN
+ * stays NaN. Soft-capped logits are mostly well under the cap: a vector whose lanes are all
+ * below 0.625 takes the polynomial alone, and the quotient is a refined reciprocal, not a
+ * division (a divider's throughput would make the soft-capping cost as much as the softmax). */
 static inline fvec v_tanh(fvec x) {
     const fvec ax = v_abs(x);
     const fvec x2 = v_mul(x, x);
@@ -62,10 +64,13 @@ static inline fvec v_tanh(fvec x) {
     p = v_fma(p, x2, v_set1(2.0f / 15.0f));
     p = v_fma(p, x2, v_set1(-1.0f / 3.0f));
     const fvec small = v_fma(v_mul(x, x2), p, x);
-    const fvec e = v_exp(v_add(ax, ax));
-    const fvec t = v_sub(v_set1(1.0f), v_div(v_set1(2.0f), v_add(e, v_set1(1.0f))));
+    const fmask is_small = v_lt(ax, v_set1(0.625f));
+    if (v_all(is_small)) return small;
+    const fvec clamped = v_min(v_set1(10.0f), ax); /* NaN stays (the second operand) */
+    const fvec e = v_exp(v_add(clamped, clamped));
+    const fvec t = v_sub(v_set1(1.0f), v_mul(v_set1(2.0f), v_recip(v_add(e, v_set1(1.0f)))));
     const fvec large = v_select(v_lt(x, v_zero()), v_sub(v_zero(), t), t);
-    return v_select(v_lt(ax, v_set1(0.625f)), small, large);
+    return v_select(is_small, small, large);
 }
 
 static void tanh_array_simd(float *dst, const float *src, int64_t n) {
