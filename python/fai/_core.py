@@ -100,8 +100,10 @@ class _View:
     def __init__(self, ptr, dtype, shape, strides, owner, is_torch):
         self.ptr = ptr
         self.dtype = dtype
-        self.shape = tuple(int(s) for s in shape)
-        self.strides = tuple(int(s) for s in strides)
+        # torch sizes and strides are ints already (a run converts four of them: decode calls are
+        # short enough for this to show)
+        self.shape = tuple(shape) if is_torch else tuple(int(s) for s in shape)
+        self.strides = tuple(strides) if is_torch else tuple(int(s) for s in strides)
         self.owner = owner
         self.torch = is_torch
 
@@ -128,12 +130,17 @@ def _layout_ok(shape, strides, need_last_contiguous, writable=False):
     return True
 
 
+_TORCH_DTYPE_NAMES = {}  # torch.dtype -> its name ("float32", ...), filled as dtypes are seen
+
+
 def _from_torch(t, name, want, last_contiguous, writable):
     if t.device.type != "cpu":
         _fail(f"{name} is on device {t.device}; fai computes on CPU tensors")
     if hasattr(t, "is_neg") and t.is_neg():
         t = t.resolve_neg()
-    dtype = str(t.dtype).replace("torch.", "")
+    dtype = _TORCH_DTYPE_NAMES.get(t.dtype)
+    if dtype is None:
+        dtype = _TORCH_DTYPE_NAMES.setdefault(t.dtype, str(t.dtype).replace("torch.", ""))
     convert = want(dtype)
     if convert is not None and convert != dtype:
         if writable:
