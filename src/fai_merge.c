@@ -41,6 +41,27 @@ static void add_weighted_row(double *acc, const fai_tensor *o, int64_t row, int6
         acc[x] += weight * fai__load_element(o->data, row + x, o->dtype);
 }
 
+/* The sizes of merged or rescaled rows: none negative, head_dim in range, and the element count
+ * (in *rows) without overflow. */
+static fai_status check_sizes(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                              int64_t *rows) {
+    if (batch < 0 || seq < 0 || heads < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "batch = %" PRId64 ", seq = %" PRId64 ", heads = %" PRId64
+                         ": sizes must not be negative",
+                         batch, seq, heads);
+    if (head_dim < 1 || head_dim > FAI_MAX_HEAD_DIM)
+        return fai__fail(FAI_ERR_INVALID_ARG, "head_dim = %" PRId64 " is outside [1, %d]", head_dim,
+                         FAI_MAX_HEAD_DIM);
+    if (!fai__mul_ok(batch, seq, rows) || !fai__mul_ok(*rows, heads, rows) ||
+        !fai__mul_ok(*rows, head_dim, rows) || *rows > (INT64_MAX >> 3))
+        return fai__fail(FAI_ERR_OVERFLOW,
+                         "batch = %" PRId64 " x seq = %" PRId64 " x heads = %" PRId64
+                         " x head_dim = %" PRId64 " overflows",
+                         batch, seq, heads, head_dim);
+    return FAI_OK;
+}
+
 fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_tensor *lse_parts,
                             int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                             const fai_tensor *o_out, const fai_tensor *lse_out) {
@@ -51,21 +72,8 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
     if (!o_parts) return fai__fail(FAI_ERR_INVALID_ARG, "o_parts = NULL");
     if (!lse_parts) return fai__fail(FAI_ERR_INVALID_ARG, "lse_parts = NULL");
     if (!o_out) return fai__fail(FAI_ERR_INVALID_ARG, "o_out = NULL");
-    if (batch < 0 || seq < 0 || heads < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "batch = %" PRId64 ", seq = %" PRId64 ", heads = %" PRId64
-                         ": sizes must not be negative",
-                         batch, seq, heads);
-    if (head_dim < 1 || head_dim > FAI_MAX_HEAD_DIM)
-        return fai__fail(FAI_ERR_INVALID_ARG, "head_dim = %" PRId64 " is outside [1, %d]", head_dim,
-                         FAI_MAX_HEAD_DIM);
     int64_t rows;
-    if (!fai__mul_ok(batch, seq, &rows) || !fai__mul_ok(rows, heads, &rows) ||
-        !fai__mul_ok(rows, head_dim, &rows) || rows > (INT64_MAX >> 3))
-        return fai__fail(FAI_ERR_OVERFLOW,
-                         "batch = %" PRId64 " x seq = %" PRId64 " x heads = %" PRId64
-                         " x head_dim = %" PRId64 " overflows",
-                         batch, seq, heads, head_dim);
+    FAI_TRY(check_sizes(batch, seq, heads, head_dim, &rows));
     if (rows == 0) return FAI_OK;
     for (int64_t p = 0; p < count; p++) {
         fai_status status = check_part("o_parts", p, &o_parts[p], 0);
@@ -130,21 +138,8 @@ fai_status fai_apply_sinks(const float *sinks, int64_t batch, int64_t seq, int64
     if (!sinks) return fai__fail(FAI_ERR_INVALID_ARG, "sinks = NULL");
     if (!o) return fai__fail(FAI_ERR_INVALID_ARG, "o = NULL");
     if (!lse) return fai__fail(FAI_ERR_INVALID_ARG, "lse = NULL: the rescaling needs the LSE");
-    if (batch < 0 || seq < 0 || heads < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "batch = %" PRId64 ", seq = %" PRId64 ", heads = %" PRId64
-                         ": sizes must not be negative",
-                         batch, seq, heads);
-    if (head_dim < 1 || head_dim > FAI_MAX_HEAD_DIM)
-        return fai__fail(FAI_ERR_INVALID_ARG, "head_dim = %" PRId64 " is outside [1, %d]", head_dim,
-                         FAI_MAX_HEAD_DIM);
     int64_t rows;
-    if (!fai__mul_ok(batch, seq, &rows) || !fai__mul_ok(rows, heads, &rows) ||
-        !fai__mul_ok(rows, head_dim, &rows) || rows > (INT64_MAX >> 3))
-        return fai__fail(FAI_ERR_OVERFLOW,
-                         "batch = %" PRId64 " x seq = %" PRId64 " x heads = %" PRId64
-                         " x head_dim = %" PRId64 " overflows",
-                         batch, seq, heads, head_dim);
+    FAI_TRY(check_sizes(batch, seq, heads, head_dim, &rows));
     for (int64_t h = 0; h < heads; h++)
         if (isnan(sinks[h]) || sinks[h] == INFINITY)
             return fai__fail(FAI_ERR_INVALID_ARG,

@@ -673,10 +673,12 @@ TEST(robust_two_pools) {
     fai_pool_free(pools[1]);
 }
 
-/* Runs separated by pauses around the helpers' polling window (none, shorter, longer), so that
- * helpers join while the caller works, join late, or wake after the caller closed the run: every
- * result is the oracle's, bitwise the same each time, on a pool of 3 threads for 5 workers. */
-TEST(robust_runs_after_pauses) {
+/* Runs of one plan on a pool of 3 threads for 5 workers, separated by pauses around the helpers'
+ * polling window (none, shorter, longer), so that helpers join while the caller works, join late,
+ * or wake after the caller closed the run; with `announce`, each run is announced first
+ * (fai_plan_wake: before its pause, some twice, and a last announcement no run follows). Every
+ * result is the oracle's, bitwise the same each time. */
+static void runs_after_pauses(int *test_failed_, int announce, uint64_t seed) {
     fai_pool *pool = NULL;
     REQUIRE(fai_pool_create(3, &pool) == FAI_OK);
     fai_case_spec s;
@@ -684,10 +686,11 @@ TEST(robust_runs_after_pauses) {
     s.workers = 5;
     s.threads = 3;
     fai_case c;
-    REQUIRE(fai_case_build(&c, &s, 3250) == 0);
+    REQUIRE(fai_case_build(&c, &s, seed) == 0);
     fai_plan *plan = NULL;
     REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
     fai_plan_set_pool(plan, pool);
+    if (announce) fai_plan_wake(plan);
     REQUIRE(run_with(plan, &c.tensors) == FAI_OK);
     const compare_stats st = compare_to_oracle(&c, NAN_ROWS_REQUIRE, "after pauses");
     CHECK(st.bad == 0 && st.checked > 0);
@@ -695,19 +698,24 @@ TEST(robust_runs_after_pauses) {
     unsigned char *first = malloc(o_bytes);
     REQUIRE(first != NULL);
     memcpy(first, c.buf[FAI_CASE_BUF_O], o_bytes);
-    static const long pauses_ns[] = {0, 5000, 30000, 200000, 2000000};
+    static const long pauses_ns[] = {0, 5000, 30000, 200000, 2000000, 3000000};
     for (int i = 0; i < 60; i++) {
-        const struct timespec pause = {0, pauses_ns[i % 5]};
+        if (announce) fai_plan_wake(plan);
+        if (announce && i % 4 == 3) fai_plan_wake(plan);
+        const struct timespec pause = {0, pauses_ns[i % 6]};
         if (pause.tv_nsec) nanosleep(&pause, NULL);
         fai_case_reset(&c); /* O and LSE back to their garbage */
         CHECK(run_with(plan, &c.tensors) == FAI_OK);
         CHECK(memcmp(c.buf[FAI_CASE_BUF_O], first, o_bytes) == 0);
     }
+    if (announce) fai_plan_wake(plan);
     free(first);
     fai_plan_free(plan);
     fai_case_free(&c);
-    fai_pool_free(pool);
+    fai_pool_free(pool); /* its threads may still be polling after the last announcement */
 }
+
+TEST(robust_runs_after_pauses) { runs_after_pauses(test_failed_, 0, 3250); }
 
 /* The packed K/V cache: the later q tiles of a kv head read the tiles the first one packed,
  * per (batch, kv head), on every table and for f32 and f16 K/V. V holds NaN at key 12 of one
@@ -744,50 +752,19 @@ TEST(robust_packed_kv_cache_reuse) {
     }
 }
 
-/* fai_plan_wake announces runs that come at once, late (after the announcement's polling
- * window), or never, and is a no-op for NULL and one-thread plans: every run's result is the
- * same oracle-checked bits, and a pool whose threads were announced to and left idle frees. */
+/* fai_plan_wake: announced runs as above; NULL and one-thread plans are no-ops. */
 TEST(robust_wake_announcements) {
-    fai_pool *pool = NULL;
-    REQUIRE(fai_pool_create(3, &pool) == FAI_OK);
-    fai_case_spec s;
-    small_spec(&s, 1);
-    s.workers = 5;
-    s.threads = 3;
-    fai_case c;
-    REQUIRE(fai_case_build(&c, &s, 3260) == 0);
-    fai_plan *plan = NULL;
-    REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
-    fai_plan_set_pool(plan, pool);
+    runs_after_pauses(test_failed_, 1, 3260);
     fai_plan_wake(NULL);
-    fai_plan_wake(plan);
-    REQUIRE(run_with(plan, &c.tensors) == FAI_OK);
-    const compare_stats st = compare_to_oracle(&c, NAN_ROWS_REQUIRE, "announced run");
-    CHECK(st.bad == 0 && st.checked > 0);
-    const size_t o_bytes = c.bytes[FAI_CASE_BUF_O];
-    unsigned char *first = malloc(o_bytes);
-    REQUIRE(first != NULL);
-    memcpy(first, c.buf[FAI_CASE_BUF_O], o_bytes);
-    static const long pauses_ns[] = {0, 200000, 3000000};
-    for (int i = 0; i < 12; i++) {
-        fai_plan_wake(plan);
-        if (i % 4 == 3) fai_plan_wake(plan); /* announced twice */
-        const struct timespec pause = {0, pauses_ns[i % 3]};
-        if (pause.tv_nsec) nanosleep(&pause, NULL);
-        fai_case_reset(&c);
-        CHECK(run_with(plan, &c.tensors) == FAI_OK);
-        CHECK(memcmp(c.buf[FAI_CASE_BUF_O], first, o_bytes) == 0);
-    }
-    fai_plan_wake(plan); /* and no run follows */
-    free(first);
-    fai_plan_free(plan);
-    /* one thread: nothing to wake */
-    c.problem.threads = 1;
-    REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+    fai_problem pb;
+    fai_problem_init(&pb);
+    pb.batch = pb.heads_q = pb.heads_kv = pb.seq_q = pb.seq_kv = 1;
+    pb.head_dim = 8;
+    pb.threads = 1;
+    fai_plan *plan = NULL;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
     fai_plan_wake(plan);
     fai_plan_free(plan);
-    fai_case_free(&c);
-    fai_pool_free(pool);
 }
 
 /* -- (v) determinism -------------------------------------------------------------------------- */
