@@ -14,9 +14,11 @@ The implementations take turns run by run, so that a shared machine's load weigh
 figures are medians of --runs. The attention share is the time inside the attention function
 (fai's, or transformers' sdpa_attention_forward) over the step's time; the mask built once per
 step is outside it. torch computes on --threads threads, and fai follows torch's thread count.
+OMP_WAIT_POLICY is PASSIVE unless set (as in python -m fai.bench): see the README on threads.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -129,6 +131,10 @@ def main(argv=None):
     args = _parse(argv)
     args.contexts = [int(c) for c in args.contexts.split(",") if c]
     args.implementations = [i for i in args.implementations.split(",") if i]
+    # torch's OpenMP threads sleep when idle, as fai's do (an OMP_WAIT_POLICY already set is kept):
+    # spinning after each operation they would hold the cores the next call needs, fai's threads
+    # or torch's own (set before torch is imported, as OpenMP reads it once)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     import transformers
 
@@ -148,6 +154,7 @@ def main(argv=None):
              "kv_heads": args.kv_heads, "head_dim": args.head_dim,
              "intermediate": args.intermediate, "vocab": args.vocab, "dtype": args.dtype,
              "threads": args.threads, "runs": args.runs, "decode_steps": args.decode_steps,
+             "OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"],
              "torch": torch.__version__, "transformers": transformers.__version__}
     if args.json:
         json.dump({"setup": setup, "rows": rows}, sys.stdout, indent=1)

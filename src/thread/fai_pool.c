@@ -211,6 +211,9 @@ void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *a
         return;
     }
     pthread_mutex_lock(&pool->run_lock);
+    /* an announced run has come: after it, helpers poll only SPIN_NANOSECONDS again (a caller's
+     * other work, such as another library's threads, gets the CPUs back) */
+    atomic_store(&pool->awake_until, 0);
     pool->fn = fn;
     pool->arg = arg;
     atomic_store(&pool->active, threads);
