@@ -74,15 +74,22 @@ extern "C" {
  * Status
  * ------------------------------------------------------------------------------------------- */
 
+/* The status codes, one X(name, value) per code: the single list the enum, fai_status_string
+ * and bindings are made from (define X, expand FAI_STATUS_MAP(X), undefine X). */
+#define FAI_STATUS_MAP(X)                                                                          \
+    X(FAI_OK, 0)                                                                                   \
+    X(FAI_ERR_INVALID_ARG, 1)         /* a problem or tensors field out of its domain */           \
+    X(FAI_ERR_UNSUPPORTED, 2)         /* a valid request this build does not implement */          \
+    X(FAI_ERR_WORKSPACE_TOO_SMALL, 3) /* workspace NULL or below fai_plan_workspace_size */        \
+    X(FAI_ERR_NO_MEMORY, 4)           /* an allocation in plan or pool creation failed */          \
+    X(FAI_ERR_ISA_UNAVAILABLE, 5)     /* FAI_ISA forces an instruction set this CPU lacks */       \
+    X(FAI_ERR_OVERFLOW, 6)            /* a size computed from the problem overflows */             \
+    X(FAI_ERR_IO, 7)                  /* the tuning cache could not be written */
+
 typedef enum fai_status {
-    FAI_OK = 0,
-    FAI_ERR_INVALID_ARG,         /* a field of the problem or tensors is out of its domain */
-    FAI_ERR_UNSUPPORTED,         /* a valid request this build does not implement */
-    FAI_ERR_WORKSPACE_TOO_SMALL, /* workspace NULL or smaller than fai_plan_workspace_size() */
-    FAI_ERR_NO_MEMORY,           /* an allocation in fai_plan_create or fai_pool_create failed */
-    FAI_ERR_ISA_UNAVAILABLE,     /* FAI_ISA forces an instruction set this CPU lacks */
-    FAI_ERR_OVERFLOW,            /* a size computed from the problem overflows */
-    FAI_ERR_IO                   /* the tuning cache could not be written */
+#define FAI_STATUS_ENUM_(name, value) name = value,
+    FAI_STATUS_MAP(FAI_STATUS_ENUM_)
+#undef FAI_STATUS_ENUM_
 } fai_status;
 
 /* Short fixed name of a status ("FAI_OK", "FAI_ERR_INVALID_ARG", ...). Never NULL; unknown

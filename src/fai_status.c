@@ -4,25 +4,15 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#define FAI_STATUS_MAP(XX)                                                                         \
-    XX(FAI_OK)                                                                                     \
-    XX(FAI_ERR_INVALID_ARG)                                                                        \
-    XX(FAI_ERR_UNSUPPORTED)                                                                        \
-    XX(FAI_ERR_WORKSPACE_TOO_SMALL)                                                                \
-    XX(FAI_ERR_NO_MEMORY)                                                                          \
-    XX(FAI_ERR_ISA_UNAVAILABLE)                                                                    \
-    XX(FAI_ERR_OVERFLOW)                                                                           \
-    XX(FAI_ERR_IO)
-
 static _Thread_local char last_error[512];
 
 const char *fai_status_string(fai_status status) {
     switch (status) {
-#define XX(name)                                                                                   \
+#define X(name, value)                                                                             \
     case name:                                                                                     \
         return #name;
-        FAI_STATUS_MAP(XX)
-#undef XX
+        FAI_STATUS_MAP(X)
+#undef X
     }
     return "FAI_ERR_UNKNOWN";
 }
