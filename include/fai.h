@@ -111,6 +111,14 @@ typedef enum fai_dtype {
     FAI_DTYPE_BF16 = 2 /* bfloat16: the upper half of a binary32 */
 } fai_dtype;
 
+/* Bytes per element of a dtype: 4 for f32, 2 for f16 and bf16; 0 for a value that is not a
+ * fai_dtype. Thread-safe. */
+FAI_API size_t fai_dtype_size(fai_dtype dtype);
+
+/* Short fixed name of a dtype: "f32", "f16", "bf16"; "unknown" for a value that is not a
+ * fai_dtype. Never NULL. Thread-safe. */
+FAI_API const char *fai_dtype_name(fai_dtype dtype);
+
 /* Causal masking. Query i of a sequence with lq queries and lk keys:
  *   BOTTOM_RIGHT sees keys j <= i + lk - lq (the inference convention of FlashAttention >= 2.1,
  *                vLLM, FlashInfer: the last query sees every key). This is what "causal" means

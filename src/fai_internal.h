@@ -19,9 +19,6 @@ void fai__clear_error(void);
         if (try_status_ != FAI_OK) return try_status_;                                             \
     } while (0)
 
-const char *fai__dtype_name(fai_dtype dtype);
-size_t fai__dtype_size(fai_dtype dtype);
-
 /* One sequence of the batch after lengths are resolved. Rows of sequence b live at tensor row
  * q_row0 + i (packed) or at batch b, row i (padded); q_rows is how many rows the tensor holds for
  * it (lengths plus padding), all of which the run writes. */

@@ -28,17 +28,3 @@ fai_status fai__fail(fai_status status, const char *fmt, ...) {
     va_end(args);
     return status;
 }
-
-const char *fai__dtype_name(fai_dtype dtype) {
-    switch (dtype) {
-    case FAI_DTYPE_F32:
-        return "f32";
-    case FAI_DTYPE_F16:
-        return "f16";
-    case FAI_DTYPE_BF16:
-        return "bf16";
-    }
-    return "unknown";
-}
-
-size_t fai__dtype_size(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }

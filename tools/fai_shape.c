@@ -265,8 +265,6 @@ static void *alloc_cache(size_t bytes) {
     return memory;
 }
 
-size_t fai_shape_dtype_bytes(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }
-
 int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data) {
     memset(data, 0, sizeof *data);
     const int64_t dv = shape->dv;
@@ -280,10 +278,10 @@ int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data 
     const int64_t kv_rows = paged ? pb->num_pages * shape->page_size : shape->b * shape->skv;
     const size_t k_count = (size_t)(kv_rows * shape->hkv * shape->d);
     const size_t v_count = (size_t)(kv_rows * shape->hkv * dv);
-    data->q = malloc(q_count * fai_shape_dtype_bytes(shape->q_dtype) + 1);
-    data->k = alloc_cache(k_count * fai_shape_dtype_bytes(shape->kv_dtype) + 1);
-    data->v = alloc_cache(v_count * fai_shape_dtype_bytes(shape->kv_dtype) + 1);
-    data->o = malloc(o_count * fai_shape_dtype_bytes(shape->out_dtype) + 1);
+    data->q = malloc(q_count * fai_dtype_size(shape->q_dtype) + 1);
+    data->k = alloc_cache(k_count * fai_dtype_size(shape->kv_dtype) + 1);
+    data->v = alloc_cache(v_count * fai_dtype_size(shape->kv_dtype) + 1);
+    data->o = malloc(o_count * fai_dtype_size(shape->out_dtype) + 1);
     data->lse = malloc((size_t)(shape->b * shape->hq * shape->sq) * sizeof(float) + 1);
     data->alibi_slopes = malloc((size_t)shape->hq * sizeof(float) + 1);
     data->sinks = malloc((size_t)shape->hq * sizeof(float) + 1);
@@ -354,7 +352,7 @@ double fai_shape_flops(const fai_plan *plan, const fai_shape *shape) {
 double fai_shape_kv_bytes(const fai_shape *shape) {
     const int64_t dv = shape->dv;
     return (double)shape->b * (double)shape->skv * (double)shape->hkv * (double)(shape->d + dv) *
-           (double)fai_shape_dtype_bytes(shape->kv_dtype);
+           (double)fai_dtype_size(shape->kv_dtype);
 }
 
 double fai_now_seconds(void) {

@@ -43,9 +43,6 @@ int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const c
  * the flags on fai_shape_custom_base; with neither, P1. As fai_shape_parse otherwise. */
 int fai_shape_from_args(int argc, char **argv, char *used, fai_shape *shape, const char *cmd);
 
-/* Bytes of one element: 4 for f32, 2 for f16 and bf16. */
-size_t fai_shape_dtype_bytes(fai_dtype dtype);
-
 /* Shape option help text. */
 extern const char fai_shape_usage[];
 

@@ -267,9 +267,9 @@ static void prefetch_rows_for_tile(const fai_plan *plan, const fai_tensors *t, c
                                    const fai_unit *next, int64_t tile, int64_t tiles) {
     if (next && next->q_len > 0)
         prefetch_unit_rows(plan, &t->q, next, tile, tiles,
-                           plan->pb.head_dim * (int64_t)fai__dtype_size(t->q.dtype));
+                           plan->pb.head_dim * (int64_t)fai_dtype_size(t->q.dtype));
     prefetch_unit_rows(plan, &t->o, unit, tile, tiles,
-                       plan->head_dim_v * (int64_t)fai__dtype_size(t->o.dtype));
+                       plan->head_dim_v * (int64_t)fai_dtype_size(t->o.dtype));
 }
 
 /* The score modifiers of a tile for the unit's rows [row_begin, row_end) (fai_score_mods): with
@@ -299,7 +299,7 @@ static fai_score_mods tile_mods(const fai_plan *plan, const fai_unit *unit, cons
 static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b, int64_t i,
                            int64_t head_q) {
     void *o_row = fai__q_row(plan, &t->o, b, i, head_q);
-    memset(o_row, 0, (size_t)plan->head_dim_v * fai__dtype_size(t->o.dtype));
+    memset(o_row, 0, (size_t)plan->head_dim_v * fai_dtype_size(t->o.dtype));
     if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = -INFINITY;
 }
 
@@ -379,9 +379,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         const int64_t next = key_begin + tile_kv;
         const int64_t next_n = seq->kv_len - next < tile_kv ? seq->kv_len - next : tile_kv;
         fai__kv_prefetch(plan, t, &t->k, b, unit->head_kv, next, next_n,
-                         d * (int64_t)fai__dtype_size(t->k.dtype));
+                         d * (int64_t)fai_dtype_size(t->k.dtype));
         fai__kv_prefetch(plan, t, &t->v, b, unit->head_kv, next, next_n,
-                         dv * (int64_t)fai__dtype_size(t->v.dtype));
+                         dv * (int64_t)fai_dtype_size(t->v.dtype));
     }
     fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
     FAI_LAP(FAI_STAGE_PACK_KV);
