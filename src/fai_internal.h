@@ -120,7 +120,7 @@ struct fai_plan {
     /* The packed K/V cache of prefill plans: kv tiles [0, kv_cache_tiles) of one (batch, kv
      * head) stay packed (in the layout of the path: f32 rows, or the matrix engine's bf16
      * pairs) in the thread's workspace, so the q tiles of a sequence after the first reuse them
-     * instead of packing them again (0: no cache; see fai_kernel.c). */
+     * instead of packing them again (0: no cache; see fai_kernel_body.h). */
     int64_t kv_cache_tiles;
     fai_unit *units;
     int64_t unit_count;
@@ -186,7 +186,7 @@ fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t);
  * the whole workspace, where split units keep their parts (kernel/). */
 void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker,
                             unsigned char *ws, unsigned char *ws_base);
-/* The same with stage timers (fai_kernel_profiled.c): adds to this thread's fai__stage_clock. */
+/* The same body with stage timers (fai_kernel_profiled.c): adds to this thread's fai__stage_clock. */
 void fai__kernel_run_worker_profiled(const fai_plan *plan, const fai_tensors *t, int64_t worker,
                                      unsigned char *ws, unsigned char *ws_base);
 
