@@ -253,9 +253,9 @@ static void fill_random(void *data, fai_dtype dtype, size_t count, uint64_t *sta
 }
 
 /* K/V caches of serving engines are large, long-lived buffers, usually on huge pages; the
- * benchmark gives its K/V the same (2 MiB aligned, transparent huge pages asked for where the
- * OS has them), so decode is not measured through a TLB miss every few rows. */
-static void *alloc_cache(size_t bytes) {
+ * benchmark gives its K/V the same, so decode is not measured through a TLB miss every few
+ * rows. */
+void *fai_shape_alloc_huge(size_t bytes) {
     const size_t huge = (size_t)2 << 20;
     const size_t rounded = (bytes + huge - 1) / huge * huge;
     void *memory = aligned_alloc(huge, rounded ? rounded : huge);
@@ -263,6 +263,16 @@ static void *alloc_cache(size_t bytes) {
     if (memory) madvise(memory, rounded, MADV_HUGEPAGE);
 #endif
     return memory;
+}
+
+void fai_shape_visible_keys(const fai_shape *shape, int64_t i, int64_t *first, int64_t *last) {
+    const int64_t diag = shape->causal == FAI_CAUSAL_TOP_LEFT ? i : i + shape->skv - shape->sq;
+    const int64_t right = shape->causal != FAI_CAUSAL_NONE ? 0 : shape->window_right;
+    *first = 0;
+    *last = shape->skv - 1;
+    if (shape->window_left >= 0 && diag - shape->window_left > *first)
+        *first = diag - shape->window_left;
+    if (right >= 0 && diag + right < *last) *last = diag + right;
 }
 
 int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data) {
@@ -279,8 +289,8 @@ int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data 
     const size_t k_count = (size_t)(kv_rows * shape->hkv * shape->d);
     const size_t v_count = (size_t)(kv_rows * shape->hkv * dv);
     data->q = malloc(q_count * fai_dtype_size(shape->q_dtype) + 1);
-    data->k = alloc_cache(k_count * fai_dtype_size(shape->kv_dtype) + 1);
-    data->v = alloc_cache(v_count * fai_dtype_size(shape->kv_dtype) + 1);
+    data->k = fai_shape_alloc_huge(k_count * fai_dtype_size(shape->kv_dtype) + 1);
+    data->v = fai_shape_alloc_huge(v_count * fai_dtype_size(shape->kv_dtype) + 1);
     data->o = malloc(o_count * fai_dtype_size(shape->out_dtype) + 1);
     data->lse = malloc((size_t)(shape->b * shape->hq * shape->sq) * sizeof(float) + 1);
     data->alibi_slopes = malloc((size_t)shape->hq * sizeof(float) + 1);

@@ -63,6 +63,16 @@ typedef struct fai_shape_data {
 int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data);
 void fai_shape_data_free(fai_shape_data *data);
 
+/* A large buffer (K/V caches, the baseline's gathered K/V) of at least `bytes`: 2 MiB aligned,
+ * on transparent huge pages where the OS gives them, as serving engines keep their K/V caches,
+ * so no measurement runs through a TLB miss every few rows. NULL when out of memory; free() it. */
+void *fai_shape_alloc_huge(size_t bytes);
+
+/* Keys [*first, *last] that query i sees under the shape's causal mask and window (every length
+ * is full in a shape); *last < *first when the row sees nothing. The rule of fai.h: the window is
+ * measured from the diagonal, and causal caps its right side at 0. */
+void fai_shape_visible_keys(const fai_shape *shape, int64_t i, int64_t *first, int64_t *last);
+
 /* The problem of a shape without allocating tensors (for plans only); lengths that a paged
  * shape needs live in *seqlens_kv, an array of shape->b entries the caller provides. */
 void fai_shape_problem(const fai_shape *shape, fai_problem *problem, int32_t *seqlens_kv);
