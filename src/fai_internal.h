@@ -186,7 +186,7 @@ fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t);
  * the whole workspace, where split units keep their parts (kernel/). */
 void fai__kernel_run_worker(const fai_plan *plan, const fai_tensors *t, int64_t worker,
                             unsigned char *ws, unsigned char *ws_base);
-/* The same body with stage timers (fai_kernel_profiled.c): adds to this thread's fai__stage_clock. */
+/* The same with stage timers (fai_kernel_profiled.c): adds to this thread's fai__stage_clock. */
 void fai__kernel_run_worker_profiled(const fai_plan *plan, const fai_tensors *t, int64_t worker,
                                      unsigned char *ws, unsigned char *ws_base);
 
