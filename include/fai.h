@@ -74,15 +74,22 @@ extern "C" {
  * Status
  * ------------------------------------------------------------------------------------------- */
 
+/* The status codes, one X(name, value) per code: the single list the enum, fai_status_string
+ * and bindings are made from (define X, expand FAI_STATUS_MAP(X), undefine X). */
+#define FAI_STATUS_MAP(X)                                                                          \
+    X(FAI_OK, 0)                                                                                   \
+    X(FAI_ERR_INVALID_ARG, 1)         /* a problem or tensors field out of its domain */           \
+    X(FAI_ERR_UNSUPPORTED, 2)         /* a valid request this build does not implement */          \
+    X(FAI_ERR_WORKSPACE_TOO_SMALL, 3) /* workspace NULL or below fai_plan_workspace_size */        \
+    X(FAI_ERR_NO_MEMORY, 4)           /* an allocation in plan or pool creation failed */          \
+    X(FAI_ERR_ISA_UNAVAILABLE, 5)     /* FAI_ISA forces an instruction set this CPU lacks */       \
+    X(FAI_ERR_OVERFLOW, 6)            /* a size computed from the problem overflows */             \
+    X(FAI_ERR_IO, 7)                  /* the tuning cache could not be written */
+
 typedef enum fai_status {
-    FAI_OK = 0,
-    FAI_ERR_INVALID_ARG,         /* a field of the problem or tensors is out of its domain */
-    FAI_ERR_UNSUPPORTED,         /* a valid request this build does not implement */
-    FAI_ERR_WORKSPACE_TOO_SMALL, /* workspace NULL or smaller than fai_plan_workspace_size() */
-    FAI_ERR_NO_MEMORY,           /* an allocation in fai_plan_create or fai_pool_create failed */
-    FAI_ERR_ISA_UNAVAILABLE,     /* FAI_ISA forces an instruction set this CPU lacks */
-    FAI_ERR_OVERFLOW,            /* a size computed from the problem overflows */
-    FAI_ERR_IO                   /* the tuning cache could not be written */
+#define FAI_STATUS_ENUM_(name, value) name = value,
+    FAI_STATUS_MAP(FAI_STATUS_ENUM_)
+#undef FAI_STATUS_ENUM_
 } fai_status;
 
 /* Short fixed name of a status ("FAI_OK", "FAI_ERR_INVALID_ARG", ...). Never NULL; unknown
@@ -103,6 +110,14 @@ typedef enum fai_dtype {
     FAI_DTYPE_F16 = 1, /* IEEE binary16 */
     FAI_DTYPE_BF16 = 2 /* bfloat16: the upper half of a binary32 */
 } fai_dtype;
+
+/* Bytes per element of a dtype: 4 for f32, 2 for f16 and bf16; 0 for a value that is not a
+ * fai_dtype. Thread-safe. */
+FAI_API size_t fai_dtype_size(fai_dtype dtype);
+
+/* Short fixed name of a dtype: "f32", "f16", "bf16"; "unknown" for a value that is not a
+ * fai_dtype. Never NULL. Thread-safe. */
+FAI_API const char *fai_dtype_name(fai_dtype dtype);
 
 /* Causal masking. Query i of a sequence with lq queries and lk keys:
  *   BOTTOM_RIGHT sees keys j <= i + lk - lq (the inference convention of FlashAttention >= 2.1,

@@ -32,7 +32,7 @@ static fai_status check_tensor(const char *name, const fai_tensor *tensor, fai_d
     if (!tensor->data) return fai__fail(FAI_ERR_INVALID_ARG, "%s.data = NULL", name);
     if (tensor->dtype != dtype)
         return fai__fail(FAI_ERR_INVALID_ARG, "%s.dtype = %s does not match the plan's %s", name,
-                         fai__dtype_name(tensor->dtype), fai__dtype_name(dtype));
+                         fai_dtype_name(tensor->dtype), fai_dtype_name(dtype));
     if (tensor->stride_dim != 0 && tensor->stride_dim != 1)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "%s.stride_dim = %" PRId64 ": the head dimension must be contiguous (1)",

@@ -19,9 +19,6 @@ void fai__clear_error(void);
         if (try_status_ != FAI_OK) return try_status_;                                             \
     } while (0)
 
-const char *fai__dtype_name(fai_dtype dtype);
-size_t fai__dtype_size(fai_dtype dtype);
-
 /* One sequence of the batch after lengths are resolved. Rows of sequence b live at tensor row
  * q_row0 + i (packed) or at batch b, row i (padded); q_rows is how many rows the tensor holds for
  * it (lengths plus padding), all of which the run writes. */
@@ -123,7 +120,7 @@ struct fai_plan {
     /* The packed K/V cache of prefill plans: kv tiles [0, kv_cache_tiles) of one (batch, kv
      * head) stay packed (in the layout of the path: f32 rows, or the matrix engine's bf16
      * pairs) in the thread's workspace, so the q tiles of a sequence after the first reuse them
-     * instead of packing them again (0: no cache; see fai_kernel.c). */
+     * instead of packing them again (0: no cache; see fai_kernel_body.h). */
     int64_t kv_cache_tiles;
     fai_unit *units;
     int64_t unit_count;

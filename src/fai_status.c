@@ -4,25 +4,15 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#define FAI_STATUS_MAP(XX)                                                                         \
-    XX(FAI_OK)                                                                                     \
-    XX(FAI_ERR_INVALID_ARG)                                                                        \
-    XX(FAI_ERR_UNSUPPORTED)                                                                        \
-    XX(FAI_ERR_WORKSPACE_TOO_SMALL)                                                                \
-    XX(FAI_ERR_NO_MEMORY)                                                                          \
-    XX(FAI_ERR_ISA_UNAVAILABLE)                                                                    \
-    XX(FAI_ERR_OVERFLOW)                                                                           \
-    XX(FAI_ERR_IO)
-
 static _Thread_local char last_error[512];
 
 const char *fai_status_string(fai_status status) {
     switch (status) {
-#define XX(name)                                                                                   \
+#define X(name, value)                                                                             \
     case name:                                                                                     \
         return #name;
-        FAI_STATUS_MAP(XX)
-#undef XX
+        FAI_STATUS_MAP(X)
+#undef X
     }
     return "FAI_ERR_UNKNOWN";
 }
@@ -38,17 +28,3 @@ fai_status fai__fail(fai_status status, const char *fmt, ...) {
     va_end(args);
     return status;
 }
-
-const char *fai__dtype_name(fai_dtype dtype) {
-    switch (dtype) {
-    case FAI_DTYPE_F32:
-        return "f32";
-    case FAI_DTYPE_F16:
-        return "f16";
-    case FAI_DTYPE_BF16:
-        return "bf16";
-    }
-    return "unknown";
-}
-
-size_t fai__dtype_size(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }

@@ -1,7 +1,5 @@
 /* The unfused CBLAS attention of `fai bench --baseline` (see fai_baseline.h). Without a CBLAS at
  * build time only fai_baseline_available() and fai_baseline_blas() do anything. */
-/* madvise(MADV_HUGEPAGE) is a Linux extension */
-#define _DEFAULT_SOURCE
 #include "fai_baseline.h"
 
 #ifndef FAI_HAVE_CBLAS
@@ -33,7 +31,6 @@ void fai_baseline_free(fai_baseline *baseline) {}
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 /* One thread's scratch: the scores of the (batch, kv head) pair it works on, and the pair's
  * stacked Q and O rows. */
@@ -99,30 +96,6 @@ const char *fai_baseline_blas(void) {
 
 /* -- preparation (not timed) ------------------------------------------------------------- */
 
-/* Large buffers on transparent huge pages where the OS gives them, as `fai bench` gives fai's
- * K/V, so neither side is timed through TLB misses the other does not pay. */
-static void *alloc_large(size_t bytes) {
-    const size_t huge = (size_t)2 << 20;
-    const size_t rounded = (bytes + huge - 1) / huge * huge;
-    void *memory = aligned_alloc(huge, rounded ? rounded : huge);
-#if defined(MADV_HUGEPAGE)
-    if (memory) madvise(memory, rounded, MADV_HUGEPAGE);
-#endif
-    return memory;
-}
-
-/* Keys [first, last] that query i sees under the shape's causal mask and window (every length
- * is full in a shape): the rule of fai.h, the window measured from the diagonal. */
-static void visible_keys(const fai_shape *shape, int64_t i, int64_t *first, int64_t *last) {
-    const int64_t diag = shape->causal == FAI_CAUSAL_TOP_LEFT ? i : i + shape->skv - shape->sq;
-    const int64_t right = shape->causal != FAI_CAUSAL_NONE ? 0 : shape->window_right;
-    *first = 0;
-    *last = shape->skv - 1;
-    if (shape->window_left >= 0 && diag - shape->window_left > *first)
-        *first = diag - shape->window_left;
-    if (right >= 0 && diag + right < *last) *last = diag + right;
-}
-
 /* Row of key j of sequence b in a K/V tensor: through the block table when paged. */
 static int64_t key_row(const fai_shape *shape, const fai_shape_data *data, const fai_tensor *t,
                        int64_t b, int64_t j, int64_t hk) {
@@ -135,7 +108,7 @@ static int64_t key_row(const fai_shape *shape, const fai_shape_data *data, const
 static float *gather_kv(const fai_shape *shape, const fai_shape_data *data, const fai_tensor *t,
                         int64_t dim) {
     const size_t count = (size_t)(shape->b * shape->hkv * shape->skv * dim);
-    float *out = alloc_large(count * sizeof *out + 1);
+    float *out = fai_shape_alloc_huge(count * sizeof *out + 1);
     if (!out) return NULL;
     for (int64_t b = 0; b < shape->b; b++)
         for (int64_t hk = 0; hk < shape->hkv; hk++)
@@ -149,8 +122,8 @@ static float *gather_kv(const fai_shape *shape, const fai_shape_data *data, cons
 }
 
 static float *convert_q(const fai_shape *shape, const fai_tensor *t) {
-    float *out =
-        alloc_large((size_t)(shape->b * shape->sq * shape->hq * shape->d) * sizeof *out + 1);
+    float *out = fai_shape_alloc_huge(
+        (size_t)(shape->b * shape->sq * shape->hq * shape->d) * sizeof *out + 1);
     if (!out) return NULL;
     float *row = out;
     for (int64_t b = 0; b < shape->b; b++)
@@ -200,7 +173,7 @@ int fai_baseline_create(const fai_shape *shape, const fai_shape_data *data, int6
     bl->key_lo = bl->skv;
     bl->key_hi = 0;
     for (int64_t i = 0; ok && i < bl->sq; i++) {
-        visible_keys(shape, i, &bl->first[i], &bl->last[i]);
+        fai_shape_visible_keys(shape, i, &bl->first[i], &bl->last[i]);
         if (bl->first[i] > bl->last[i]) continue;
         if (bl->first[i] < bl->key_lo) bl->key_lo = bl->first[i];
         if (bl->last[i] + 1 > bl->key_hi) bl->key_hi = bl->last[i] + 1;
@@ -211,7 +184,8 @@ int fai_baseline_create(const fai_shape *shape, const fai_shape_data *data, int6
         bl->q = convert_q(shape, &data->tensors.q);
         bl->k = gather_kv(shape, data, &data->tensors.k, bl->d);
         bl->v = gather_kv(shape, data, &data->tensors.v, bl->dv);
-        bl->o = alloc_large((size_t)(bl->b * bl->sq * bl->hq * bl->dv) * sizeof *bl->o + 1);
+        bl->o =
+            fai_shape_alloc_huge((size_t)(bl->b * bl->sq * bl->hq * bl->dv) * sizeof *bl->o + 1);
         bl->scratch = calloc((size_t)bl->max_threads, sizeof *bl->scratch);
         ok = bl->q && bl->k && bl->v && bl->o && bl->scratch;
     }
@@ -220,7 +194,7 @@ int fai_baseline_create(const fai_shape *shape, const fai_shape_data *data, int6
     if (bl->rows > INT32_MAX || keys > INT32_MAX) ok = 0;
     for (int64_t t = 0; ok && t < bl->max_threads; t++) {
         baseline_scratch *s = &bl->scratch[t];
-        s->scores = alloc_large((size_t)(bl->rows * keys) * sizeof(float) + 1);
+        s->scores = fai_shape_alloc_huge((size_t)(bl->rows * keys) * sizeof(float) + 1);
         s->q_rows = malloc((size_t)(bl->rows * bl->d) * sizeof(float) + 1);
         s->o_rows = malloc((size_t)(bl->rows * bl->dv) * sizeof(float) + 1);
         ok = s->scores && s->q_rows && s->o_rows;

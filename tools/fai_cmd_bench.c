@@ -423,11 +423,10 @@ static void json_shape_fields(const fai_shape *shape) {
            "\"b\": %lld, \"hq\": %lld, \"hkv\": %lld, \"sq\": %lld, \"skv\": %lld, \"d\": %lld, "
            "\"dv\": %lld, \"causal\": \"%s\", \"window_left\": %lld, \"window_right\": %lld, "
            "\"page_size\": %lld, \"softcap\": %g, \"alibi\": %s, \"sinks\": %s",
-           shape->name, fai_oracle_dtype_name(shape->q_dtype),
-           fai_oracle_dtype_name(shape->kv_dtype), fai_oracle_dtype_name(shape->out_dtype),
-           (long long)shape->b, (long long)shape->hq, (long long)shape->hkv, (long long)shape->sq,
-           (long long)shape->skv, (long long)shape->d, (long long)shape->dv,
-           causal_name(shape->causal), (long long)shape->window_left,
+           shape->name, fai_dtype_name(shape->q_dtype), fai_dtype_name(shape->kv_dtype),
+           fai_dtype_name(shape->out_dtype), (long long)shape->b, (long long)shape->hq,
+           (long long)shape->hkv, (long long)shape->sq, (long long)shape->skv, (long long)shape->d,
+           (long long)shape->dv, causal_name(shape->causal), (long long)shape->window_left,
            (long long)shape->window_right, (long long)shape->page_size, (double)shape->softcap,
            shape->alibi ? "true" : "false", shape->sinks ? "true" : "false");
 }
@@ -519,8 +518,8 @@ static void print_percent(int applies, double value, double peak) {
 static void print_row(const fai_shape *shape, const bench_result *r, const bench_check *check,
                       const fai_peak *peak, const baseline_result *base) {
     char dtypes[32];
-    snprintf(dtypes, sizeof dtypes, "%s/%s/%s", fai_oracle_dtype_name(shape->q_dtype),
-             fai_oracle_dtype_name(shape->kv_dtype), fai_oracle_dtype_name(shape->out_dtype));
+    snprintf(dtypes, sizeof dtypes, "%s/%s/%s", fai_dtype_name(shape->q_dtype),
+             fai_dtype_name(shape->kv_dtype), fai_dtype_name(shape->out_dtype));
     printf("%-6s %-14s %3lld %10.3f %10.3f %10.3f %9.1f", shape->name, dtypes,
            (long long)r->threads, r->median_ms, r->min_ms, r->max_ms, gflops(r));
     print_percent(peak != NULL, gflops(r), peak ? peak->fp32_gflops : 0);

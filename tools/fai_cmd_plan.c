@@ -397,7 +397,7 @@ static void print_greedy_json(const fai_plan *greedy, const fai_plan_info *info)
 /* The seed's kernel has one matmul input type; fai's shapes may have an f32 Q next to f16 K/V,
  * so the model takes K/V's type for Q too, as the kernel would receive it. */
 static int64_t npu_input_bytes(const fai_shape *shape) {
-    return (int64_t)fai_shape_dtype_bytes(shape->kv_dtype);
+    return (int64_t)fai_dtype_size(shape->kv_dtype);
 }
 
 static void npu_budget(const fai_hw *hw, int64_t input_bytes, int64_t task_num, int64_t tile_q,
@@ -529,8 +529,7 @@ static void print_npu_text(const plan_options *options, const fai_shape *shape, 
     printf("tile        %lld x %lld x %lld (qSeqBase x kvSeqBase x embedBase)\n"
            "            inputs %s (%lld bytes), KERNEL_TASK_NUM %lld\n",
            (long long)options->tile_q, (long long)options->tile_kv, (long long)options->tile_d,
-           fai_oracle_dtype_name(shape->kv_dtype), (long long)input_bytes,
-           (long long)options->task_num);
+           fai_dtype_name(shape->kv_dtype), (long long)input_bytes, (long long)options->task_num);
     const int64_t aligned_d = (shape->d + 15) / 16 * 16;
     if (options->tile_d != aligned_d)
         printf("            embedBase %lld is not Align(head dim %lld, 16) = %lld\n",

@@ -597,7 +597,7 @@ int fai_run_alloc_outputs(fai_run_args *a, const fai_run_problem *p, int with_ls
         return fai_run_fail(a, "the output [%lld, %lld, %lld, %lld] is too large",
                             (long long)p->batch, (long long)p->seq_q, (long long)p->heads_q,
                             (long long)p->head_dim_v);
-    const size_t o_bytes = o_count * fai_shape_dtype_bytes(a->out_dtype);
+    const size_t o_bytes = o_count * fai_dtype_size(a->out_dtype);
     *o = fai_run_alloc(o_bytes);
     if (with_lse) *lse = fai_run_alloc(lse_count * sizeof(float));
     if (!*o || (with_lse && !*lse)) {

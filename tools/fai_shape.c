@@ -253,9 +253,9 @@ static void fill_random(void *data, fai_dtype dtype, size_t count, uint64_t *sta
 }
 
 /* K/V caches of serving engines are large, long-lived buffers, usually on huge pages; the
- * benchmark gives its K/V the same (2 MiB aligned, transparent huge pages asked for where the
- * OS has them), so decode is not measured through a TLB miss every few rows. */
-static void *alloc_cache(size_t bytes) {
+ * benchmark gives its K/V the same, so decode is not measured through a TLB miss every few
+ * rows. */
+void *fai_shape_alloc_huge(size_t bytes) {
     const size_t huge = (size_t)2 << 20;
     const size_t rounded = (bytes + huge - 1) / huge * huge;
     void *memory = aligned_alloc(huge, rounded ? rounded : huge);
@@ -265,7 +265,15 @@ static void *alloc_cache(size_t bytes) {
     return memory;
 }
 
-size_t fai_shape_dtype_bytes(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }
+void fai_shape_visible_keys(const fai_shape *shape, int64_t i, int64_t *first, int64_t *last) {
+    const int64_t diag = shape->causal == FAI_CAUSAL_TOP_LEFT ? i : i + shape->skv - shape->sq;
+    const int64_t right = shape->causal != FAI_CAUSAL_NONE ? 0 : shape->window_right;
+    *first = 0;
+    *last = shape->skv - 1;
+    if (shape->window_left >= 0 && diag - shape->window_left > *first)
+        *first = diag - shape->window_left;
+    if (right >= 0 && diag + right < *last) *last = diag + right;
+}
 
 int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data) {
     memset(data, 0, sizeof *data);
@@ -280,10 +288,10 @@ int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data 
     const int64_t kv_rows = paged ? pb->num_pages * shape->page_size : shape->b * shape->skv;
     const size_t k_count = (size_t)(kv_rows * shape->hkv * shape->d);
     const size_t v_count = (size_t)(kv_rows * shape->hkv * dv);
-    data->q = malloc(q_count * fai_shape_dtype_bytes(shape->q_dtype) + 1);
-    data->k = alloc_cache(k_count * fai_shape_dtype_bytes(shape->kv_dtype) + 1);
-    data->v = alloc_cache(v_count * fai_shape_dtype_bytes(shape->kv_dtype) + 1);
-    data->o = malloc(o_count * fai_shape_dtype_bytes(shape->out_dtype) + 1);
+    data->q = malloc(q_count * fai_dtype_size(shape->q_dtype) + 1);
+    data->k = fai_shape_alloc_huge(k_count * fai_dtype_size(shape->kv_dtype) + 1);
+    data->v = fai_shape_alloc_huge(v_count * fai_dtype_size(shape->kv_dtype) + 1);
+    data->o = malloc(o_count * fai_dtype_size(shape->out_dtype) + 1);
     data->lse = malloc((size_t)(shape->b * shape->hq * shape->sq) * sizeof(float) + 1);
     data->alibi_slopes = malloc((size_t)shape->hq * sizeof(float) + 1);
     data->sinks = malloc((size_t)shape->hq * sizeof(float) + 1);
@@ -354,7 +362,7 @@ double fai_shape_flops(const fai_plan *plan, const fai_shape *shape) {
 double fai_shape_kv_bytes(const fai_shape *shape) {
     const int64_t dv = shape->dv;
     return (double)shape->b * (double)shape->skv * (double)shape->hkv * (double)(shape->d + dv) *
-           (double)fai_shape_dtype_bytes(shape->kv_dtype);
+           (double)fai_dtype_size(shape->kv_dtype);
 }
 
 double fai_now_seconds(void) {

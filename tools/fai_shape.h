@@ -43,9 +43,6 @@ int fai_shape_parse(int argc, char **argv, char *used, fai_shape *shape, const c
  * the flags on fai_shape_custom_base; with neither, P1. As fai_shape_parse otherwise. */
 int fai_shape_from_args(int argc, char **argv, char *used, fai_shape *shape, const char *cmd);
 
-/* Bytes of one element: 4 for f32, 2 for f16 and bf16. */
-size_t fai_shape_dtype_bytes(fai_dtype dtype);
-
 /* Shape option help text. */
 extern const char fai_shape_usage[];
 
@@ -65,6 +62,16 @@ typedef struct fai_shape_data {
 
 int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data);
 void fai_shape_data_free(fai_shape_data *data);
+
+/* A large buffer (K/V caches, the baseline's gathered K/V) of at least `bytes`: 2 MiB aligned,
+ * on transparent huge pages where the OS gives them, as serving engines keep their K/V caches,
+ * so no measurement runs through a TLB miss every few rows. NULL when out of memory; free() it. */
+void *fai_shape_alloc_huge(size_t bytes);
+
+/* Keys [*first, *last] that query i sees under the shape's causal mask and window (every length
+ * is full in a shape); *last < *first when the row sees nothing. The rule of fai.h: the window is
+ * measured from the diagonal, and causal caps its right side at 0. */
+void fai_shape_visible_keys(const fai_shape *shape, int64_t i, int64_t *first, int64_t *last);
 
 /* The problem of a shape without allocating tensors (for plans only); lengths that a paged
  * shape needs live in *seqlens_kv, an array of shape->b entries the caller provides. */

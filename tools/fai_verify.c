@@ -11,19 +11,6 @@ static int64_t element_index(const fai_tensor *t, int64_t b, int64_t s, int64_t 
     return b * t->stride_batch + s * t->stride_seq + h * t->stride_head;
 }
 
-/* Keys [*first, *last] query i sees under the shape's causal mask and window (all lengths are
- * full in a shape); *last < *first when the row sees nothing. Same rule as fai.h: the window
- * is measured from the diagonal, and causal caps its right side at 0. */
-static void visible_keys(const fai_shape *shape, int64_t i, int64_t *first, int64_t *last) {
-    const int64_t diag = shape->causal == FAI_CAUSAL_TOP_LEFT ? i : i + shape->skv - shape->sq;
-    const int64_t right = shape->causal != FAI_CAUSAL_NONE ? 0 : shape->window_right;
-    *first = 0;
-    *last = shape->skv - 1;
-    if (shape->window_left >= 0 && diag - shape->window_left > *first)
-        *first = diag - shape->window_left;
-    if (right >= 0 && diag + right < *last) *last = diag + right;
-}
-
 /* Row of key j in the K/V tensors: its page and slot when paged, else (b, j). */
 static int64_t key_index(const fai_shape *shape, const fai_shape_data *data, const fai_tensor *t,
                          int64_t b, int64_t j, int64_t hk) {
@@ -46,7 +33,7 @@ static double reference_row(const fai_shape *shape, const fai_shape_data *data, 
     const double sink = shape->sinks ? (double)data->sinks[h] : -INFINITY;
     const int64_t diag = shape->causal == FAI_CAUSAL_TOP_LEFT ? i : i + shape->skv - shape->sq;
     int64_t first, last;
-    visible_keys(shape, i, &first, &last);
+    fai_shape_visible_keys(shape, i, &first, &last);
     double max_score = -INFINITY, logit_mag = 0.0;
     const int64_t q0 = element_index(&t->q, b, i, h);
     for (int64_t j = first; j <= last; j++) {

@@ -16,18 +16,8 @@ c_int = ctypes.c_int  # the C enums (fai_dtype, fai_causal, ...) are int-sized
 c_void_p = ctypes.c_void_p
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
 
-# fai_status
+# fai_status (the names come from the library: STATUS_NAMES below)
 FAI_OK = 0
-STATUS_NAMES = {
-    0: "FAI_OK",
-    1: "FAI_ERR_INVALID_ARG",
-    2: "FAI_ERR_UNSUPPORTED",
-    3: "FAI_ERR_WORKSPACE_TOO_SMALL",
-    4: "FAI_ERR_NO_MEMORY",
-    5: "FAI_ERR_ISA_UNAVAILABLE",
-    6: "FAI_ERR_OVERFLOW",
-    7: "FAI_ERR_IO",
-}
 
 # fai_dtype
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
@@ -261,6 +251,18 @@ pool_create = _declare("fai_pool_create", c_int, [c_int64, ctypes.POINTER(c_void
 pool_free = _declare("fai_pool_free", None, [c_void_p])
 plan_set_pool = _declare("fai_plan_set_pool", None, [c_void_p, c_void_p])
 cpu_count = _declare("fai_cpu_count", c_int64, [])
+
+
+def status_name(status):
+    """The name of a fai_status value, from the library (fai_status_string): "FAI_OK",
+    "FAI_ERR_INVALID_ARG", ...; "FAI_ERR_UNKNOWN" for a value that is not a status."""
+    return status_string(int(status)).decode()
+
+
+# fai_status value -> name, read from the library once (the codes run from FAI_OK = 0 up)
+STATUS_NAMES = {}
+while status_name(len(STATUS_NAMES)) != "FAI_ERR_UNKNOWN":
+    STATUS_NAMES[len(STATUS_NAMES)] = status_name(len(STATUS_NAMES))
 
 
 def _check_layout():

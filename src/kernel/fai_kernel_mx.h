@@ -1,4 +1,4 @@
-/* The kernel driver's matrix-engine path (included by fai_kernel.c): a unit's kv tiles on the
+/* The kernel driver's matrix-engine path (included by fai_kernel_body.h): a unit's kv tiles on the
  * tile unit (QK, PV) and the vector unit (masks, softmax, rescale), pipelined as the seed's
  * Cube and Vector cores are. The unit's rows are cut into blocks of FAI_MX_BLOCK_ROWS; for
  * kv tile t and each block b, in program order:

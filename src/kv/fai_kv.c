@@ -2,13 +2,13 @@
 #include "kv/fai_kv.h"
 
 static const unsigned char *element_at(const fai_tensor *tensor, int64_t offset) {
-    return (const unsigned char *)tensor->data + offset * (int64_t)fai__dtype_size(tensor->dtype);
+    return (const unsigned char *)tensor->data + offset * (int64_t)fai_dtype_size(tensor->dtype);
 }
 
 /* One address computation per page (or per tile when dense), then a byte stride per row. */
 void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor, int64_t b,
                   int64_t h, int64_t key_begin, int64_t count, const void **rows) {
-    const int64_t element = (int64_t)fai__dtype_size(tensor->dtype);
+    const int64_t element = (int64_t)fai_dtype_size(tensor->dtype);
     const int64_t row_step = tensor->stride_seq * element;
     const unsigned char *data = tensor->data;
     if (plan->paged) {

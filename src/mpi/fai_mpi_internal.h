@@ -60,8 +60,6 @@ fai_status fai_mpi__agree(MPI_Comm comm, const fai_mpi__outcome *outcome,
 
 /* -- tensors (fai_mpi_tensor.c) ---------------------------------------------------------------- */
 
-size_t fai_mpi__dtype_size(fai_dtype dtype);
-
 /* The same tensor starting at sequence row `row` (a pointer offset; strides unchanged). */
 fai_tensor fai_mpi__tensor_from_row(const fai_tensor *tensor, int64_t row);
 

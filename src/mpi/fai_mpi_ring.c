@@ -228,8 +228,8 @@ static int64_t block_bytes(const ring_call *call, int owner) {
 
 static int allocate_blocks(ring_call *call) {
     const fai_problem *pb = call->local;
-    call->k_row_bytes = pb->heads_kv * pb->head_dim * (int64_t)fai_mpi__dtype_size(pb->k_dtype);
-    call->v_row_bytes = pb->heads_kv * call->dim_v * (int64_t)fai_mpi__dtype_size(pb->v_dtype);
+    call->k_row_bytes = pb->heads_kv * pb->head_dim * (int64_t)fai_dtype_size(pb->k_dtype);
+    call->v_row_bytes = pb->heads_kv * call->dim_v * (int64_t)fai_dtype_size(pb->v_dtype);
     /* blocks differ by up to two rows, and which rank holds the longest depends on seq */
     int64_t bytes = 0;
     for (int owner = 0; owner < call->size; owner++)
@@ -261,7 +261,7 @@ static int allocate_blocks(ring_call *call) {
 static fai_tensor block_view(void *base, fai_dtype dtype, int64_t rows, int64_t row0, int64_t heads,
                              int64_t dim) {
     fai_tensor t = fai_tensor_bshd(base, dtype, rows, heads, dim);
-    t.data = (char *)base + (size_t)(row0 * heads * dim) * fai_mpi__dtype_size(dtype);
+    t.data = (char *)base + (size_t)(row0 * heads * dim) * fai_dtype_size(dtype);
     return t;
 }
 

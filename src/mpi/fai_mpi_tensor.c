@@ -4,13 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t fai_mpi__dtype_size(fai_dtype dtype) { return dtype == FAI_DTYPE_F32 ? 4 : 2; }
-
 fai_tensor fai_mpi__tensor_from_row(const fai_tensor *tensor, int64_t row) {
     fai_tensor view = *tensor;
     if (view.data)
         view.data =
-            (char *)view.data + (size_t)(row * view.stride_seq) * fai_mpi__dtype_size(view.dtype);
+            (char *)view.data + (size_t)(row * view.stride_seq) * fai_dtype_size(view.dtype);
     return view;
 }
 
@@ -42,7 +40,7 @@ int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_
 
 void fai_mpi__pack_rows(void *dst, const fai_tensor *src, int64_t batch, int64_t rows,
                         int64_t heads, int64_t dim) {
-    const size_t esize = fai_mpi__dtype_size(src->dtype);
+    const size_t esize = fai_dtype_size(src->dtype);
     const size_t row_bytes = (size_t)dim * esize;
     char *out = dst;
     const char *in = src->data;

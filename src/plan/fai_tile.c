@@ -48,8 +48,8 @@ static int64_t hot_bytes(const fai_plan *plan, int64_t tile_kv) {
 static int64_t stream_bytes(const fai_plan *plan, int64_t tile_kv) {
     const fai_problem *pb = &plan->pb;
     return 2 * tile_kv *
-           (pb->head_dim * (pb->k_dtype == FAI_DTYPE_F32 ? 4 : 2) +
-            plan->head_dim_v * (pb->v_dtype == FAI_DTYPE_F32 ? 4 : 2));
+           (pb->head_dim * (int64_t)fai_dtype_size(pb->k_dtype) +
+            plan->head_dim_v * (int64_t)fai_dtype_size(pb->v_dtype));
 }
 
 /* Whether a tile shape fits this core's cache budgets (see the top of this file). */

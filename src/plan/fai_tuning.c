@@ -89,18 +89,14 @@ static int64_t pow2_at_least(int64_t n) {
     return p;
 }
 
-static const char *dtype_tag(fai_dtype dtype) {
-    return dtype == FAI_DTYPE_F32 ? "f32" : dtype == FAI_DTYPE_F16 ? "f16" : "bf16";
-}
-
 void fai__tuning_class(fai_plan *plan, int64_t max_q, int64_t max_kv) {
     const fai_problem *pb = &plan->pb;
     const int masked = pb->causal != FAI_CAUSAL_NONE || pb->window_left >= 0 ||
                        pb->window_right >= 0 || plan->has_positions;
     snprintf(plan->tile_class, sizeof plan->tile_class,
              "d%" PRId64 ".dv%" PRId64 ".g%" PRId64 ".%s.%s.%s.q%" PRId64 ".kv%" PRId64 ".%s.%s",
-             pb->head_dim, plan->head_dim_v, plan->group, dtype_tag(pb->q_dtype),
-             dtype_tag(pb->k_dtype), dtype_tag(pb->v_dtype), pow2_at_least(max_q),
+             pb->head_dim, plan->head_dim_v, plan->group, fai_dtype_name(pb->q_dtype),
+             fai_dtype_name(pb->k_dtype), fai_dtype_name(pb->v_dtype), pow2_at_least(max_q),
              pow2_at_least(max_kv), masked ? "causal" : "full", plan->paged ? "paged" : "dense");
 }
 

@@ -57,9 +57,9 @@ static int make_whole(const kv_case *c, uint64_t seed, whole_data *w) {
     test_fill(qf, q_count, seed);
     test_fill(w->kf, k_count, seed + 1);
     test_fill(w->vf, v_count, seed + 2);
-    w->q = test_alloc(fai_oracle_dtype_size(c->q_dtype) * (size_t)q_count);
-    w->k = test_alloc(fai_oracle_dtype_size(c->kv_dtype) * (size_t)k_count);
-    w->v = test_alloc(fai_oracle_dtype_size(c->kv_dtype) * (size_t)v_count);
+    w->q = test_alloc(fai_dtype_size(c->q_dtype) * (size_t)q_count);
+    w->k = test_alloc(fai_dtype_size(c->kv_dtype) * (size_t)k_count);
+    w->v = test_alloc(fai_dtype_size(c->kv_dtype) * (size_t)v_count);
     test_encode(w->q, c->q_dtype, qf, q_count);
     test_encode(w->k, c->kv_dtype, w->kf, k_count);
     test_encode(w->v, c->kv_dtype, w->vf, v_count);
@@ -125,7 +125,7 @@ static void make_dense_shard(const kv_case *c, const whole_data *w, shard_data *
         s->kv_start[b] = (int32_t)start, s->lens[b] = (int32_t)len;
         if (len > longest) longest = len;
     }
-    const size_t es = fai_oracle_dtype_size(c->kv_dtype);
+    const size_t es = fai_dtype_size(c->kv_dtype);
     s->k = test_alloc(es * (size_t)(c->batch * longest * c->hkv * c->d));
     s->v = test_alloc(es * (size_t)(c->batch * longest * c->hkv * c->dv));
     for (int64_t b = 0; b < c->batch; b++)
@@ -157,7 +157,7 @@ static void make_paged_shard(const kv_case *c, const whole_data *w, shard_data *
         total += pages[b];
     }
     const int64_t pool = total + 1, k_page = ps * c->hkv * c->d, v_page = ps * c->hkv * c->dv;
-    const size_t es = fai_oracle_dtype_size(c->kv_dtype);
+    const size_t es = fai_dtype_size(c->kv_dtype);
     s->k = test_alloc(es * (size_t)(pool * k_page));
     s->v = test_alloc(es * (size_t)(pool * v_page));
     s->table = test_alloc(sizeof(int32_t) * (size_t)(c->batch * widest));
@@ -234,7 +234,7 @@ static int run_kv_case(const kv_case *c, uint64_t seed) {
     int ok = make_whole(c, seed, &w) == 0;
     make_shard(c, &w, &s);
     const int64_t o_count = c->batch * c->sq * c->hq * c->dv, lse_count = c->batch * c->hq * c->sq;
-    const size_t o_bytes = fai_oracle_dtype_size(c->o_dtype) * (size_t)o_count;
+    const size_t o_bytes = fai_dtype_size(c->o_dtype) * (size_t)o_count;
     void *o = test_alloc(o_bytes);
     float *lse = test_alloc(sizeof(float) * (size_t)lse_count);
     memset(o, SENTINEL, o_bytes);

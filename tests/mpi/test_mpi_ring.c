@@ -30,7 +30,7 @@ static ring_case ring_case_of(int64_t batch, int64_t hq, int64_t hkv, int64_t se
  * the rows starting at `at` of a [B, rows, heads, dim] array of dtype. */
 static void take_rows(void *dst, fai_dtype dtype, int64_t rows, int64_t at, const float *src,
                       int64_t batch, int64_t seq, int64_t row_elems, int64_t first, int64_t count) {
-    const size_t es = fai_oracle_dtype_size(dtype);
+    const size_t es = fai_dtype_size(dtype);
     for (int64_t b = 0; b < batch; b++)
         test_encode((char *)dst + es * (size_t)((b * rows + at) * row_elems), dtype,
                     src + (b * seq + first) * row_elems, count * row_elems);
@@ -107,7 +107,7 @@ static int run_ring_case(const ring_case *c, uint64_t seed, fai_mpi_stats *stats
     fai_problem local = whole;
     local.seq_q = local.seq_kv = rows;
     const int64_t o_count = B * rows * c->hq * c->dv, lse_count = B * c->hq * rows;
-    void *o = test_alloc(fai_oracle_dtype_size(c->o_dtype) * (size_t)o_count);
+    void *o = test_alloc(fai_dtype_size(c->o_dtype) * (size_t)o_count);
     float *lse = test_alloc(sizeof(float) * (size_t)lse_count);
     fai_tensors lt;
     memset(&lt, 0, sizeof lt);

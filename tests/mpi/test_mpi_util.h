@@ -19,7 +19,7 @@ extern int test_rank, test_size; /* MPI_COMM_WORLD, set by the runner */
 void test_fill(float *values, int64_t count, uint64_t seed);
 
 /* Stores f32 values as dtype (exact for test_fill's values; the oracle's conversions). Element
- * sizes: fai_oracle_dtype_size. */
+ * sizes: fai_dtype_size. */
 void test_encode(void *dst, fai_dtype dtype, const float *src, int64_t count);
 
 void *test_alloc(size_t bytes); /* zeroed; never NULL for 0 bytes; aborts when out of memory */

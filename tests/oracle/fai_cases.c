@@ -115,8 +115,6 @@ static int64_t draw_seq_len(fai_rng *g, int64_t max) {
 
 /* -- tensors -------------------------------------------------------------------------------- */
 
-static size_t dtype_bytes(fai_dtype dt) { return fai_oracle_dtype_size(dt); }
-
 /* Garbage of a dtype: quiet NaN mostly, +-Inf sometimes. */
 static void store_garbage(void *data, fai_dtype dt, int64_t index, fai_rng *g) {
     const uint64_t r = fai_rng_next(g);
@@ -170,7 +168,7 @@ static int alloc_buf(fai_case *c, int idx, int64_t elements, size_t esize) {
 }
 
 static void fill_garbage(void *data, fai_dtype dt, size_t bytes, fai_rng *g) {
-    const int64_t n = (int64_t)(bytes / dtype_bytes(dt));
+    const int64_t n = (int64_t)(bytes / fai_dtype_size(dt));
     for (int64_t i = 0; i < n; i++)
         store_garbage(data, dt, i, g);
 }
@@ -583,7 +581,7 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
             ext += slack;
         }
         ts[i].t->dtype = ts[i].dt;
-        if (alloc_buf(c, i, ext, dtype_bytes(ts[i].dt))) return build_fail(c, "out of memory");
+        if (alloc_buf(c, i, ext, fai_dtype_size(ts[i].dt))) return build_fail(c, "out of memory");
         ts[i].t->data = c->buf[i];
         fill_garbage(c->buf[i], ts[i].dt, c->bytes[i], g);
     }
@@ -796,20 +794,19 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     if (pb->softcap > 0.0f || pb->alibi || pb->sinks)
         snprintf(mods_desc, sizeof mods_desc, " mods=softcap:%g%s%s", (double)pb->softcap,
                  pb->alibi ? ",alibi" : "", pb->sinks ? ",sinks" : "");
-    snprintf(c->desc, sizeof c->desc,
-             "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s v=%s "
-             "o=%s causal=%s%s window=%lld,%lld mask=%s%s lens_q=%s lens_kv=%s%s scale=%s amp=%g "
-             "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld ws+%zu",
-             (unsigned long long)seed, (long long)B, (long long)Hq, (long long)Hkv,
-             (long long)sp.seq_q, (long long)sp.seq_kv, (long long)D, (long long)pb->head_dim_v,
-             fai_oracle_dtype_name(pb->q_dtype), fai_oracle_dtype_name(pb->k_dtype),
-             fai_oracle_dtype_name(pb->v_dtype), fai_oracle_dtype_name(pb->o_dtype),
-             causal_name(pb->causal), pb->q_positions ? " positions" : "",
-             (long long)pb->window_left, (long long)pb->window_right, mask_desc, mods_desc, lq_desc,
-             lk_desc, lens_desc, scale_desc, amp, c->layout_q, c->layout_k, c->layout_v,
-             c->layout_o, sp.lse ? 1 + c->lse_layout : 0, (long long)pb->workers,
-             (long long)pb->threads, split_name(pb->split), (long long)pb->tile_q,
-             (long long)pb->tile_kv, c->workspace_offset);
+    snprintf(
+        c->desc, sizeof c->desc,
+        "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s v=%s "
+        "o=%s causal=%s%s window=%lld,%lld mask=%s%s lens_q=%s lens_kv=%s%s scale=%s amp=%g "
+        "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld ws+%zu",
+        (unsigned long long)seed, (long long)B, (long long)Hq, (long long)Hkv, (long long)sp.seq_q,
+        (long long)sp.seq_kv, (long long)D, (long long)pb->head_dim_v, fai_dtype_name(pb->q_dtype),
+        fai_dtype_name(pb->k_dtype), fai_dtype_name(pb->v_dtype), fai_dtype_name(pb->o_dtype),
+        causal_name(pb->causal), pb->q_positions ? " positions" : "", (long long)pb->window_left,
+        (long long)pb->window_right, mask_desc, mods_desc, lq_desc, lk_desc, lens_desc, scale_desc,
+        amp, c->layout_q, c->layout_k, c->layout_v, c->layout_o, sp.lse ? 1 + c->lse_layout : 0,
+        (long long)pb->workers, (long long)pb->threads, split_name(pb->split),
+        (long long)pb->tile_q, (long long)pb->tile_kv, c->workspace_offset);
     return 0;
 }
 
@@ -872,10 +869,9 @@ int fai_case_combo(fai_dtype q, fai_dtype k, fai_dtype v, fai_dtype o) {
 }
 
 const char *fai_case_combo_name(int combo, char *buf, size_t size) {
-    snprintf(buf, size, "q=%s k=%s v=%s o=%s", fai_oracle_dtype_name((fai_dtype)(combo % 3)),
-             fai_oracle_dtype_name((fai_dtype)(combo / 3 % 3)),
-             fai_oracle_dtype_name((fai_dtype)(combo / 9 % 3)),
-             fai_oracle_dtype_name((fai_dtype)(combo / 27 % 3)));
+    snprintf(buf, size, "q=%s k=%s v=%s o=%s", fai_dtype_name((fai_dtype)(combo % 3)),
+             fai_dtype_name((fai_dtype)(combo / 3 % 3)), fai_dtype_name((fai_dtype)(combo / 9 % 3)),
+             fai_dtype_name((fai_dtype)(combo / 27 % 3)));
     return buf;
 }
 
@@ -899,7 +895,7 @@ static const char *state_name(int state) {
  * element, then compares what is left: any difference is a write outside the elements. */
 static int64_t stray_write(const fai_case *c, int idx, const fai_tensor *t, int64_t groups,
                            int64_t rows, int64_t heads, int64_t dim, int packed) {
-    const size_t es = idx == BUF_LSE ? 4 : dtype_bytes(t->dtype);
+    const size_t es = idx == BUF_LSE ? 4 : fai_dtype_size(t->dtype);
     unsigned char *after = malloc(c->bytes[idx]);
     unsigned char *before = malloc(c->bytes[idx]);
     if (!after || !before) {

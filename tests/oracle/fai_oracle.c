@@ -121,29 +121,6 @@ void fai_oracle_store(void *data, fai_dtype dtype, int64_t index, double value) 
     }
 }
 
-size_t fai_oracle_dtype_size(fai_dtype dtype) {
-    switch (dtype) {
-    case FAI_DTYPE_F32:
-        return 4;
-    case FAI_DTYPE_F16:
-    case FAI_DTYPE_BF16:
-        return 2;
-    }
-    return 0;
-}
-
-const char *fai_oracle_dtype_name(fai_dtype dtype) {
-    switch (dtype) {
-    case FAI_DTYPE_F32:
-        return "f32";
-    case FAI_DTYPE_F16:
-        return "f16";
-    case FAI_DTYPE_BF16:
-        return "bf16";
-    }
-    return "?";
-}
-
 /* -- the reference -------------------------------------------------------------------------- */
 
 static fai_status fail(char *err, size_t err_size, fai_status st, const char *fmt, ...) {

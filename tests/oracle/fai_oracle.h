@@ -75,11 +75,6 @@ uint16_t fai_oracle_bf16_encode(double x);
 double fai_oracle_load(const void *data, fai_dtype dtype, int64_t index);
 void fai_oracle_store(void *data, fai_dtype dtype, int64_t index, double value);
 
-/* Bytes per element (4 or 2; 0 for an unknown dtype) and the short name ("f32", "f16", "bf16";
- * "?" for an unknown dtype). */
-size_t fai_oracle_dtype_size(fai_dtype dtype);
-const char *fai_oracle_dtype_name(fai_dtype dtype);
-
 #ifdef __cplusplus
 }
 #endif

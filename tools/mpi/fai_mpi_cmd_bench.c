@@ -363,7 +363,7 @@ static int bench_ring(const fai_shape *single, const bench_options *o, const lin
     /* the longest block, which sets each step's transfer */
     const int64_t dv = shape.dv;
     const double row_bytes =
-        (double)(shape.hkv * (shape.d + dv)) * (double)fai_shape_dtype_bytes(shape.kv_dtype);
+        (double)(shape.hkv * (shape.d + dv)) * (double)fai_dtype_size(shape.kv_dtype);
     const double block = max_over_ranks((double)(shape.b * z.rows) * row_bytes);
     res->comm_alone = ranks_ > 1 ? time_ring_exchange((size_t)block, ranks_ - 1, o->runs) : 0.0;
 

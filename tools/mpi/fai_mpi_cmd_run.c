@@ -137,7 +137,7 @@ static void place_rows(const fai_run_problem *p, const fai_mpi_zigzag *z, const 
 static int gather_rows(fai_run_args *a, const fai_run_problem *p, const void *o_local,
                        const float *lse_local, int rank, int size, void *o, float *lse) {
     const int64_t S = p->seq_q, B = p->batch, Hq = p->heads_q;
-    const size_t o_row = (size_t)(Hq * p->head_dim_v) * fai_shape_dtype_bytes(a->out_dtype);
+    const size_t o_row = (size_t)(Hq * p->head_dim_v) * fai_dtype_size(a->out_dtype);
     if (B * S > INT_MAX || B * Hq * S > INT_MAX)
         return fai_run_fail(a, "--ring: %lld rows are more than one gather can take",
                             (long long)(B * S));
@@ -183,10 +183,10 @@ static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *
     int rc = 0;
     if (fai_mpi_zigzag_layout(p->seq_q, size, rank, &z) != FAI_OK)
         rc = fai_run_fail(a, "--ring: %s", fai_mpi_last_error());
-    const size_t q_row = (size_t)(p->heads_q * p->head_dim) * fai_shape_dtype_bytes(p->q_dtype);
-    const size_t k_row = (size_t)(p->heads_kv * p->head_dim) * fai_shape_dtype_bytes(p->k_dtype);
-    const size_t v_row = (size_t)(p->heads_kv * p->head_dim_v) * fai_shape_dtype_bytes(p->v_dtype);
-    const size_t o_row = (size_t)(p->heads_q * p->head_dim_v) * fai_shape_dtype_bytes(a->out_dtype);
+    const size_t q_row = (size_t)(p->heads_q * p->head_dim) * fai_dtype_size(p->q_dtype);
+    const size_t k_row = (size_t)(p->heads_kv * p->head_dim) * fai_dtype_size(p->k_dtype);
+    const size_t v_row = (size_t)(p->heads_kv * p->head_dim_v) * fai_dtype_size(p->v_dtype);
+    const size_t o_row = (size_t)(p->heads_q * p->head_dim_v) * fai_dtype_size(a->out_dtype);
     void *q = NULL, *k = NULL, *v = NULL, *o_local = NULL, *o = NULL;
     float *lse_local = NULL, *lse = NULL;
     if (!rc) {

@@ -23,8 +23,8 @@ static int shard_dense(fai_run_args *a, const fai_run_inputs *in, const fai_run_
         lens[b] = rest < 0 ? 0 : rest < len ? rest : len;
         s->seqlens_kv[b] = (int32_t)lens[b];
     }
-    const size_t k_row = (size_t)(p->heads_kv * p->head_dim) * fai_shape_dtype_bytes(p->k_dtype);
-    const size_t v_row = (size_t)(p->heads_kv * p->head_dim_v) * fai_shape_dtype_bytes(p->v_dtype);
+    const size_t k_row = (size_t)(p->heads_kv * p->head_dim) * fai_dtype_size(p->k_dtype);
+    const size_t v_row = (size_t)(p->heads_kv * p->head_dim_v) * fai_dtype_size(p->v_dtype);
     const size_t rows = (size_t)(p->batch * len);
     s->k = fai_run_alloc(rows * k_row);
     s->v = fai_run_alloc(rows * v_row);
@@ -78,10 +78,8 @@ static int shard_paged(fai_run_args *a, const fai_run_inputs *in, const fai_run_
             if (local_of[g] < 0) local_of[g] = pages++;
             s->table[b * width + i] = local_of[g];
         }
-    const size_t k_page =
-        (size_t)(ps * p->heads_kv * p->head_dim) * fai_shape_dtype_bytes(p->k_dtype);
-    const size_t v_page =
-        (size_t)(ps * p->heads_kv * p->head_dim_v) * fai_shape_dtype_bytes(p->v_dtype);
+    const size_t k_page = (size_t)(ps * p->heads_kv * p->head_dim) * fai_dtype_size(p->k_dtype);
+    const size_t v_page = (size_t)(ps * p->heads_kv * p->head_dim_v) * fai_dtype_size(p->v_dtype);
     s->k = fai_run_alloc((size_t)pages * k_page);
     s->v = fai_run_alloc((size_t)pages * v_page);
     int rc = 0;

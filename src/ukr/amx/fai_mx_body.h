@@ -112,7 +112,7 @@ static int mx_pack_k(uint16_t *k, int parts, const void *const *rows, int64_t n,
                      int64_t d, int64_t d_pad, fai_dtype dtype, int check_finite) {
     uint16_t block[3][TILE][PAIR_COLS];
     const void *src[3][TILE];
-    const int64_t part_stride = n_pad * d_pad, element = (int64_t)fai__dtype_size(dtype);
+    const int64_t part_stride = n_pad * d_pad, element = (int64_t)fai_dtype_size(dtype);
     for (int64_t j0 = 0; j0 < n_pad; j0 += TILE) {
         for (int64_t x0 = 0; x0 < d_pad; x0 += PAIR_COLS) {
             const int direct = parts == 1 && j0 + TILE <= n && x0 + PAIR_COLS <= d;

@@ -1,0 +1,628 @@
+/* The body of the kernel driver, compiled twice (fai_kernel.c, and fai_kernel_profiled.c with
+ * stage timers): one worker walks its contiguous range of units. For each unit (the q heads
+ * of one kv-head group, or of a slice of a very large group, over one q tile) it runs the seed's
+ * four stages over the unit's valid kv tiles, with S, P and O living only in this thread's
+ * workspace:
+ *
+ *     QK:              S = scale * Q K^T                     (cntx->qk)
+ *     online softmax:  masks on partial tiles, then P, m, l  (apply_masks, cntx->softmax)
+ *     rescale O:       O *= exp(m_old - m_new) where m moved (cntx->rescale_o)
+ *     PV:              O += P V                              (cntx->pv)
+ *
+ * and finally O / l and LSE = m + log l. Q tile rows are ordered (query position, group head),
+ * so the group's heads share each K and V tile: K/V are read once per group. A unit whose kv
+ * range is split across workers computes its part and leaves it for the merge; decode units of
+ * one sequence run in lockstep (see lockstep_count). */
+#ifndef FAI_KERNEL_BODY_H
+#define FAI_KERNEL_BODY_H
+
+#include "fai_internal.h"
+#include "kv/fai_kv.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+/* FAI_KERNEL_LAPS, defined by the file that includes this body: 1 for the profiled build, where
+ * FAI_LAP(stage) charges the time since the last mark to the stage (fai_profile.h); 0 for the
+ * build fai_run uses, where the marks compile to nothing. */
+#if !defined(FAI_KERNEL_LAPS)
+#error "define FAI_KERNEL_LAPS (0 or 1) before including fai_kernel_body.h"
+#elif FAI_KERNEL_LAPS
+#include "kernel/fai_profile.h"
+#define FAI_LAP(stage) fai__lap(stage)
+#define FAI_LAP_START() (fai__stage_clock.last = fai__ticks())
+#else
+#define FAI_LAP(stage) ((void)0)
+#define FAI_LAP_START() ((void)0)
+#endif
+
+/* One unit's scratch. Decode plans (direct_kv) keep Q row-major [rows, ld_q] and S row-major
+ * [rows, ld_n], and pack no K or V; the others use the layouts below. */
+typedef struct unit_scratch {
+    float *q_tile;     /* Q^T [d, ld_s] (bf16 pairs [d/2, ld_s, 2] on the bf16 QK path) */
+    float *k_tile;     /* K [tile_kv, d] */
+    float *v_tile;     /* V [tile_kv, ld_o] */
+    float *s_tile;     /* S^T [tile_kv, ld_s]: S, then P in place */
+    float *o_acc;      /* O [rows, ld_o] */
+    float *row_max;    /* [rows] running max m */
+    float *row_sum;    /* [rows] running sum l */
+    float *row_alpha;  /* [rows] exp(m_old - m_new) of the last tile */
+    float *row_slope;  /* ALiBi: [ld_s] each row's slope (0 past the unit's rows) */
+    float *row_offset; /* ALiBi: [ld_s] the tile's first key minus the row's query position */
+    const void **row_ptrs;
+    unsigned char *kv_cache; /* the thread's packed K/V cache (slot 0 only), or NULL */
+    int *mx_q_finite;        /* the matrix engine: 0 when the unit's Q holds Inf or NaN */
+    float *mx_row_sums;      /* and its rows' running sums [ld_s, FAI_MX_SUM_LANES] */
+} unit_scratch;
+
+static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
+    unit_scratch sc;
+    sc.q_tile = (float *)(ws + plan->ws.q_tile);
+    sc.k_tile = (float *)(ws + plan->ws.k_tile);
+    sc.v_tile = (float *)(ws + plan->ws.v_tile);
+    sc.s_tile = (float *)(ws + plan->ws.s_tile);
+    sc.o_acc = (float *)(ws + plan->ws.o_acc);
+    sc.row_max = (float *)(ws + plan->ws.row_max);
+    sc.row_sum = (float *)(ws + plan->ws.row_sum);
+    sc.row_alpha = (float *)(ws + plan->ws.row_alpha);
+    sc.row_slope = (float *)(ws + plan->ws.row_slope);
+    sc.row_offset = (float *)(ws + plan->ws.row_offset);
+    sc.row_ptrs = (const void **)(ws + plan->ws.kv_rows);
+    sc.kv_cache = NULL;
+    sc.mx_q_finite = (int *)(ws + plan->ws.mx_flags);
+    sc.mx_row_sums = (float *)(ws + plan->ws.mx_row_sums);
+    return sc;
+}
+
+/* Byte offset of the row of query i (of the unit's sequence) and query head head_q in a bit
+ * mask. */
+static int64_t bits_row(const fai_mask *mask, const fai_unit *unit, int64_t i, int64_t head_q) {
+    return unit->batch * mask->stride_batch + head_q * mask->stride_head + i * mask->stride_q;
+}
+
+/* Keys [key_begin, key_begin + n) of a bit-mask row whose bit is 0 become -inf: 64 keys at a
+ * time where they start a byte and their bits are all 0 or all 1. Only bytes of keys in the range
+ * are read. */
+static void apply_bits_row(const unsigned char *bits, int64_t key_begin, int64_t n, float *s_row,
+                           int64_t key_step) {
+    for (int64_t c = 0; c < n;) {
+        const int64_t j = key_begin + c;
+        if ((j & 7) == 0 && c + 64 <= n) {
+            uint64_t word;
+            memcpy(&word, bits + (j >> 3), sizeof word);
+            if (word == UINT64_MAX) {
+                c += 64;
+                continue;
+            }
+            if (word == 0) {
+                for (int64_t k = 0; k < 64; k++)
+                    s_row[(c + k) * key_step] = -INFINITY;
+                c += 64;
+                continue;
+            }
+        }
+        if (!((bits[j >> 3] >> (j & 7)) & 1)) s_row[c * key_step] = -INFINITY;
+        c++;
+    }
+}
+
+/* Whether a bit-mask row keeps any key of [key_begin, key_begin + n), reading whole words where
+ * it can. */
+static int bits_row_any(const unsigned char *bits, int64_t key_begin, int64_t n) {
+    int64_t j = key_begin;
+    const int64_t end = key_begin + n;
+    for (; j < end && (j & 7); j++)
+        if ((bits[j >> 3] >> (j & 7)) & 1) return 1;
+    for (; j + 64 <= end; j += 64) {
+        uint64_t word;
+        memcpy(&word, bits + (j >> 3), sizeof word);
+        if (word) return 1;
+    }
+    for (; j + 8 <= end; j += 8)
+        if (bits[j >> 3]) return 1;
+    for (; j < end; j++)
+        if ((bits[j >> 3] >> (j & 7)) & 1) return 1;
+    return 0;
+}
+
+/* Whether a bit mask removes every key of [key_begin, key_begin + n) from the unit's rows
+ * [row_begin, row_end): such a tile (or row block) changes nothing and is skipped. Rows of the
+ * heads of one query position share their bits when the mask broadcasts over heads. */
+static int bits_rows_empty(const fai_tensors *t, const fai_unit *unit, int64_t key_begin, int64_t n,
+                           int64_t row_begin, int64_t row_end) {
+    const fai_mask *mask = &t->mask;
+    const unsigned char *data = mask->data;
+    const int64_t heads = unit->heads;
+    for (int64_t r = row_begin; r < row_end; r++) {
+        if (mask->stride_head == 0 && r % heads != 0 && r != row_begin) continue;
+        const int64_t i = unit->q_begin + r / heads;
+        const int64_t head_q = unit->head_q_begin + r % heads;
+        if (bits_row_any(data + bits_row(mask, unit, i, head_q), key_begin, n)) return 0;
+    }
+    return 1;
+}
+
+/* Masks of one tile for its rows [row_begin, row_end): the causal/window band where the tile is
+ * only partly visible, and the explicit mask tensor. Positions masked out become -inf whatever S
+ * held there, so K values the row cannot see never reach P. Row r's score for key c is
+ * s[r * row_step + c * key_step]: S^T [n, ld_s] has steps (1, ld_s), the row-major S of the
+ * direct path and the matrix engine [rows, ld_n] (ld_n, 1). */
+static void apply_masks_rows(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                             const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
+                             float *s, int64_t row_step, int64_t key_step, int64_t row_begin,
+                             int64_t row_end) {
+    const int64_t heads = unit->heads;
+    const fai_mask *mask = &t->mask;
+    const fai_mask_kind kind = plan->pb.mask_kind;
+    for (int64_t r = row_begin; r < row_end; r++) {
+        const int64_t i = unit->q_begin + r / heads;
+        const int64_t head_q = unit->head_q_begin + r % heads;
+        float *s_row = s + r * row_step; /* [n] with stride key_step */
+        if (band_partial) {              /* the keys before lo and after hi, as two runs */
+            int64_t lo = fai__band_lo(band, i) - key_begin;
+            int64_t hi = fai__band_hi(band, i) - key_begin;
+            lo = lo < 0 ? 0 : lo > n ? n : lo;
+            hi = hi < lo - 1 ? lo - 1 : hi > n - 1 ? n - 1 : hi;
+            for (int64_t c = 0; c < lo; c++)
+                s_row[c * key_step] = -INFINITY;
+            for (int64_t c = hi + 1; c < n; c++)
+                s_row[c * key_step] = -INFINITY;
+        }
+        if (kind == FAI_MASK_NONE) continue;
+        if (kind == FAI_MASK_KEEP_BITS) {
+            apply_bits_row((const unsigned char *)mask->data + bits_row(mask, unit, i, head_q),
+                           key_begin, n, s_row, key_step);
+            continue;
+        }
+        const int64_t offset = unit->batch * mask->stride_batch + head_q * mask->stride_head +
+                               i * mask->stride_q + key_begin;
+        if (kind == FAI_MASK_ADD) {
+            const float *add = (const float *)mask->data + offset;
+            for (int64_t c = 0; c < n; c++)
+                s_row[c * key_step] =
+                    add[c] == -INFINITY ? -INFINITY : s_row[c * key_step] + add[c];
+        } else {
+            const unsigned char *bytes = (const unsigned char *)mask->data + offset;
+            const int drop_if_nonzero = kind == FAI_MASK_DROP;
+            for (int64_t c = 0; c < n; c++)
+                if ((bytes[c] != 0) == drop_if_nonzero) s_row[c * key_step] = -INFINITY;
+        }
+    }
+}
+
+static void apply_masks(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                        const fai_band *band, int band_partial, int64_t key_begin, int64_t n,
+                        float *s, int64_t row_step, int64_t key_step) {
+    apply_masks_rows(plan, t, unit, band, band_partial, key_begin, n, s, row_step, key_step, 0,
+                     unit->q_len * unit->heads);
+}
+
+/* Where one of a unit's valid kv tiles (an offset into its range) lies: its first key, its keys
+ * and its band; band_partial when some row sees only part of it (only then are band masks
+ * applied). */
+typedef struct tile_extent {
+    int64_t key_begin, n;
+    fai_band band;
+    int band_partial;
+} tile_extent;
+
+static tile_extent tile_extent_of(const fai_plan *plan, const fai_unit *unit, int64_t tile) {
+    const fai_seq *seq = &plan->seqs[unit->batch];
+    const int64_t tile_kv = plan->tile_kv;
+    tile_extent e;
+    e.band = fai__band_of(&plan->pb, seq);
+    e.key_begin = (unit->kv_tile_begin + tile) * tile_kv;
+    e.n = seq->kv_len - e.key_begin < tile_kv ? seq->kv_len - e.key_begin : tile_kv;
+    e.band_partial = !(fai__band_lo(&e.band, unit->q_begin + unit->q_len - 1) <= e.key_begin &&
+                       fai__band_hi(&e.band, unit->q_begin) >= e.key_begin + e.n - 1);
+    return e;
+}
+
+/* A thread's packed K/V cache (layout_kv_cache in fai_plan.c): which (batch, kv head) its tiles
+ * belong to, a state per tile (0 not packed yet, else KV_PACKED with KV_K_NONFINITE and
+ * KV_V_NONFINITE when K or V holds Inf or NaN), and the tiles, each its K then its V as the
+ * plan's path packs them. Reset at the start of every worker: the tensors may differ from run to
+ * run. */
+enum { KV_PACKED = 1, KV_K_NONFINITE = 2, KV_V_NONFINITE = 4 };
+
+typedef struct kv_cache_head {
+    int64_t batch, head_kv;
+} kv_cache_head;
+
+/* The cache's state of the unit's kv tile starting at key_begin, with its bytes in *tile (K,
+ * then V at ws.kv_cache_k_bytes): 0 while the caller still has to pack it there and set the
+ * state. NULL when the tile is not cached. A unit of another (batch, kv head) than the cache
+ * holds starts the cache over. */
+static unsigned char *kv_cache_find(const fai_plan *plan, const unit_scratch *sc,
+                                    const fai_unit *unit, int64_t key_begin, unsigned char **tile) {
+    const int64_t index = key_begin / plan->tile_kv;
+    if (!sc->kv_cache || index >= plan->kv_cache_tiles) return NULL;
+    kv_cache_head *head = (kv_cache_head *)sc->kv_cache;
+    unsigned char *states = sc->kv_cache + sizeof *head;
+    if (head->batch != unit->batch || head->head_kv != unit->head_kv) {
+        head->batch = unit->batch;
+        head->head_kv = unit->head_kv;
+        memset(states, 0, (size_t)plan->kv_cache_tiles);
+    }
+    *tile = sc->kv_cache + (plan->ws.kv_cache_tiles_at - plan->ws.kv_cache) +
+            (size_t)index * plan->ws.kv_cache_tile_bytes;
+    return states + index;
+}
+
+/* Share `part` of `parts` of a unit's rows of Q or O (row_bytes each) requested into the caches.
+ * A unit reads its Q rows and writes its O rows once, straight from memory, at its start and
+ * end; the worker asks for the next unit's Q and this unit's O a share per kv tile, so that the
+ * misses overlap the tiles' compute instead of stalling the packing and the store. */
+static void prefetch_unit_rows(const fai_plan *plan, const fai_tensor *tensor, const fai_unit *unit,
+                               int64_t part, int64_t parts, int64_t row_bytes) {
+    const int64_t rows = unit->q_len * unit->heads;
+    for (int64_t r = part * rows / parts; r < (part + 1) * rows / parts; r++) {
+        const char *row = fai__q_row(plan, tensor, unit->batch, unit->q_begin + r / unit->heads,
+                                     unit->head_q_begin + r % unit->heads);
+        for (int64_t offset = 0; offset < row_bytes; offset += 64)
+            __builtin_prefetch(row + offset, 0, 2);
+    }
+}
+
+/* The prefetches of kv tile `tile` of `tiles` of a unit, with `next` the worker's next unit (or
+ * NULL). */
+static void prefetch_rows_for_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                                   const fai_unit *next, int64_t tile, int64_t tiles) {
+    if (next && next->q_len > 0)
+        prefetch_unit_rows(plan, &t->q, next, tile, tiles,
+                           plan->pb.head_dim * (int64_t)fai_dtype_size(t->q.dtype));
+    prefetch_unit_rows(plan, &t->o, unit, tile, tiles,
+                       plan->head_dim_v * (int64_t)fai_dtype_size(t->o.dtype));
+}
+
+/* The score modifiers of a tile for the unit's rows [row_begin, row_end) (fai_score_mods): with
+ * ALiBi, each row's offset for the tile starting at key_begin; `scale` multiplies the scores
+ * first (1 where QK scaled them). */
+static fai_score_mods tile_mods(const fai_plan *plan, const fai_unit *unit, const unit_scratch *sc,
+                                int64_t key_begin, int64_t row_begin, int64_t row_end,
+                                float scale) {
+    fai_score_mods mods;
+    mods.scale = scale;
+    mods.softcap = plan->pb.softcap;
+    mods.slope = NULL;
+    mods.offset = NULL;
+    if (plan->pb.alibi) {
+        /* the query's position on the key axis is i + diagonal (causal's diagonal) */
+        const int64_t diagonal = plan->seqs[unit->batch].diagonal;
+        for (int64_t r = row_begin; r < row_end; r++)
+            sc->row_offset[r] = (float)(key_begin - (unit->q_begin + r / unit->heads + diagonal));
+        mods.slope = sc->row_slope + row_begin;
+        mods.offset = sc->row_offset + row_begin;
+    }
+    return mods;
+}
+
+#include "kernel/fai_kernel_mx.h"
+
+static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b, int64_t i,
+                           int64_t head_q) {
+    void *o_row = fai__q_row(plan, &t->o, b, i, head_q);
+    memset(o_row, 0, (size_t)plan->head_dim_v * fai_dtype_size(t->o.dtype));
+    if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = -INFINITY;
+}
+
+/* Step 1 of a unit: its Q tile (the whole GQA group), converted once, and an empty state. */
+static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                       const unit_scratch *sc) {
+    const fai_cntx *cntx = plan->cntx;
+    const int64_t heads = unit->heads, rows = unit->q_len * heads;
+    const int64_t d = plan->pb.head_dim, ld_s = plan->ld_s, ld_o = plan->ld_o;
+    const int64_t b = unit->batch;
+
+    for (int64_t r = 0; r < rows; r++)
+        sc->row_ptrs[r] =
+            fai__q_row(plan, &t->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
+    if (plan->mx)
+        mx_pack_q_blocks(plan, sc, rows, t->q.dtype);
+    else if (plan->direct_kv)
+        cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
+    else if (plan->bf16_qk)
+        cntx->pack_q_bf16((uint16_t *)sc->q_tile, ld_s, sc->row_ptrs, rows, d);
+    else
+        cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
+    for (int64_t r = 0; r < ld_s; r++) { /* the vector lanes past `rows` too */
+        sc->row_max[r] = -INFINITY;
+        sc->row_sum[r] = 0.0f;
+    }
+    if (plan->pb.alibi)
+        for (int64_t r = 0; r < ld_s; r++) {
+            sc->row_slope[r] = r < rows ? t->alibi_slopes[unit->head_q_begin + r % heads] : 0.0f;
+            sc->row_offset[r] = 0.0f;
+        }
+    /* the matrix engine's accumulator tiles cover the padded rows too */
+    const int64_t o_rows = plan->mx ? ld_s : rows;
+    memset(sc->o_acc, 0, (size_t)(o_rows * ld_o) * sizeof(float));
+    FAI_LAP(FAI_STAGE_PACK_Q);
+}
+
+/* Step 2 of a unit, for one of its valid kv tiles (an offset into its range): the four stages,
+ * leaving the unnormalised O, the running max m and the running sum l in the scratch. */
+static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit, int64_t tile,
+                     const unit_scratch *sc) {
+    const fai_cntx *cntx = plan->cntx;
+    const int64_t rows = unit->q_len * unit->heads;
+    const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, tile_kv = plan->tile_kv;
+    const int64_t ld_s = plan->ld_s, ld_o = plan->ld_o;
+    const int64_t b = unit->batch;
+    const fai_seq *seq = &plan->seqs[b];
+    const tile_extent e = tile_extent_of(plan, unit, tile);
+    const fai_band band = e.band;
+    const int64_t key_begin = e.key_begin, n = e.n;
+    const int band_partial = e.band_partial;
+    /* packed K and V: the thread's cached copy of the tile (packed here by the first unit that
+     * needs it), or this unit's own scratch */
+    unsigned char *cached = NULL;
+    unsigned char *state =
+        plan->direct_kv ? NULL : kv_cache_find(plan, sc, unit, key_begin, &cached);
+    const int from_cache = state && *state;
+    float *k_packed = state ? (float *)cached : sc->k_tile;
+    float *v_packed = state ? (float *)(cached + plan->ws.kv_cache_k_bytes) : sc->v_tile;
+
+    FAI_LAP(FAI_STAGE_OTHER);
+    /* a tile whose bits are all 0 for every row would only add -inf scores: skipped */
+    if (plan->pb.mask_kind == FAI_MASK_KEEP_BITS && bits_rows_empty(t, unit, key_begin, n, 0, rows))
+        return;
+    /* decode reads K and V rows in place, prefetching FAI_PREFETCH_ROWS ahead: the row
+     * lists run that far into the next tile */
+    const int64_t rest = seq->kv_len - key_begin - n;
+    const int64_t ahead = !plan->direct_kv           ? 0
+                          : rest < FAI_PREFETCH_ROWS ? rest
+                                                     : FAI_PREFETCH_ROWS;
+    unsigned char *next_cached = NULL, *next_state = NULL;
+    if (!plan->direct_kv && tile + 1 < unit->kv_tiles)
+        next_state = kv_cache_find(plan, sc, unit, key_begin + tile_kv, &next_cached);
+    if (!plan->direct_kv && tile + 1 < unit->kv_tiles && !(next_state && *next_state)) {
+        /* prefill packs K and V per tile: have the next tile's rows on their way to L2,
+         * hidden behind this tile's compute */
+        const int64_t next = key_begin + tile_kv;
+        const int64_t next_n = seq->kv_len - next < tile_kv ? seq->kv_len - next : tile_kv;
+        fai__kv_prefetch(plan, t, &t->k, b, unit->head_kv, next, next_n,
+                         d * (int64_t)fai_dtype_size(t->k.dtype));
+        fai__kv_prefetch(plan, t, &t->v, b, unit->head_kv, next, next_n,
+                         dv * (int64_t)fai_dtype_size(t->v.dtype));
+    }
+    fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
+    FAI_LAP(FAI_STAGE_PACK_KV);
+    if (plan->direct_kv) {
+        cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
+                      t->k.dtype, n, d, plan->scale);
+    } else if (plan->bf16_qk) { /* bf16 dot products straight from the K rows */
+        cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
+                      plan->scale);
+    } else {
+        if (!from_cache) cntx->pack_rows(k_packed, d, sc->row_ptrs, n, d, t->k.dtype);
+        FAI_LAP(FAI_STAGE_PACK_KV);
+        cntx->qk(sc->s_tile, ld_s, sc->q_tile, k_packed, n, d, plan->scale);
+    }
+    FAI_LAP(FAI_STAGE_QK);
+
+    const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
+    if (plan->mods) { /* soft-capping and ALiBi, just before the masks */
+        const fai_score_mods mods = tile_mods(plan, unit, sc, key_begin, 0, rows, 1.0f);
+        if (plan->direct_kv)
+            cntx->mods_rows(sc->s_tile, plan->ld_n, rows, n, &mods);
+        else
+            cntx->mods_t(sc->s_tile, ld_s, n, &mods);
+    }
+    if (plan->direct_kv) {
+        if (masked)
+            apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, plan->ld_n,
+                        1);
+        cntx->softmax_rows(sc->s_tile, plan->ld_n, rows, sc->row_max, sc->row_sum, sc->row_alpha);
+    } else {
+        if (masked)
+            apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, 1, ld_s);
+        cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
+    }
+    FAI_LAP(FAI_STAGE_SOFTMAX);
+    cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
+    FAI_LAP(FAI_STAGE_RESCALE);
+
+    if (!from_cache)
+        fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
+    if (plan->direct_kv) {
+        FAI_LAP(FAI_STAGE_PACK_KV);
+        cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, ahead,
+                      t->v.dtype, n, dv, masked);
+    } else {
+        int v_finite;
+        if (from_cache) {
+            v_finite = !(*state & KV_V_NONFINITE);
+        } else {
+            v_finite = cntx->pack_rows(v_packed, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
+            if (state) *state = (unsigned char)(KV_PACKED | (v_finite ? 0 : KV_V_NONFINITE));
+        }
+        FAI_LAP(FAI_STAGE_PACK_KV);
+        /* V holding Inf or NaN takes the exact (sparse) PV: in a tile product 0 x Inf would be NaN
+         * where a key weighs 0 (masked), and a P's lo part of 0 would turn an Inf it carries into
+         * NaN */
+        cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, v_packed, rows, n, masked && !v_finite);
+    }
+    FAI_LAP(FAI_STAGE_PV);
+}
+
+/* Runs the unit's kv tiles [tile_begin, tile_end) (offsets into its valid range). */
+static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                          int64_t tile_begin, int64_t tile_end, const unit_scratch *sc) {
+    start_unit(plan, t, unit, sc);
+    if (plan->mx) {
+        mx_run_tiles(plan, t, unit, NULL, tile_begin, tile_end, sc);
+        return;
+    }
+    for (int64_t tile = tile_begin; tile < tile_end; tile++)
+        run_tile(plan, t, unit, tile, sc);
+}
+
+/* O = O / l and LSE = m + log l from the scratch; rows that saw nothing get 0 and -inf, and so
+ * do the rows past the sequence's length that the unit owns. A sink joins the denominator here,
+ * once per row whatever the split: l' = l e^(m - m') + e^(sink - m') with m' = max(m, sink), so
+ * O = O e^(m - m') / l' and LSE = m' + log l'; a row that saw nothing gets LSE = sink. */
+static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                        const unit_scratch *sc) {
+    const int64_t heads = unit->heads, rows = unit->q_len * heads;
+    const int64_t b = unit->batch;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t i = unit->q_begin + r / heads;
+        const int64_t head_q = unit->head_q_begin + r % heads;
+        const float sum = sc->row_sum[r], max = sc->row_max[r];
+        const float sink = plan->pb.sinks ? t->sinks[head_q] : -INFINITY;
+        /* a row saw nothing only if its max is still -inf; a NaN it saw stays NaN */
+        if (max == -INFINITY) {
+            write_zero_row(plan, t, b, i, head_q);
+            if (t->lse.data && sink > -INFINITY) *fai__lse_at(plan, &t->lse, b, i, head_q) = sink;
+            continue;
+        }
+        float mul = 1.0f / sum, lse = max + logf(sum);
+        if (sink > -INFINITY && !isnan(max)) {
+            const float top = max > sink ? max : sink;
+            const float kept = expf(max - top);
+            const float total = sum * kept + expf(sink - top);
+            mul = kept / total;
+            lse = top + logf(total);
+        }
+        plan->cntx->store_row(fai__q_row(plan, &t->o, b, i, head_q), t->o.dtype,
+                              sc->o_acc + r * plan->ld_o, plan->head_dim_v, mul);
+        if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = lse;
+    }
+    for (int64_t i = unit->pad_begin; i < unit->pad_end; i++)
+        for (int64_t g = 0; g < heads; g++)
+            write_zero_row(plan, t, b, i, unit->head_q_begin + g);
+    FAI_LAP(FAI_STAGE_STORE);
+}
+
+/* -- split-KV -------------------------------------------------------------------------------- */
+
+static float *part_slot(const fai_plan *plan, unsigned char *ws_base, int64_t slot) {
+    return (float *)(ws_base + plan->ws.partials + (size_t)slot * plan->ws.partial_bytes);
+}
+
+/* Stores this part's O, m and l, and returns nonzero for the part that completes the unit: the
+ * last to finish merges, whichever thread runs it. */
+static int store_part(const fai_plan *plan, const fai_unit *unit, int64_t part,
+                      const unit_scratch *sc, unsigned char *ws_base) {
+    const int64_t rows = unit->q_len * unit->heads, ld_o = plan->ld_o, ld_s = plan->ld_s;
+    float *slot = part_slot(plan, ws_base, unit->first_slot + part); /* O [rows, ld_o], m, l */
+    memcpy(slot, sc->o_acc, (size_t)(rows * ld_o) * sizeof(float));
+    memcpy(slot + rows * ld_o, sc->row_max, (size_t)ld_s * sizeof(float));
+    memcpy(slot + rows * ld_o + ld_s, sc->row_sum, (size_t)ld_s * sizeof(float));
+    atomic_llong *done = (atomic_llong *)(ws_base + plan->ws.counters) + unit->split_index;
+    /* acq_rel: the releases of all parts form one sequence that the last part acquires */
+    return atomic_fetch_add_explicit(done, 1, memory_order_acq_rel) + 1 == unit->parts;
+}
+
+/* Combines the unit's parts in part order (deterministic for the plan) into the scratch:
+ * m = max m_p, l = sum l_p e^(m_p - m), O = sum O_p e^(m_p - m). */
+static void merge_parts(const fai_plan *plan, const fai_unit *unit, const unit_scratch *sc,
+                        unsigned char *ws_base) {
+    const int64_t rows = unit->q_len * unit->heads, ld_o = plan->ld_o, ld_s = plan->ld_s;
+    for (int64_t r = 0; r < rows; r++) {
+        /* NaN (a part that saw a NaN) wins the max, so that it reaches the row */
+        float max = -INFINITY;
+        for (int64_t p = 0; p < unit->parts; p++) {
+            const float part_max = part_slot(plan, ws_base, unit->first_slot + p)[rows * ld_o + r];
+            if (part_max > max || isnan(part_max)) max = part_max;
+        }
+        float *o_row = sc->o_acc + r * ld_o;
+        float sum = 0.0f;
+        memset(o_row, 0, (size_t)ld_o * sizeof(float));
+        for (int64_t p = 0; p < unit->parts && max != -INFINITY; p++) {
+            const float *slot = part_slot(plan, ws_base, unit->first_slot + p);
+            const float part_max = slot[rows * ld_o + r];
+            if (part_max == -INFINITY) continue; /* this part saw nothing of the row */
+            const float weight = expf(part_max - max);
+            sum += slot[rows * ld_o + ld_s + r] * weight;
+            for (int64_t x = 0; x < ld_o; x++)
+                o_row[x] += slot[r * ld_o + x] * weight;
+        }
+        sc->row_max[r] = max;
+        sc->row_sum[r] = sum;
+    }
+}
+
+/* Units of one sequence and q tile (its kv heads, one after another in unit order) with the same
+ * tiles run in lockstep, a tile of every head before the next tile: with token-major K/V the
+ * heads of a token sit side by side, so a tile's memory is streamed once for all of them instead
+ * of once per head (decode, chunked prefill). Each unit computes exactly what it would alone. */
+static int64_t lockstep_count(const fai_plan *plan, const fai_worker *worker, int64_t u) {
+    const fai_unit *first = &plan->units[u];
+    int64_t count = 1;
+    const int64_t most = fai__slots_per_thread(plan);
+    /* the matrix engine runs one unit at a time, its tiles in a pipeline, and keeps a kv head's
+     * packed tiles for its next q tiles instead */
+    if (first->parts > 1 || most == 1) return 1;
+    while (count < most && u + count < worker->unit_end) {
+        const fai_unit *next = &plan->units[u + count];
+        if (next->parts > 1 || next->batch != first->batch || next->q_begin != first->q_begin ||
+            next->q_len != first->q_len || next->kv_tile_begin != first->kv_tile_begin ||
+            next->kv_tiles != first->kv_tiles)
+            break;
+        count++;
+    }
+    return count;
+}
+
+/* The driver itself: fai__kernel_run_worker (fai_kernel.c) and, with stage timers,
+ * fai__kernel_run_worker_profiled (fai_kernel_profiled.c). */
+static inline void kernel_run_worker(const fai_plan *plan, const fai_tensors *t,
+                                     int64_t worker_index, unsigned char *ws,
+                                     unsigned char *ws_base) {
+    FAI_LAP_START();
+    unit_scratch slots[FAI_LOCKSTEP_UNITS];
+    const int64_t slot_count = fai__slots_per_thread(plan);
+    for (int64_t k = 0; k < slot_count; k++)
+        slots[k] = carve_scratch(plan, ws + (size_t)k * plan->ws.slot);
+    if (plan->kv_cache_tiles > 0) {
+        slots[0].kv_cache = ws + plan->ws.kv_cache;
+        ((kv_cache_head *)slots[0].kv_cache)->batch = -1; /* nothing packed for this run yet */
+    }
+    const fai_worker *worker = &plan->worker[worker_index];
+    if (plan->mx) plan->cntx->mx_enter();
+    for (int64_t u = worker->unit_begin; u < worker->unit_end;) {
+        const fai_unit *unit = &plan->units[u];
+        if (unit->parts > 1) {
+            /* a part: the worker's share of the unit's tiles on the line */
+            const int64_t begin =
+                worker->line_begin > unit->line_begin ? worker->line_begin : unit->line_begin;
+            const int64_t unit_end = unit->line_begin + unit->kv_tiles;
+            const int64_t end = worker->line_end < unit_end ? worker->line_end : unit_end;
+            const int64_t part = u == worker->unit_begin ? worker->first_part : worker->last_part;
+            compute_tiles(plan, t, unit, begin - unit->line_begin, end - unit->line_begin,
+                          &slots[0]);
+            FAI_LAP(FAI_STAGE_OTHER);
+            const int last_part = store_part(plan, unit, part, &slots[0], ws_base);
+            if (last_part) merge_parts(plan, unit, &slots[0], ws_base);
+            FAI_LAP(FAI_STAGE_MERGE);
+            if (last_part) finish_unit(plan, t, unit, &slots[0]);
+            u++;
+            continue;
+        }
+        const int64_t count = lockstep_count(plan, worker, u);
+        if (unit->q_len > 0) {
+            for (int64_t k = 0; k < count; k++)
+                start_unit(plan, t, &plan->units[u + k], &slots[k]);
+            const fai_unit *next = u + count < worker->unit_end ? &plan->units[u + count] : NULL;
+            if (next && next->parts > 1) next = NULL;
+            if (plan->mx) /* lockstep_count: 1 */
+                mx_run_tiles(plan, t, unit, next, 0, unit->kv_tiles, &slots[0]);
+            else
+                for (int64_t tile = 0; tile < unit->kv_tiles; tile++) {
+                    if (count == 1)
+                        prefetch_rows_for_tile(plan, t, unit, next, tile, unit->kv_tiles);
+                    for (int64_t k = 0; k < count; k++)
+                        run_tile(plan, t, &plan->units[u + k], tile, &slots[k]);
+                }
+        }
+        for (int64_t k = 0; k < count; k++)
+            finish_unit(plan, t, &plan->units[u + k], &slots[k]);
+        u += count;
+    }
+    if (plan->mx) plan->cntx->mx_leave();
+}
+
+#endif
