@@ -373,11 +373,12 @@ def measure(setups, case, threads, bf16, runs, warmup):
     return results, errors
 
 
-def _available(peer):
+def _missing(peer):
+    """The modules a peer needs that are not installed (none: the peer can run)."""
     mods = {"torch": ["torch"], "ort": ["onnxruntime", "onnx"], "openvino": ["openvino"]}[peer]
     import importlib.util
 
-    return all(importlib.util.find_spec(m) is not None for m in mods)
+    return [m for m in mods if importlib.util.find_spec(m) is None]
 
 
 def _plot(rows, names, path, title):
@@ -445,7 +446,7 @@ def main(argv=None):
     for p in peers:
         if p not in PEERS:
             ap.error(f"unknown peer {p} (known: {' '.join(PEERS)})")
-    skipped = [p for p in peers if not _available(p)]
+    skipped = [p for p in peers if _missing(p)]
     peers = [p for p in peers if p not in skipped]
     if args.bf16:
         try:
@@ -460,7 +461,7 @@ def main(argv=None):
           f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
           + ("; fai rounds P to bf16" if args.round_p_bf16 else ""))
     for p in skipped:
-        print(f"  {PEERS[p][0]}: not installed, left out")
+        print(f"  {PEERS[p][0]}: left out, {' and '.join(_missing(p))} not installed")
     names = ["fai"] + [PEERS[p][0] for p in peers]
     rows = []
     notes = []
@@ -538,7 +539,8 @@ def main(argv=None):
             _plot(rows, names, args.plot, title)
             print(f"plot: {args.plot}")
         except ImportError:
-            print("plot: matplotlib is not installed (pip install matplotlib); no PNG written")
+            print("plot: matplotlib is not installed (the package's bench extra has it: pip "
+                  "install './python[bench]'); no PNG written")
     return 0
 
 
