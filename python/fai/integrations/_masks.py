@@ -11,7 +11,7 @@ import weakref
 
 import torch
 
-from .._core import FaiError
+from .._errors import FaiError
 
 
 class MaskArgs:

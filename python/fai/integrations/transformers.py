@@ -19,7 +19,7 @@ from transformers.masking_utils import sdpa_mask
 
 import fai
 
-from .._core import FaiError
+from .._errors import FaiError
 from ._masks import MaskReader
 from ._plans import PlanCache
 

@@ -1,0 +1,272 @@
+"""Array interop: numpy arrays, torch CPU tensors and anything with __array__ or __dlpack__ as
+views (pointer, dtype, shape, element strides) that libfai reads in place, and the outputs fai
+allocates."""
+import numpy as np
+
+from . import _lib
+from ._errors import _fail
+
+
+_FAI_DTYPES = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16, "bfloat16": _lib.DTYPE_BF16}
+_ALIASES = {"f32": "float32", "fp32": "float32", "float": "float32", "f16": "float16",
+            "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+
+
+def _is_torch(obj):
+    return type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "data_ptr")
+
+
+def _dtype_name(dt):
+    """'float32', 'float16', 'bfloat16' (or another name) for a string, numpy or torch dtype."""
+    if dt is None:
+        return None
+    if isinstance(dt, str):
+        name = dt.lower()
+        return _ALIASES.get(name, name)
+    if type(dt).__module__.split(".")[0] == "torch":
+        return str(dt).replace("torch.", "")
+    try:
+        return np.dtype(dt).name
+    except TypeError:
+        _fail(f"unknown dtype {dt!r}")
+
+
+def _numpy_dtype(name):
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            _fail("a bfloat16 numpy array needs the ml_dtypes package (pip install ml_dtypes)")
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _fai_dtype(name, what):
+    if name not in _FAI_DTYPES:
+        _fail(f"{what} dtype {name} is not float32, float16 or bfloat16")
+    return _FAI_DTYPES[name]
+
+
+# -- array views ------------------------------------------------------------------------------------
+
+class _View:
+    """A pointer, dtype name, shape and element strides of a numpy array or torch tensor, and the
+    object that owns the memory (kept alive while the view is used)."""
+
+    __slots__ = ("ptr", "dtype", "shape", "strides", "owner", "torch")
+
+    def __init__(self, ptr, dtype, shape, strides, owner, is_torch):
+        self.ptr = ptr
+        self.dtype = dtype
+        # torch sizes and strides are ints already (a run converts four of them: decode calls are
+        # short enough for this to show)
+        self.shape = tuple(shape) if is_torch else tuple(int(s) for s in shape)
+        self.strides = tuple(strides) if is_torch else tuple(int(s) for s in strides)
+        self.owner = owner
+        self.torch = is_torch
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def stride(self, i):
+        # a dimension of extent 1 never moves: its stride is irrelevant, report 0
+        return self.strides[i] if self.shape[i] > 1 else 0
+
+    def describe(self):
+        return f"shape {list(self.shape)} {self.dtype}"
+
+
+def _layout_ok(shape, strides, need_last_contiguous, writable=False):
+    if 0 in tuple(shape):
+        return True  # nothing is read or written
+    for extent, st in zip(shape, strides):
+        if extent > 1 and (st < 0 or (writable and st == 0)):
+            return False
+    if need_last_contiguous and shape and shape[-1] > 1 and strides[-1] != 1:
+        return False
+    return True
+
+
+_TORCH_DTYPE_NAMES = {}  # torch.dtype -> its name ("float32", ...), filled as dtypes are seen
+
+
+def _from_torch(t, name, want, last_contiguous, writable):
+    if t.device.type != "cpu":
+        _fail(f"{name} is on device {t.device}; fai computes on CPU tensors")
+    if hasattr(t, "is_neg") and t.is_neg():
+        t = t.resolve_neg()
+    dtype = _TORCH_DTYPE_NAMES.get(t.dtype)
+    if dtype is None:
+        dtype = _TORCH_DTYPE_NAMES.setdefault(t.dtype, str(t.dtype).replace("torch.", ""))
+    convert = want(dtype)
+    if convert is not None and convert != dtype:
+        if writable:
+            _fail(f"{name} has dtype {dtype}; expected {convert}")
+        import torch
+
+        t = t.to(getattr(torch, convert))
+        dtype = convert
+    if not _layout_ok(t.shape, t.stride(), last_contiguous, writable):
+        if writable:
+            _fail(f"{name}: the last dimension must be contiguous, no stride may be 0")
+        t = t.contiguous()
+    return _View(t.data_ptr(), dtype, t.shape, t.stride(), t, True)
+
+
+def _from_numpy(a, name, want, last_contiguous, writable):
+    if writable and not a.flags.writeable:
+        _fail(f"{name} is read-only")
+    if not a.dtype.isnative:
+        if writable:
+            _fail(f"{name} is not in native byte order")
+        a = a.astype(a.dtype.newbyteorder("="))
+    dtype = a.dtype.name
+    convert = want(dtype)
+    if convert is not None and convert != dtype:
+        if writable:
+            _fail(f"{name} has dtype {dtype}; expected {convert}")
+        if convert == "int32" and a.size:
+            lo, hi = int(a.min()), int(a.max())
+            if lo < -2**31 or hi >= 2**31:
+                _fail(f"{name} holds values outside int32 ({lo} .. {hi})")
+        a = a.astype(convert)
+        dtype = convert
+    item = a.itemsize
+    strides = []
+    ok = True
+    for extent, st in zip(a.shape, a.strides):
+        if extent <= 1:
+            strides.append(0)
+        elif st % item:
+            ok = False
+            break
+        else:
+            strides.append(st // item)
+    if not ok or not _layout_ok(a.shape, strides, last_contiguous, writable):
+        if writable:
+            _fail(f"{name}: the last dimension must be contiguous and the strides positive")
+        a = np.ascontiguousarray(a)
+        strides = [st // item if n > 1 else 0 for n, st in zip(a.shape, a.strides)]
+    return _View(a.__array_interface__["data"][0], dtype, a.shape, strides, a, False)
+
+
+def _view(obj, name, want, last_contiguous=True, writable=False):
+    """A _View of obj. want(dtype_name) returns the dtype to use (dtype_name itself when usable
+    as it is, another name to convert to) or raises. Copies only when the layout or the dtype
+    needs it (never for writable outputs)."""
+    if isinstance(obj, _View):
+        return obj
+    if _is_torch(obj):
+        return _from_torch(obj, name, want, last_contiguous, writable)
+    if isinstance(obj, np.ndarray):
+        return _from_numpy(obj, name, want, last_contiguous, writable)
+    if writable:
+        _fail(f"{name} must be a numpy array or a torch tensor (got {type(obj).__name__})")
+    arr = None
+    if hasattr(obj, "__dlpack__"):
+        try:
+            arr = np.from_dlpack(obj)  # zero-copy for CPU producers
+        except (TypeError, ValueError, RuntimeError, BufferError, AttributeError) as exc:
+            if not hasattr(obj, "__array__"):
+                _fail(f"{name}: cannot read it through DLPack ({exc})")
+    if arr is None:
+        try:
+            arr = np.asarray(obj)
+        except Exception as exc:  # noqa: BLE001 - any failure means "not an array"
+            _fail(f"{name}: not an array ({type(obj).__name__}: {exc})")
+    if arr.dtype == object:
+        _fail(f"{name}: not an array of numbers ({type(obj).__name__})")
+    return _from_numpy(arr, name, want, last_contiguous, writable)
+
+
+def _want_float(name):
+    def want(dtype):
+        if dtype in _FAI_DTYPES:
+            return dtype
+        if dtype == "float64":
+            return "float32"
+        _fail(f"{name} has dtype {dtype}; expected float32, float16 or bfloat16")
+    return want
+
+
+def _want_exact(name, allowed, convert_to=None):
+    def want(dtype):
+        if dtype in allowed:
+            return dtype
+        if convert_to is not None:
+            return convert_to
+        _fail(f"{name} has dtype {dtype}; expected {' or '.join(allowed)}")
+    return want
+
+
+_BYTE_MASK = ("bool", "uint8", "int8")
+_FLOAT_OR_INT = ("float16", "float32", "float64", "bfloat16")
+
+
+def _want_add_mask(dtype):
+    if dtype == "float32":
+        return dtype
+    if dtype in _FLOAT_OR_INT:
+        return "float32"
+    _fail(f"mask_add has dtype {dtype}; expected a float dtype (it is used as float32)")
+
+
+def _want_int32(name):
+    def want(dtype):
+        if dtype == "int32":
+            return dtype
+        if dtype in ("int8", "int16", "int64", "uint8", "uint16", "uint32", "uint64"):
+            return "int32"
+        _fail(f"{name} has dtype {dtype}; expected int32")
+    return want
+
+
+def _lengths(obj, name, count):
+    """A contiguous int32 numpy copy of a lengths array (the plan copies it too)."""
+    if obj is None:
+        return None
+    if _is_torch(obj):
+        obj = obj.detach().cpu().numpy()
+    arr = np.asarray(obj)
+    if arr.dtype.kind not in "iu":
+        _fail(f"{name} has dtype {arr.dtype}; expected integers (int32)")
+    if arr.ndim != 1 or (count is not None and arr.shape[0] != count):
+        want = f"[{count}]" if count is not None else "one-dimensional"
+        _fail(f"{name} has shape {list(arr.shape)}; expected {want}")
+    if arr.size and (int(arr.min()) < -2**31 or int(arr.max()) >= 2**31):
+        _fail(f"{name} holds values outside int32")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _int32_ptr(arr):
+    if arr is None:
+        return None
+    return arr.ctypes.data_as(_lib.c_int32_p)
+
+
+def _alloc(like_torch, shape, dtype):
+    if like_torch:
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype))
+    return np.empty(shape, dtype=_numpy_dtype(dtype))
+
+
+def _fill_tensor(t, view, batch, seq, head):
+    t.data = view.ptr
+    t.dtype = _FAI_DTYPES[view.dtype]
+    t.stride_batch = batch
+    t.stride_seq = seq
+    t.stride_head = head
+    t.stride_dim = 1
+
+
+# -- options ----------------------------------------------------------------------------------------
+
+
+def _expect(view, name, shape, what):
+    ok = view.ndim == len(shape) and all(w is None or d == w for d, w in zip(view.shape, shape))
+    if not ok:
+        want = ", ".join("*" if w is None else str(w) for w in shape)
+        _fail(f"{name} has shape {list(view.shape)}; expected [{want}] {what}")

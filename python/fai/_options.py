@@ -1,0 +1,101 @@
+"""The keyword arguments of Plan and attention checked and turned into libfai's problem fields."""
+import math
+
+import numpy as np
+
+from . import _lib
+from ._arrays import _is_torch
+from ._errors import _fail
+
+
+def _causal(causal, causal_top_left):
+    if causal and causal_top_left:
+        _fail("causal and causal_top_left exclude each other")
+    if causal_top_left:
+        return _lib.CAUSAL_TOP_LEFT
+    return _lib.CAUSAL_BOTTOM_RIGHT if causal else _lib.CAUSAL_NONE
+
+
+def _window(window):
+    unbounded = _lib.WINDOW_UNBOUNDED
+    if window is None:
+        return unbounded, unbounded
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        _fail(f"window = {window!r}: expected (left, right); -1 or None leaves a side unbounded")
+    sides = []
+    for side in (left, right):
+        if side is None:
+            sides.append(unbounded)
+            continue
+        if isinstance(side, bool) or not isinstance(side, (int, np.integer)):
+            _fail(f"window = {window!r}: expected two integers (-1 or None for unbounded)")
+        sides.append(int(side))
+    return sides[0], sides[1]
+
+
+def _scale(scale):
+    """The float32 scale to give libfai, or None to keep fai_problem_init's default. A given
+    scale is used as given: one that rounds to 0 in float32 (0 itself, 1e-46) weighs every
+    visible key alike."""
+    if scale is None:
+        return None
+    if isinstance(scale, bool):
+        _fail(f"scale = {scale!r}: expected a number (None: 1/sqrt(head_dim))")
+    try:
+        s = float(scale)
+    except (TypeError, ValueError):
+        _fail(f"scale = {scale!r}: expected a number (None: 1/sqrt(head_dim))")
+    with np.errstate(over="ignore"):
+        if not math.isfinite(s) or not math.isfinite(float(np.float32(s))):
+            _fail(f"scale = {scale!r} is not a finite float32 (None: 1/sqrt(head_dim))")
+    return s
+
+
+def _count(value, name):
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        _fail(f"{name} = {value!r}: expected a non-negative integer (None: automatic)")
+    return int(value)
+
+
+_SPLITS = {"auto": _lib.SPLIT_AUTO, "units": _lib.SPLIT_UNITS, "greedy": _lib.SPLIT_GREEDY}
+_MASK_KINDS = {None: _lib.MASK_NONE, "none": _lib.MASK_NONE, "keep": _lib.MASK_KEEP,
+               "drop": _lib.MASK_DROP, "add": _lib.MASK_ADD, "bits": _lib.MASK_KEEP_BITS}
+_KIND_NAMES = {_lib.MASK_NONE: None, _lib.MASK_KEEP: "keep", _lib.MASK_DROP: "drop",
+               _lib.MASK_ADD: "add", _lib.MASK_KEEP_BITS: "bits"}
+_MASK_ARGS = {_lib.MASK_KEEP: "mask", _lib.MASK_DROP: "mask_drop", _lib.MASK_ADD: "mask_add",
+              _lib.MASK_KEEP_BITS: "mask_bits"}
+
+
+def _mask_kind_of(mask, mask_drop, mask_add, mask_bits=None):
+    given = [(k, m) for k, m in ((_lib.MASK_KEEP, mask), (_lib.MASK_DROP, mask_drop),
+                                 (_lib.MASK_ADD, mask_add), (_lib.MASK_KEEP_BITS, mask_bits))
+             if m is not None]
+    if len(given) > 1:
+        _fail(" and ".join(_MASK_ARGS[k] for k, _ in given) + " exclude each other")
+    return given[0] if given else (_lib.MASK_NONE, None)
+
+
+def _softcap(softcap):
+    """softcap as a float32 for the problem (None: 0, off); libfai judges its value."""
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.integer,
+                                                               np.floating)):
+        _fail(f"softcap = {softcap!r}: expected a number (None or 0: no soft-capping)")
+    return float(softcap)
+
+
+def _head_values(values, name, heads):
+    """A float32 [heads] array of per-head values (ALiBi slopes, sink logits), contiguous."""
+    if _is_torch(values):
+        values = values.detach().cpu().numpy()
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
+        _fail(f"{name} has dtype {arr.dtype}: expected float32 [heads_q]")
+    if arr.shape != (heads,):
+        _fail(f"{name} has shape {list(arr.shape)}; expected [{heads}] (one per query head)")
+    return np.ascontiguousarray(arr, dtype=np.float32)
