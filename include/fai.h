@@ -105,19 +105,30 @@ FAI_API const char *fai_last_error(void);
  * Problem description
  * ------------------------------------------------------------------------------------------- */
 
+/* Element types. Q and O are f32, f16 or bf16; K and V may also be quantized (int8, e4m3,
+ * e5m2): each element then stands for scale x q, the scales given at run time in
+ * fai_tensors.k_scale / v_scale (see fai_scale). */
 typedef enum fai_dtype {
-    FAI_DTYPE_F32 = 0, /* IEEE binary32 */
-    FAI_DTYPE_F16 = 1, /* IEEE binary16 */
-    FAI_DTYPE_BF16 = 2 /* bfloat16: the upper half of a binary32 */
+    FAI_DTYPE_F32 = 0,  /* IEEE binary32 */
+    FAI_DTYPE_F16 = 1,  /* IEEE binary16 */
+    FAI_DTYPE_BF16 = 2, /* bfloat16: the upper half of a binary32 */
+    FAI_DTYPE_I8 = 3,   /* two's complement int8, symmetric: value = scale x q, q in -128..127 */
+    FAI_DTYPE_E4M3 = 4, /* fp8 e4m3 ("e4m3fn": bias 7, no infinities, S.1111.111 is NaN, largest
+                           finite 448): value = scale x fp8 */
+    FAI_DTYPE_E5M2 = 5  /* fp8 e5m2 (the upper byte of a binary16: bias 15, +-Inf and NaN,
+                           largest finite 57344): value = scale x fp8 */
 } fai_dtype;
 
-/* Bytes per element of a dtype: 4 for f32, 2 for f16 and bf16; 0 for a value that is not a
- * fai_dtype. Thread-safe. */
+/* Bytes per element of a dtype: 4 for f32, 2 for f16 and bf16, 1 for int8, e4m3 and e5m2; 0
+ * for a value that is not a fai_dtype. Thread-safe. */
 FAI_API size_t fai_dtype_size(fai_dtype dtype);
 
-/* Short fixed name of a dtype: "f32", "f16", "bf16"; "unknown" for a value that is not a
- * fai_dtype. Never NULL. Thread-safe. */
+/* Short fixed name of a dtype: "f32", "f16", "bf16", "int8", "e4m3", "e5m2"; "unknown" for a
+ * value that is not a fai_dtype. Never NULL. Thread-safe. */
 FAI_API const char *fai_dtype_name(fai_dtype dtype);
+
+/* Nonzero for the quantized dtypes (int8, e4m3, e5m2), which need scales; 0 otherwise. */
+FAI_API int fai_dtype_is_quantized(fai_dtype dtype);
 
 /* Causal masking. Query i of a sequence with lq queries and lk keys:
  *   BOTTOM_RIGHT sees keys j <= i + lk - lq (the inference convention of FlashAttention >= 2.1,
@@ -316,6 +327,19 @@ typedef struct fai_mask {
     int64_t stride_batch, stride_head, stride_q;
 } fai_mask;
 
+/* The dequantization scales of a quantized K or V (fai_dtype int8, e4m3 or e5m2), f32: the
+ * scale of (b, s, h) lives at data[b*stride_batch + s*stride_seq + h*stride_head], (b, s, h)
+ * addressed as the tensor's rows are (a page pool's page and slot; a packed row with
+ * cu_seqlens, stride_batch then unused). Zero strides broadcast: one scale per token and kv head
+ * is [B, Skv, Hkv] (or the page pool's [num_pages, page_size, Hkv]); one per kv head is
+ * stride_batch = stride_seq = 0, stride_head = 1; one for the whole tensor all strides 0. Every
+ * scale a run reads must be finite and > 0: fai_run refuses the run otherwise, naming the scale.
+ * Keys and values may have scales of different shapes. */
+typedef struct fai_scale {
+    float *data;
+    int64_t stride_batch, stride_seq, stride_head;
+} fai_scale;
+
 typedef struct fai_tensors {
     fai_tensor q, k, v; /* inputs, read only */
     fai_tensor o;       /* output; every row is written, rows past a sequence's length with 0 */
@@ -339,6 +363,9 @@ typedef struct fai_tensors {
     /* Sink logits, f32 [heads_q], finite or -inf: required when the problem has sinks, and
      * refused when it has not. */
     const float *sinks;
+    /* Scales of a quantized K and V: required when k.dtype (v.dtype) is int8, e4m3 or e5m2, and
+     * refused (data not NULL) otherwise. */
+    fai_scale k_scale, v_scale;
 } fai_tensors;
 
 /* Strides of a contiguous [B, S, H, Dlast] tensor (the default BSHD layout). */
@@ -507,6 +534,48 @@ FAI_API void fai_tuning_reload(void);
 /* The cache file's path as the environment gives it now, or "" when the cache is disabled or
  * no directory is known. The string is valid until the next call from this thread. */
 FAI_API const char *fai_tuning_path(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * KV caches: writing new tokens, and memory for the cache
+ * ------------------------------------------------------------------------------------------- */
+
+/* Writes the keys (or the values) of `tokens` new tokens into a cache, as serving engines append
+ * each step's K and V before attending (vLLM's reshape_and_cache). Call it once for K and once
+ * for V.
+ *
+ * src: the new rows, [tokens, heads, dim] by src->stride_seq (between tokens) and stride_head
+ *      (stride_batch unused), f32, f16 or bf16.
+ * cache: `blocks` blocks of `block_rows` rows, [blocks, block_rows, heads, dim] by its strides
+ *      (stride_batch between blocks): a page pool (blocks = num_pages, block_rows = page_size)
+ *      or a dense [B, Skv, Hkv, D] cache (blocks = B, block_rows = Skv); any fai_dtype but Q's.
+ * slots: int64 [tokens]: token t goes to row slots[t] % block_rows of block slots[t] /
+ *      block_rows (vLLM's slot mapping); a slot of -1 skips the token (padding).
+ * scale: required for an int8, e4m3 or e5m2 cache and refused otherwise (NULL), addressed by
+ *      (block, row, head) like the cache, the shape fai_run will read it with:
+ *        per token (stride_seq != 0): each token and head gets scale = max |x| / qmax (qmax =
+ *          127, 448, 57344 for int8, e4m3, e5m2; 1 for a row of zeros), written here;
+ *        fixed (stride_batch = stride_seq = 0): the given scales are read and values beyond
+ *          qmax x scale saturate to +-qmax.
+ *      Values are rounded to nearest even; f16 and bf16 caches round as fai_run's output does.
+ * pool: the threads that write (NULL: the process-wide default pool).
+ * Everything is checked before anything is written: shapes, dtypes, every slot (inside the
+ * cache, no two tokens in one slot), and for quantized caches every source value finite and
+ * every fixed scale finite and > 0; on failure nothing is written and fai_last_error() names
+ * the field and the value. */
+FAI_API fai_status fai_cache_write(int64_t tokens, int64_t heads, int64_t dim,
+                                   const fai_tensor *src, const int64_t *slots, int64_t blocks,
+                                   int64_t block_rows, const fai_tensor *cache,
+                                   const fai_scale *scale, fai_pool *pool);
+
+/* Memory for a K/V cache or a scale pool: `bytes` rounded up to whole 2 MiB pages, aligned to
+ * 2 MiB, with transparent huge pages asked for, and first touched by the threads of `pool`
+ * (NULL: the default pool), each its own share, so the pages sit near the threads that read
+ * them and decode streams from huge pages (fewer TLB misses than malloc's 4 KiB pages). The
+ * memory is zeroed. Free it with fai_cache_free and the same byte count. */
+FAI_API fai_status fai_cache_alloc(size_t bytes, fai_pool *pool, void **memory);
+
+/* Releases memory from fai_cache_alloc; `bytes` as given to it. NULL is a no-op. */
+FAI_API void fai_cache_free(void *memory, size_t bytes);
 
 /* ---------------------------------------------------------------------------------------------
  * Merging partial results

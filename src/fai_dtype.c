@@ -8,6 +8,10 @@ size_t fai_dtype_size(fai_dtype dtype) {
     case FAI_DTYPE_F16:
     case FAI_DTYPE_BF16:
         return 2;
+    case FAI_DTYPE_I8:
+    case FAI_DTYPE_E4M3:
+    case FAI_DTYPE_E5M2:
+        return 1;
     }
     return 0;
 }
@@ -20,6 +24,16 @@ const char *fai_dtype_name(fai_dtype dtype) {
         return "f16";
     case FAI_DTYPE_BF16:
         return "bf16";
+    case FAI_DTYPE_I8:
+        return "int8";
+    case FAI_DTYPE_E4M3:
+        return "e4m3";
+    case FAI_DTYPE_E5M2:
+        return "e5m2";
     }
     return "unknown";
+}
+
+int fai_dtype_is_quantized(fai_dtype dtype) {
+    return dtype == FAI_DTYPE_I8 || dtype == FAI_DTYPE_E4M3 || dtype == FAI_DTYPE_E5M2;
 }

@@ -1,6 +1,7 @@
 /* Bit-level f16 and bf16 conversions, exact in both directions (f32 -> 16 bit rounds to nearest
  * even). Written for the reference micro-kernels; SIMD tables use the hardware instructions. */
 #include "util/fai_half.h"
+#include "util/fai_quant.h"
 
 #include <string.h>
 
@@ -65,16 +66,40 @@ uint16_t fai__f32_to_bf16(float value) {
 }
 
 float fai__load_element(const void *data, int64_t index, fai_dtype dtype) {
-    if (dtype == FAI_DTYPE_F16) return fai__f16_to_f32(((const uint16_t *)data)[index]);
-    if (dtype == FAI_DTYPE_BF16) return fai__bf16_to_f32(((const uint16_t *)data)[index]);
-    return ((const float *)data)[index];
+    switch (dtype) {
+    case FAI_DTYPE_F16:
+        return fai__f16_to_f32(((const uint16_t *)data)[index]);
+    case FAI_DTYPE_BF16:
+        return fai__bf16_to_f32(((const uint16_t *)data)[index]);
+    case FAI_DTYPE_I8:
+        return (float)((const int8_t *)data)[index];
+    case FAI_DTYPE_E4M3:
+        return fai__e4m3_to_f32(((const uint8_t *)data)[index]);
+    case FAI_DTYPE_E5M2:
+        return fai__e5m2_to_f32(((const uint8_t *)data)[index]);
+    default:
+        return ((const float *)data)[index];
+    }
 }
 
 void fai__store_element(void *data, int64_t index, fai_dtype dtype, float value) {
-    if (dtype == FAI_DTYPE_F16)
+    switch (dtype) {
+    case FAI_DTYPE_F16:
         ((uint16_t *)data)[index] = fai__f32_to_f16_sat(value);
-    else if (dtype == FAI_DTYPE_BF16)
+        break;
+    case FAI_DTYPE_BF16:
         ((uint16_t *)data)[index] = fai__f32_to_bf16(value);
-    else
+        break;
+    case FAI_DTYPE_I8:
+        ((int8_t *)data)[index] = fai__f32_to_i8_sat(value);
+        break;
+    case FAI_DTYPE_E4M3:
+        ((uint8_t *)data)[index] = fai__f32_to_e4m3_sat(value);
+        break;
+    case FAI_DTYPE_E5M2:
+        ((uint8_t *)data)[index] = fai__f32_to_e5m2_sat(value);
+        break;
+    default:
         ((float *)data)[index] = value;
+    }
 }

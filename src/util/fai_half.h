@@ -14,7 +14,8 @@ uint16_t fai__f32_to_f16_sat(float value);
 /* Round to nearest even; NaN stays a (quiet) NaN. */
 uint16_t fai__f32_to_bf16(float value);
 
-/* Element `index` of an array of `dtype`, as f32; and storing an f32 there, rounded as above. */
+/* Element `index` of an array of `dtype`, as f32 (a quantized element's own value, unscaled);
+ * and storing an f32 there, rounded as above (quantized: as fai_quant.h encodes). */
 float fai__load_element(const void *data, int64_t index, fai_dtype dtype);
 void fai__store_element(void *data, int64_t index, fai_dtype dtype, float value);
 

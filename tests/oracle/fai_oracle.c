@@ -74,6 +74,15 @@ static uint32_t mini_encode(double x, int mbits, int ebits) {
 
 double fai_oracle_f16_decode(uint16_t bits) { return mini_decode(bits, 10, 5); }
 
+/* e4m3 ("fn"): binary-like with 4 exponent and 3 mantissa bits, but the top exponent holds
+ * finite values too; only S.1111.111 is NaN, and there is no infinity. */
+double fai_oracle_e4m3_decode(uint8_t bits) {
+    if ((bits & 0x7f) == 0x7f) return NAN;
+    const int e = (bits >> 3) & 0xf, m = bits & 7;
+    const double v = e == 0 ? ldexp((double)m, -9) : ldexp((double)(m | 8), e - 10);
+    return bits & 0x80 ? -v : v;
+}
+
 double fai_oracle_bf16_decode(uint16_t bits) { return mini_decode(bits, 7, 8); }
 
 uint16_t fai_oracle_f16_encode(double x) { return (uint16_t)mini_encode(x, 10, 5); }
@@ -97,6 +106,12 @@ double fai_oracle_load(const void *data, fai_dtype dtype, int64_t index) {
         memcpy(&h, (const char *)data + index * 2, 2);
         return fai_oracle_bf16_decode(h);
     }
+    case FAI_DTYPE_I8:
+        return (double)((const int8_t *)data)[index];
+    case FAI_DTYPE_E4M3:
+        return fai_oracle_e4m3_decode(((const uint8_t *)data)[index]);
+    case FAI_DTYPE_E5M2:
+        return mini_decode(((const uint8_t *)data)[index], 2, 5);
     }
     return NAN;
 }
@@ -118,6 +133,10 @@ void fai_oracle_store(void *data, fai_dtype dtype, int64_t index, double value) 
         memcpy((char *)data + index * 2, &h, 2);
         return;
     }
+    case FAI_DTYPE_I8:
+    case FAI_DTYPE_E4M3:
+    case FAI_DTYPE_E5M2:
+        return; /* quantized data is made by its writer, never by the reference */
     }
 }
 
@@ -135,6 +154,10 @@ static fai_status fail(char *err, size_t err_size, fai_status st, const char *fm
 
 static int dtype_ok(fai_dtype dt) {
     return dt == FAI_DTYPE_F32 || dt == FAI_DTYPE_F16 || dt == FAI_DTYPE_BF16;
+}
+
+static int dtype_quantized(fai_dtype dt) {
+    return dt == FAI_DTYPE_I8 || dt == FAI_DTYPE_E4M3 || dt == FAI_DTYPE_E5M2;
 }
 
 void fai_oracle_out_free(fai_oracle_out *out) {
@@ -170,6 +193,17 @@ static int64_t token_offset(const seq_map *m, const fai_tensor *t, int64_t b, in
     return b * t->stride_batch + tok * t->stride_seq;
 }
 
+/* The dequantization scale of sequence b's token tok, kv head h (1 for a dtype without one):
+ * addressed as the token's row is. */
+static double token_scale(const seq_map *m, const fai_scale *scale, fai_dtype dtype, int64_t b,
+                          int64_t tok, int64_t h) {
+    if (!dtype_quantized(dtype)) return 1.0;
+    fai_tensor as_rows = {0};
+    as_rows.stride_batch = scale->stride_batch;
+    as_rows.stride_seq = scale->stride_seq;
+    return (double)scale->data[token_offset(m, &as_rows, b, tok) + h * scale->stride_head];
+}
+
 static fai_status check_cu(const int32_t *cu, int64_t batch, int64_t rows, const char *name,
                            char *err, size_t err_size) {
     if (cu[0] != 0) return fail(err, err_size, FAI_ERR_INVALID_ARG, "%s[0] = %d", name, cu[0]);
@@ -203,9 +237,12 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
     if (Sq < 0 || Skv < 0)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "seq_q = %lld, seq_kv = %lld",
                     (long long)Sq, (long long)Skv);
-    if (!dtype_ok(pb->q_dtype) || !dtype_ok(pb->k_dtype) || !dtype_ok(pb->v_dtype) ||
-        !dtype_ok(pb->o_dtype))
+    if (!dtype_ok(pb->q_dtype) || !(dtype_ok(pb->k_dtype) || dtype_quantized(pb->k_dtype)) ||
+        !(dtype_ok(pb->v_dtype) || dtype_quantized(pb->v_dtype)) || !dtype_ok(pb->o_dtype))
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "unknown dtype");
+    if ((dtype_quantized(pb->k_dtype) && !t->k_scale.data) ||
+        (dtype_quantized(pb->v_dtype) && !t->v_scale.data))
+        return fail(err, err_size, FAI_ERR_INVALID_ARG, "a quantized K or V without scales");
     if (t->q.dtype != pb->q_dtype || t->k.dtype != pb->k_dtype || t->v.dtype != pb->v_dtype ||
         t->o.dtype != pb->o_dtype)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "tensor dtypes differ from the problem");
@@ -380,10 +417,12 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
             for (int64_t j = 0; j < lk && lq > 0; j++) {
                 const int64_t ko = token_offset(&kvmap, &t->k, b, j) + hk * t->k.stride_head;
                 const int64_t vo = token_offset(&kvmap, &t->v, b, j) + hk * t->v.stride_head;
+                const double ks = token_scale(&kvmap, &t->k_scale, pb->k_dtype, b, j, hk);
+                const double vs = token_scale(&kvmap, &t->v_scale, pb->v_dtype, b, j, hk);
                 for (int64_t d = 0; d < D; d++)
-                    kd[j * D + d] = fai_oracle_load(t->k.data, pb->k_dtype, ko + d);
+                    kd[j * D + d] = ks * fai_oracle_load(t->k.data, pb->k_dtype, ko + d);
                 for (int64_t d = 0; d < Dv; d++)
-                    vd[j * Dv + d] = fai_oracle_load(t->v.data, pb->v_dtype, vo + d);
+                    vd[j * Dv + d] = vs * fai_oracle_load(t->v.data, pb->v_dtype, vo + d);
             }
             for (int64_t hg = 0; hg < G; hg++) {
                 const int64_t h = hk * G + hg;

@@ -68,10 +68,12 @@ int64_t fai_oracle_head_dim_v(const fai_problem *problem);
 double fai_oracle_f16_decode(uint16_t bits);
 double fai_oracle_bf16_decode(uint16_t bits);
 uint16_t fai_oracle_f16_encode(double x);
+double fai_oracle_e4m3_decode(uint8_t bits);
 uint16_t fai_oracle_bf16_encode(double x);
 
-/* Element `index` of an array of `dtype` (f32, f16 or bf16), as a double / stored from a double
- * (rounded to nearest even for f32 too). */
+/* Element `index` of an array of `dtype`, as a double (a quantized element's own value, before
+ * its scale) / stored from a double (f32, f16, bf16: rounded to nearest even; quantized dtypes
+ * are not stored). K and V are decoded with their scales by fai_oracle_run. */
 double fai_oracle_load(const void *data, fai_dtype dtype, int64_t index);
 void fai_oracle_store(void *data, fai_dtype dtype, int64_t index, double value);
 
