@@ -63,6 +63,81 @@ static fai_status check_head_values(const char *name, const float *values, int w
     return FAI_OK;
 }
 
+/* Every page a sequence's length reaches must be inside the pool. */
+static fai_status check_block_table(const fai_plan *plan, const fai_tensors *t) {
+    const fai_problem *pb = &plan->pb;
+    const int64_t stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
+    /* every page a sequence's length reaches must be inside the pool */
+    for (int64_t b = 0; b < pb->batch; b++) {
+        const int64_t pages = fai__ceil_div(plan->seqs[b].kv_len, pb->page_size);
+        const int32_t *row = t->block_table + b * stride;
+        for (int64_t p = 0; p < pages; p++)
+            if (row[p] < 0 || row[p] >= pb->num_pages)
+                return fai__fail(FAI_ERR_INVALID_ARG,
+                                 "block_table[%" PRId64 "][%" PRId64
+                                 "] = %d is outside the pool of num_pages = %" PRId64,
+                                 b, p, (int)row[p], pb->num_pages);
+    }
+    return FAI_OK;
+}
+
+/* One scale that a run reads: finite and > 0. */
+static fai_status check_scale_value(const char *name, const float *at, int64_t b, int64_t key,
+                                    int64_t h) {
+    if (*at > 0.0f && *at < INFINITY) return FAI_OK;
+    return fai__fail(FAI_ERR_INVALID_ARG,
+                     "%s of sequence %" PRId64 ", key %" PRId64 ", kv head %" PRId64
+                     " = %g: a scale must be finite and > 0",
+                     name, b, key, h, (double)*at);
+}
+
+/* A quantized K's or V's scales (fai_scale): given exactly when the dtype is quantized, strides
+ * not negative, and every scale some query reads finite and > 0, read through the block table
+ * (checked before, unless the plan trusts it) as the kernel will read them. */
+static fai_status check_scales(const fai_plan *plan, const fai_tensors *t, const char *name,
+                               const fai_scale *scale, fai_dtype dtype, int64_t kv_rows) {
+    const fai_problem *pb = &plan->pb;
+    if (!fai_dtype_is_quantized(dtype)) {
+        if (scale->data)
+            return fai__fail(FAI_ERR_INVALID_ARG,
+                             "%s.data is set but the plan's dtype is %s: scales belong to int8, "
+                             "e4m3 and e5m2",
+                             name, fai_dtype_name(dtype));
+        return FAI_OK;
+    }
+    if (kv_rows == 0) return FAI_OK;
+    if (!scale->data)
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s.data = NULL: a %s K/V needs its scales", name,
+                         fai_dtype_name(dtype));
+    if (scale->stride_batch < 0 || scale->stride_seq < 0 || scale->stride_head < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
+                         ") must not be negative",
+                         name, scale->stride_batch, scale->stride_seq, scale->stride_head);
+    const int64_t table_stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
+    for (int64_t b = 0; b < pb->batch; b++) {
+        const fai_seq *seq = &plan->seqs[b];
+        if (seq->q_len == 0) continue;
+        /* with stride_seq 0 every key of a page (dense: of the sequence) shares one scale */
+        const int64_t step = scale->stride_seq ? 1 : plan->paged ? pb->page_size : seq->kv_len;
+        for (int64_t key = 0; key < seq->kv_len; key += step) {
+            int64_t at;
+            if (plan->paged)
+                at = (int64_t)t->block_table[b * table_stride + key / pb->page_size] *
+                         scale->stride_batch +
+                     (key % pb->page_size) * scale->stride_seq;
+            else if (plan->packed_kv)
+                at = (seq->kv_row0 + key) * scale->stride_seq;
+            else
+                at = b * scale->stride_batch + key * scale->stride_seq;
+            for (int64_t h = 0; h < pb->heads_kv; h++)
+                FAI_TRY(
+                    check_scale_value(name, scale->data + at + h * scale->stride_head, b, key, h));
+        }
+    }
+    return FAI_OK;
+}
+
 static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table) {
     const fai_problem *pb = &plan->pb;
     /* kv_rows: keys some query reads; K, V, the mask and the block table are needed only then */
@@ -95,20 +170,9 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
     if (plan->paged && t->block_table && t->block_table_stride < 0)
         return fai__fail(FAI_ERR_INVALID_ARG, "block_table_stride = %" PRId64 " is negative",
                          t->block_table_stride);
-    if (plan->paged && t->block_table && check_table) {
-        const int64_t stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
-        /* every page a sequence's length reaches must be inside the pool */
-        for (int64_t b = 0; b < pb->batch; b++) {
-            const int64_t pages = fai__ceil_div(plan->seqs[b].kv_len, pb->page_size);
-            const int32_t *row = t->block_table + b * stride;
-            for (int64_t p = 0; p < pages; p++)
-                if (row[p] < 0 || row[p] >= pb->num_pages)
-                    return fai__fail(FAI_ERR_INVALID_ARG,
-                                     "block_table[%" PRId64 "][%" PRId64
-                                     "] = %d is outside the pool of num_pages = %" PRId64,
-                                     b, p, (int)row[p], pb->num_pages);
-        }
-    }
+    if (plan->paged && t->block_table && check_table) FAI_TRY(check_block_table(plan, t));
+    FAI_TRY(check_scales(plan, t, "k_scale", &t->k_scale, pb->k_dtype, kv_rows));
+    FAI_TRY(check_scales(plan, t, "v_scale", &t->v_scale, pb->v_dtype, kv_rows));
     return FAI_OK;
 }
 

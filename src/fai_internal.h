@@ -71,6 +71,7 @@ int64_t fai__band_hi(const fai_band *band, int64_t i); /* clipped to <= kv_len -
 typedef struct fai_ws_layout {
     size_t q_tile, k_tile, v_tile, s_tile, o_acc, row_max, row_sum, row_alpha, kv_rows;
     size_t row_slope, row_offset; /* ALiBi: each row's slope, and its offset in the tile */
+    size_t key_scales;            /* quantized K/V: the tile's K scales [ld_n], then V's */
     size_t slot;                  /* bytes of one unit's scratch, a multiple of 64 */
     /* the packed K/V cache after the slots: its state at kv_cache, its tiles from
      * kv_cache_tiles_at, each kv_cache_tile_bytes (K, then V at kv_cache_k_bytes) */
@@ -101,6 +102,8 @@ struct fai_plan {
     char tile_class[128];    /* the tuning cache's shape class */
     int has_positions;       /* global positions were given */
     int mods;                /* softcap or ALiBi: the scores pass through the mods_ entries */
+    /* K (V) is quantized: its per-key scales multiply S (P) after QK (the softmax) */
+    int k_scaled, v_scaled;
     int64_t ld_s; /* tile_rows padded to the micro-kernels' vector width: S^T and Q^T rows */
     int64_t ld_o; /* dv padded likewise: V tile and O accumulator rows */
     /* Small Q tiles (decode) read K and V rows directly instead of packing them; Q is then

@@ -228,11 +228,19 @@ TEST(plan_bad_dtypes) {
     BAD_DTYPE(q_dtype, -1, "-1");
     BAD_DTYPE(k_dtype, 7, "7");
     BAD_DTYPE(k_dtype, -2, "-2");
-    BAD_DTYPE(v_dtype, 3, "3");
+    BAD_DTYPE(v_dtype, 6, "6");
     BAD_DTYPE(v_dtype, 1000, "1000");
-    BAD_DTYPE(o_dtype, 4, "4");
+    BAD_DTYPE(o_dtype, 7, "7");
     BAD_DTYPE(o_dtype, -1, "-1");
+    /* the quantized dtypes are for K and V only */
+    BAD_DTYPE(q_dtype, FAI_DTYPE_I8, "= int8");
+    BAD_DTYPE(o_dtype, FAI_DTYPE_E4M3, "= e4m3");
+    BAD_DTYPE(o_dtype, FAI_DTYPE_E5M2, "only K and V");
 #undef BAD_DTYPE
+    base_problem(&pb);
+    pb.k_dtype = FAI_DTYPE_E5M2;
+    pb.v_dtype = FAI_DTYPE_I8;
+    CHECK(plan_succeeds(&pb));
 }
 
 TEST(plan_scale_not_finite) {
@@ -832,6 +840,83 @@ TEST(run_modifier_arrays) {
     t = fx.t;
     t.sinks = sinks;
     CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "sinks", "sinks = 0", NULL));
+    fixture_free(&fx);
+}
+
+/* The fixture's plan remade for int8 K and e4m3 V (their buffers reread as bytes: the f16 test
+ * pattern makes valid codes), with per-token scales [B or pages, rows, Hkv] all 0.5. */
+static int quantize_fixture(run_fixture *fx, float *k_scale, float *v_scale, size_t scales) {
+    fai_plan_free(fx->plan);
+    fx->plan = NULL;
+    fx->pb.k_dtype = FAI_DTYPE_I8;
+    fx->pb.v_dtype = FAI_DTYPE_E4M3;
+    if (fai_plan_create(&fx->pb, &fx->plan) != FAI_OK) return 0;
+    free(fx->ws);
+    fx->ws_size = fai_plan_workspace_size(fx->plan);
+    fx->ws = malloc(fx->ws_size);
+    const int64_t rows = fx->pb.page_size ? fx->pb.page_size : fx->pb.seq_kv;
+    const int64_t Hkv = fx->pb.heads_kv;
+    fx->t.k = fai_tensor_bshd(fx->k, FAI_DTYPE_I8, rows, Hkv, fx->pb.head_dim);
+    fx->t.v = fai_tensor_bshd(fx->v, FAI_DTYPE_E4M3, rows, Hkv, fx->pb.head_dim_v);
+    for (size_t i = 0; i < scales; i++)
+        k_scale[i] = v_scale[i] = 0.5f;
+    const fai_scale per_token = {k_scale, rows * Hkv, Hkv, 1};
+    fx->t.k_scale = per_token;
+    fx->t.v_scale = per_token;
+    fx->t.v_scale.data = v_scale;
+    return fx->ws != NULL;
+}
+
+TEST(run_quantized_scales) {
+    for (int paged = 0; paged < 2; paged++) {
+        run_fixture fx;
+        float k_scale[6 * 7 * 2], v_scale[6 * 7 * 2];
+        REQUIRE(fixture_init(&fx, paged, FAI_MASK_NONE));
+        REQUIRE(quantize_fixture(&fx, k_scale, v_scale, 6 * 7 * 2));
+        CHECK(run_succeeds(&fx, &fx.t));
+        fai_tensors t = fx.t;
+        t.k_scale.data = NULL;
+        CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "k_scale.data = NULL",
+                        "int8", NULL));
+        t = fx.t;
+        t.v_scale.stride_seq = -1;
+        CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "v_scale strides", "-1",
+                        NULL));
+        /* a bad scale where a key that some query reads has it: sequence 1, key 5, head 1 (the
+         * paged fixture's block table puts key 5 of sequence 1 on page 4, slot 1) */
+        const size_t at = paged ? (size_t)((4 * 4 + 1) * 2 + 1) : (size_t)((7 + 5) * 2 + 1);
+        const float bad[] = {NAN, 0.0f, -1.0f, INFINITY};
+        const char *text[] = {"nan", "= 0", "-1", "inf"};
+        for (int i = 0; i < 4; i++) {
+            k_scale[at] = bad[i];
+            CHECK(run_fails(&fx, &fx.t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "k_scale",
+                            "sequence 1, key 5, kv head 1", text[i], "finite and > 0", NULL));
+            CHECK(fai_check_tensors(fx.plan, &fx.t) == FAI_ERR_INVALID_ARG);
+            k_scale[at] = 0.5f;
+            v_scale[at] = bad[i];
+            CHECK(run_fails(&fx, &fx.t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "v_scale", text[i],
+                            NULL));
+            v_scale[at] = 0.5f;
+        }
+        /* one scale per kv head broadcast by zero strides, and scales past the lengths never
+         * read (the dense fixture's sequences are full: only the paged one has unread slots) */
+        t = fx.t;
+        t.k_scale.stride_batch = t.k_scale.stride_seq = 0;
+        CHECK(run_succeeds(&fx, &t));
+        if (paged) {
+            k_scale[(3 * 4 + 3) * 2] = NAN; /* page 3 is sequence 0's third page: key 11 > 7 */
+            CHECK(run_succeeds(&fx, &fx.t));
+        }
+        fixture_free(&fx);
+    }
+    /* scales given to a float K or V are refused, not ignored */
+    run_fixture fx;
+    float scale[2] = {1.0f, 1.0f};
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    fai_tensors t = fx.t;
+    t.v_scale.data = scale;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "v_scale.data is set", "f16",
+                    NULL));
     fixture_free(&fx);
 }
 

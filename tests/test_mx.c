@@ -91,7 +91,7 @@ static void run_block(const fai_cntx *cntx, const mx_shape *sh, const void *q_ro
         out->row_max[i] = -INFINITY;
     memset(out->row_sums, 0, sizeof out->row_sums);
     cntx->mx_softmax(out->s, n_pad, sh->m, m_pad, sh->n, n_pad, 0.125f, out->row_max, out->row_sums,
-                     out->row_alpha, out->p, 2);
+                     out->row_alpha, out->p, 2, NULL);
     cntx->mx_pv(out->o, dv_pad, out->p, 2, out->v, kp, m_pad, n_pad, dv_pad);
     cntx->mx_leave();
 }

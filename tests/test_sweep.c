@@ -494,6 +494,37 @@ TEST(sweep_modifiers) {
     CHECK(failed == 0);
 }
 
+/* Quantized K and V (int8, e4m3, e5m2, each with the other dtypes beside it) over decode and
+ * prefill tiles (prefill long enough for the matrix engine's row blocks), every way K/V lengths
+ * are given, every mask kind, and the scales' shapes (per token, per kv head, per tensor; drawn
+ * by the seed): against the oracle, which reads code x scale exactly. */
+TEST(sweep_quantized_kv) {
+    int failed = 0, cases = 0;
+    for (int64_t k_dtype = FAI_DTYPE_F16; k_dtype <= FAI_DTYPE_E5M2; k_dtype++)
+        for (int64_t kv_lens = FAI_CASE_LEN_FULL; kv_lens <= FAI_CASE_LEN_PAGED; kv_lens++)
+            for (int64_t kind = FAI_MASK_NONE; kind <= FAI_MASK_KEEP_BITS; kind++)
+                for (int prefill = 0; prefill < 2; prefill++) {
+                    fai_case_spec s;
+                    fai_case_spec_any(&s);
+                    /* K quantized, or V when K is f16 */
+                    s.k_dtype = k_dtype;
+                    s.v_dtype = k_dtype == FAI_DTYPE_F16 ? FAI_DTYPE_I8 + kind % 3
+                                                         : FAI_DTYPE_F16 + (kv_lens + kind) % 5;
+                    s.kv_lens = kv_lens;
+                    s.mask_kind = kind;
+                    s.seq_q = prefill ? 40 + 37 * (kind + kv_lens) % 90 : 1 + kind % 3;
+                    s.seq_kv = 60 + 53 * (kind + 2 * kv_lens) % 200;
+                    s.head_dim = prefill ? 64 : FAI_CASE_ANY;
+                    s.max_work = prefill ? 4e6 : 5e5;
+                    const uint64_t seed =
+                        9000 + (uint64_t)(k_dtype * 1000 + kv_lens * 100 + kind * 10 + prefill);
+                    failed += run_cases(&s, seed, 2);
+                    cases += 2;
+                }
+    printf("  %d cases with quantized K or V\n", cases);
+    CHECK(failed == 0);
+}
+
 TEST(sweep_windows) {
     static const int64_t w[][2] = {{0, 0}, {1, 0}, {0, 3}, {5, -1}, {-1, 2}, {3, 3}, {40, 1}};
     int failed = 0;
@@ -1030,11 +1061,14 @@ TEST(sweep_dtype_combinations) {
         fai_case_spec s;
         fai_case_spec_any(&s);
         s.q_dtype = combo % 3;
-        s.k_dtype = combo / 3 % 3;
-        s.v_dtype = combo / 9 % 3;
-        s.o_dtype = combo / 27 % 3;
+        s.k_dtype = combo / 3 % 6;
+        s.v_dtype = combo / 18 % 6;
+        s.o_dtype = combo / 108 % 3;
         s.max_work = 2e5;
-        failed += run_cases(&s, 1800 + (uint64_t)combo, 2);
+        /* the float dtypes' combinations twice; with quantized K or V (each also in the random
+         * sweep and the feature sweeps) once */
+        const int quantized = s.k_dtype >= FAI_DTYPE_I8 || s.v_dtype >= FAI_DTYPE_I8;
+        failed += run_cases(&s, 1800 + (uint64_t)combo, quantized ? 1 : 2);
     }
     CHECK(failed == 0);
 }

@@ -2,11 +2,13 @@
  * stage, and the vectorised exp's accuracy against exp in double. */
 #include "test_util.h"
 #include "ukr/fai_ukr.h"
+#include "fai_oracle.h"
 #include "util/fai_half.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const table_names[] = {"avx512", "avx2", "neon", "ref"};
@@ -338,4 +340,76 @@ TEST(ukr_store_row_matches_portable_rounding) {
                 CHECK(same);
             }
     }
+}
+
+/* The quantized element types: every one of the 256 codes of int8, e4m3 and e5m2, converted by
+ * each table's packing (its vector loads, and the portable tail) and by the oracle's independent
+ * decoder, must agree bit for bit (NaN codes give NaN); and so must the portable encoders'
+ * round trip of every finite code. */
+TEST(ukr_quantized_codes_decode_exactly) {
+    enum { CODES = 256, DIM = 256 + 3 }; /* a tail past the vectors */
+    unsigned char codes[DIM];
+    for (int i = 0; i < DIM; i++)
+        codes[i] = (unsigned char)(i % CODES);
+    const void *rows[1] = {codes};
+    float out[DIM + 16];
+    const fai_dtype dtypes[3] = {FAI_DTYPE_I8, FAI_DTYPE_E4M3, FAI_DTYPE_E5M2};
+    for (size_t t = 0; t < sizeof table_names / sizeof table_names[0]; t++) {
+        const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
+        if (!cntx) continue;
+        for (int k = 0; k < 3; k++) {
+            const int finite = cntx->pack_rows(out, DIM + 16, rows, 1, DIM, dtypes[k]);
+            int wrong = 0;
+            for (int i = 0; i < DIM; i++) {
+                const double want = fai_oracle_load(codes, dtypes[k], i);
+                const int same = isnan(want) ? isnan(out[i]) : (double)out[i] == want;
+                if (!same && wrong++ < 3)
+                    fprintf(stderr, "  %s %s code 0x%02x: %g, want %g\n", cntx->name,
+                            fai_dtype_name(dtypes[k]), codes[i], (double)out[i], want);
+            }
+            CHECK(wrong == 0);
+            CHECK(finite == (dtypes[k] == FAI_DTYPE_I8)); /* fp8 has NaN (and e5m2 Inf) codes */
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        for (int code = 0; code < CODES; code++) {
+            const unsigned char byte = (unsigned char)code;
+            const double value = fai_oracle_load(&byte, dtypes[k], 0);
+            if (!isfinite(value) || (dtypes[k] == FAI_DTYPE_I8 && code == 0x80)) continue;
+            unsigned char back = 0;
+            fai__store_element(&back, 0, dtypes[k], (float)value);
+            const int same =
+                back == byte || (value == 0.0 && fai_oracle_load(&back, dtypes[k], 0) == 0.0);
+            if (!same)
+                fprintf(stderr, "  %s code 0x%02x (%g) encodes to 0x%02x\n",
+                        fai_dtype_name(dtypes[k]), code, value, back);
+            CHECK(same);
+        }
+}
+
+/* Encoding rounds to nearest even and saturates: halfway between two e4m3 values, past the
+ * largest, and int8 at +-127. */
+TEST(ukr_quantized_encoding_rounds_and_saturates) {
+    unsigned char b = 0;
+    fai__store_element(&b, 0, FAI_DTYPE_E4M3, 1.0625f); /* halfway 1.0 / 1.125: even is 1.0 */
+    CHECK(b == 0x38);
+    fai__store_element(&b, 0, FAI_DTYPE_E4M3, 1.1875f); /* halfway 1.125 / 1.25: even is 1.25 */
+    CHECK(b == 0x3a);
+    fai__store_element(&b, 0, FAI_DTYPE_E4M3, 1000.0f);
+    CHECK(b == 0x7e); /* 448 */
+    fai__store_element(&b, 0, FAI_DTYPE_E4M3, -INFINITY);
+    CHECK(b == 0xfe);
+    fai__store_element(&b, 0, FAI_DTYPE_E4M3, 0x1.0p-10f); /* half the smallest subnormal: 0 */
+    CHECK(b == 0x00);
+    fai__store_element(&b, 0, FAI_DTYPE_E5M2, 1e6f);
+    CHECK(b == 0x7b); /* 57344 */
+    fai__store_element(&b, 0, FAI_DTYPE_E5M2, INFINITY);
+    CHECK(b == 0x7c);
+    int8_t q = 0;
+    fai__store_element(&q, 0, FAI_DTYPE_I8, -300.0f);
+    CHECK(q == -127);
+    fai__store_element(&q, 0, FAI_DTYPE_I8, 2.5f);
+    CHECK(q == 2);
+    fai__store_element(&q, 0, FAI_DTYPE_I8, NAN);
+    CHECK(q == 0);
 }

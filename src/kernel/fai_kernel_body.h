@@ -50,6 +50,8 @@ typedef struct unit_scratch {
     float *row_alpha;  /* [rows] exp(m_old - m_new) of the last tile */
     float *row_slope;  /* ALiBi: [ld_s] each row's slope (0 past the unit's rows) */
     float *row_offset; /* ALiBi: [ld_s] the tile's first key minus the row's query position */
+    float *k_scales;   /* quantized K: [ld_n] the tile's keys' scales */
+    float *v_scales;   /* quantized V: [ld_n] likewise */
     const void **row_ptrs;
     unsigned char *kv_cache; /* the thread's packed K/V cache (slot 0 only), or NULL */
     int *mx_q_finite;        /* the matrix engine: 0 when the unit's Q holds Inf or NaN */
@@ -68,6 +70,8 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
     sc.row_alpha = (float *)(ws + plan->ws.row_alpha);
     sc.row_slope = (float *)(ws + plan->ws.row_slope);
     sc.row_offset = (float *)(ws + plan->ws.row_offset);
+    sc.k_scales = (float *)(ws + plan->ws.key_scales);
+    sc.v_scales = sc.k_scales + plan->ld_n;
     sc.row_ptrs = (const void **)(ws + plan->ws.kv_rows);
     sc.kv_cache = NULL;
     sc.mx_q_finite = (int *)(ws + plan->ws.mx_flags);
@@ -298,6 +302,15 @@ static fai_score_mods tile_mods(const fai_plan *plan, const fai_unit *unit, cons
     return mods;
 }
 
+/* A quantized K's (V's) scales of the keys [key_begin, key_begin + n) of the unit's kv head into
+ * the scratch, and 1 for the keys after n up to ld_n (padding that P holds 0 for). */
+static void gather_scales(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                          const fai_scale *scale, int64_t key_begin, int64_t n, float *out) {
+    fai__kv_scales(plan, t, scale, unit->batch, unit->head_kv, key_begin, n, out);
+    for (int64_t j = n; j < plan->ld_n; j++)
+        out[j] = 1.0f;
+}
+
 #include "kernel/fai_kernel_mx.h"
 
 static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b, int64_t i,
@@ -400,6 +413,13 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         FAI_LAP(FAI_STAGE_PACK_KV);
         cntx->qk(sc->s_tile, ld_s, sc->q_tile, k_packed, n, d, plan->scale);
     }
+    if (plan->k_scaled) { /* S = scale (Q K_q^T) k_scale, K_q the quantized values */
+        gather_scales(plan, t, unit, &t->k_scale, key_begin, n, sc->k_scales);
+        if (plan->direct_kv)
+            cntx->scale_keys_rows(sc->s_tile, plan->ld_n, rows, n, sc->k_scales);
+        else
+            cntx->scale_keys_t(sc->s_tile, ld_s, n, sc->k_scales);
+    }
     FAI_LAP(FAI_STAGE_QK);
 
     const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
@@ -421,6 +441,13 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
     }
     FAI_LAP(FAI_STAGE_SOFTMAX);
+    if (plan->v_scaled) { /* P V = (P v_scale) V_q, after P joined the row sums */
+        gather_scales(plan, t, unit, &t->v_scale, key_begin, n, sc->v_scales);
+        if (plan->direct_kv)
+            cntx->scale_keys_rows(sc->s_tile, plan->ld_n, rows, n, sc->v_scales);
+        else
+            cntx->scale_keys_t(sc->s_tile, ld_s, n, sc->v_scales);
+    }
     cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
     FAI_LAP(FAI_STAGE_RESCALE);
 

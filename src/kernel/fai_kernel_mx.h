@@ -127,6 +127,7 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
      * scale and masks that only remove keys; else S is scaled first, as the other tables do
      * (with the score modifiers, in their pass) */
     float scale = plan->scale;
+    if (plan->k_scaled) cntx->scale_keys_rows(s, ld_n, m, e->n, sc->k_scales);
     if (plan->mods) {
         const fai_score_mods mods = tile_mods(plan, unit, sc, e->key_begin, r0, r0 + m, scale);
         cntx->mods_rows(s, ld_n, m, e->n, &mods);
@@ -143,7 +144,7 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     uint16_t *p = mx_p_block(plan, sc, block);
     cntx->mx_softmax(s, ld_n, m, FAI_MX_BLOCK_ROWS, e->n, mt->n_pad, scale, sc->row_max + r0,
                      sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0, p,
-                     plan->mx_p_parts);
+                     plan->mx_p_parts, plan->v_scaled ? sc->v_scales : NULL);
     FAI_LAP(FAI_STAGE_SOFTMAX);
     float *o = sc->o_acc + r0 * ld_o;
     cntx->rescale_o(o, ld_o, m, sc->row_alpha + r0);
@@ -191,6 +192,11 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
         if (next)
             prefetch_rows_for_tile(plan, t, unit, next, tile - tile_begin, tile_end - tile_begin);
         if (has_next) tiles[1 - current] = mx_prepare(plan, t, unit, tile + 1, 1 - current, sc);
+        const tile_extent *e = &tiles[current].extent;
+        if (plan->k_scaled)
+            gather_scales(plan, t, unit, &t->k_scale, e->key_begin, e->n, sc->k_scales);
+        if (plan->v_scaled)
+            gather_scales(plan, t, unit, &t->v_scale, e->key_begin, e->n, sc->v_scales);
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++) {
             mx_softmax_pv_block(plan, t, unit, sc, &tiles[current], block, rows);

@@ -39,6 +39,35 @@ void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *
         rows[r] = row;
 }
 
+void fai__kv_scales(const fai_plan *plan, const fai_tensors *t, const fai_scale *scale, int64_t b,
+                    int64_t h, int64_t key_begin, int64_t count, float *out) {
+    const float *data = scale->data + h * scale->stride_head;
+    if (scale->stride_seq == 0 && (scale->stride_batch == 0 || !plan->paged)) {
+        /* one scale for all the tile's keys (per kv head, or per sequence when dense) */
+        const float value = data[plan->paged || plan->packed_kv ? 0 : b * scale->stride_batch];
+        for (int64_t r = 0; r < count; r++)
+            out[r] = value;
+        return;
+    }
+    if (plan->paged) {
+        const int64_t page_size = plan->pb.page_size;
+        const int64_t table_stride =
+            t->block_table_stride ? t->block_table_stride : plan->pb.pages_per_seq;
+        const int32_t *table = t->block_table + b * table_stride;
+        for (int64_t r = 0; r < count; r++) {
+            const int64_t key = key_begin + r;
+            out[r] = data[(int64_t)table[key / page_size] * scale->stride_batch +
+                          (key % page_size) * scale->stride_seq];
+        }
+        return;
+    }
+    const int64_t first_row = plan->packed_kv ? plan->seqs[b].kv_row0 + key_begin : key_begin;
+    const float *row =
+        data + (plan->packed_kv ? 0 : b * scale->stride_batch) + first_row * scale->stride_seq;
+    for (int64_t r = 0; r < count; r++)
+        out[r] = row[r * scale->stride_seq];
+}
+
 void fai__kv_prefetch(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor,
                       int64_t b, int64_t h, int64_t key_begin, int64_t count, int64_t row_bytes) {
     enum { CHUNK = 16 };

@@ -11,6 +11,11 @@
 void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor, int64_t b,
                   int64_t h, int64_t key_begin, int64_t count, const void **rows);
 
+/* The dequantization scales (fai_tensors.k_scale or v_scale) of keys [key_begin, key_begin +
+ * count) of sequence b, kv head h, into out[0 .. count). */
+void fai__kv_scales(const fai_plan *plan, const fai_tensors *t, const fai_scale *scale, int64_t b,
+                    int64_t h, int64_t key_begin, int64_t count, float *out);
+
 /* Asks for keys [key_begin, key_begin + count) of sequence b, kv head h (row_bytes each) to be
  * brought into L2: the next kv tile of a prefill unit, fetched while the current one is
  * computed, following the block table across pages where the hardware prefetchers cannot. */

@@ -124,9 +124,11 @@ static void layout_kv_cache(fai_plan *plan, size_t *offset) {
         *offset = ws->kv_cache_tiles_at + (size_t)plan->kv_cache_tiles * ws->kv_cache_tile_bytes;
 }
 
-/* bf16 parts that hold a dtype exactly: its significand in slices of 8 bits */
+/* bf16 parts that hold a dtype exactly: its significand in slices of 8 bits (a quantized
+ * element's own value fits one; its scale is applied to S or P) */
 static int mx_parts(fai_dtype dtype) {
-    return dtype == FAI_DTYPE_BF16 ? 1 : dtype == FAI_DTYPE_F16 ? 2 : 3;
+    if (dtype == FAI_DTYPE_BF16 || fai_dtype_is_quantized(dtype)) return 1;
+    return dtype == FAI_DTYPE_F16 ? 2 : 3;
 }
 
 /* The matrix engine's budget, in place of the vector tables' (fai_tile.c): L1d holds what one row
@@ -180,6 +182,9 @@ static fai_status layout_workspace(fai_plan *plan) {
     const size_t alibi_rows = plan->pb.alibi ? ld_s : 0;
     ws->row_slope = offset, offset += align64(alibi_rows * sizeof(float));
     ws->row_offset = offset, offset += align64(alibi_rows * sizeof(float));
+    /* a quantized K's and V's scales of one kv tile's keys */
+    const size_t scaled_keys = plan->k_scaled || plan->v_scaled ? (size_t)plan->ld_n : 0;
+    ws->key_scales = offset, offset += align64(2 * scaled_keys * sizeof(float));
     /* row pointers of a Q tile, or of a kv tile and the rows prefetched past it */
     const size_t pointers = keys + FAI_PREFETCH_ROWS > rows ? keys + FAI_PREFETCH_ROWS : rows;
     ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));
@@ -226,6 +231,8 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
     plan->packed_kv = problem->cu_seqlens_kv != NULL;
     plan->has_positions = problem->q_positions != NULL;
     plan->mods = problem->softcap > 0.0f || problem->alibi;
+    plan->k_scaled = fai_dtype_is_quantized(problem->k_dtype);
+    plan->v_scaled = fai_dtype_is_quantized(problem->v_dtype);
     plan->workers = problem->workers ? problem->workers : fai_cpu_count();
     if (plan->workers > FAI_MAX_WORKERS) plan->workers = FAI_MAX_WORKERS;
     plan->threads = problem->threads ? problem->threads : fai_cpu_count();

@@ -20,10 +20,16 @@ static fai_status check_range(const char *field, int64_t value, int64_t lo, int6
     return FAI_OK;
 }
 
-static fai_status check_dtype(const char *field, fai_dtype dtype) {
-    if (dtype != FAI_DTYPE_F32 && dtype != FAI_DTYPE_F16 && dtype != FAI_DTYPE_BF16)
-        return fai__fail(FAI_ERR_INVALID_ARG, "%s = %d is not a dtype (f32 0, f16 1, bf16 2)",
+/* Q and O take the float dtypes; K and V (kv) the quantized ones too. */
+static fai_status check_dtype(const char *field, fai_dtype dtype, int kv) {
+    if (fai_dtype_size(dtype) == 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s = %d is not a dtype (f32 0, f16 1, bf16 2, int8 3, e4m3 4, e5m2 5)",
                          field, (int)dtype);
+    if (!kv && fai_dtype_is_quantized(dtype))
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s = %s: Q and O are f32, f16 or bf16 (only K and V may be quantized)",
+                         field, fai_dtype_name(dtype));
     return FAI_OK;
 }
 
@@ -85,10 +91,10 @@ fai_status fai__validate_problem(const fai_problem *pb) {
     FAI_TRY(check_range("head_dim", pb->head_dim, 1, FAI_MAX_HEAD_DIM));
     if (pb->head_dim_v != FAI_HEAD_DIM_V_DEFAULT)
         FAI_TRY(check_range("head_dim_v", pb->head_dim_v, 1, FAI_MAX_HEAD_DIM));
-    FAI_TRY(check_dtype("q_dtype", pb->q_dtype));
-    FAI_TRY(check_dtype("k_dtype", pb->k_dtype));
-    FAI_TRY(check_dtype("v_dtype", pb->v_dtype));
-    FAI_TRY(check_dtype("o_dtype", pb->o_dtype));
+    FAI_TRY(check_dtype("q_dtype", pb->q_dtype, 0));
+    FAI_TRY(check_dtype("k_dtype", pb->k_dtype, 1));
+    FAI_TRY(check_dtype("v_dtype", pb->v_dtype, 1));
+    FAI_TRY(check_dtype("o_dtype", pb->o_dtype, 0));
     if (!isfinite(pb->scale) && !is_default_scale(pb->scale))
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "scale = %g is not finite (FAI_SCALE_DEFAULT asks for 1/sqrt(head_dim))",

@@ -67,6 +67,27 @@ static inline fvec v_load_bf16(const uint16_t *p) {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
+/* W int8 values as f32 (exact) */
+static inline fvec v_load_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
+/* W fp8 e5m2 values as f32 (exact): each is the upper byte of a binary16 */
+static inline fvec v_load_e5m2(const uint8_t *p) {
+    const __m128i bytes = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    return _mm256_cvtph_ps(_mm_slli_epi16(bytes, 8));
+}
+/* W fp8 e4m3 values as f32 (exact): as the AVX-512 vocabulary does (a binary16 with the bias 8
+ * more, scaled back by 2^8; the NaN code comes out as +-480, which no e4m3 value is) */
+static inline fvec v_load_e4m3(const uint8_t *p) {
+    const __m128i bytes = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    const __m128i sign = _mm_slli_epi16(_mm_and_si128(bytes, _mm_set1_epi16(0x80)), 8);
+    const __m128i rest = _mm_slli_epi16(_mm_and_si128(bytes, _mm_set1_epi16(0x7f)), 7);
+    const fvec v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_or_si128(sign, rest)), v_set1(256.0f));
+    const fvec magnitude = _mm256_andnot_ps(v_set1(-0.0f), v);
+    const fvec nan = _mm256_cmp_ps(magnitude, v_set1(480.0f), _CMP_EQ_OQ);
+    return _mm256_blendv_ps(v, v_set1(NAN), nan);
+}
 /* 8 32-bit lanes (each below 2^16) as 8 16-bit values */
 static inline __m128i narrow_u32(__m256i x) {
     const __m256i packed = _mm256_packus_epi32(x, x); /* lanes 0-3, 0-3 | 4-7, 4-7 */

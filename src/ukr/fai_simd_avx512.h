@@ -60,6 +60,27 @@ static inline fvec v_load_bf16(const uint16_t *p) {
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
+/* W int8 values as f32 (exact) */
+static inline fvec v_load_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+}
+/* W fp8 e5m2 values as f32 (exact): each is the upper byte of a binary16 */
+static inline fvec v_load_e5m2(const uint8_t *p) {
+    const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm512_cvtph_ps(_mm256_slli_epi16(bytes, 8));
+}
+/* W fp8 e4m3 values as f32 (exact): exponent and mantissa moved into a binary16, whose bias is 8
+ * more, give 2^-8 of the value (subnormals included) and 2^8 scales it back; the NaN code
+ * S.1111.111 comes out as +-480, which no e4m3 value is */
+static inline fvec v_load_e4m3(const uint8_t *p) {
+    const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(bytes, _mm256_set1_epi16(0x80)), 8);
+    const __m256i rest = _mm256_slli_epi16(_mm256_and_si256(bytes, _mm256_set1_epi16(0x7f)), 7);
+    const fvec v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, rest)), v_set1(256.0f));
+    const __mmask16 nan = _mm512_cmp_ps_mask(_mm512_abs_ps(v), v_set1(480.0f), _CMP_EQ_OQ);
+    return _mm512_mask_blend_ps(nan, v, v_set1(NAN));
+}
 /* v rounded to nearest even into bf16 (a NaN stays a quiet NaN), as fai__f32_to_bf16 does */
 static inline void v_store_bf16(uint16_t *p, fvec v) {
     const __m512i bits = _mm512_castps_si512(v);

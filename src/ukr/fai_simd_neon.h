@@ -5,7 +5,9 @@
 #include <arm_neon.h>
 
 #include "util/fai_half.h"
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define FAI_SIMD_NAME "neon"
 #define FAI_SIMD_WIDTH 4
@@ -53,6 +55,32 @@ static inline fvec v_load_f16(const uint16_t *p) {
 }
 static inline fvec v_load_bf16(const uint16_t *p) {
     return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+/* W bytes, read as exactly W bytes (a row may end after them) */
+static inline uint8x8_t load_4_bytes(const void *p) {
+    uint32_t word;
+    memcpy(&word, p, sizeof word);
+    return vreinterpret_u8_u32(vdup_n_u32(word));
+}
+/* W int8 values as f32 (exact) */
+static inline fvec v_load_i8(const int8_t *p) {
+    const int16x8_t wide = vmovl_s8(vreinterpret_s8_u8(load_4_bytes(p)));
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(wide)));
+}
+/* W fp8 e5m2 values as f32 (exact): each is the upper byte of a binary16 */
+static inline fvec v_load_e5m2(const uint8_t *p) {
+    const uint16x4_t half = vshl_n_u16(vget_low_u16(vmovl_u8(load_4_bytes(p))), 8);
+    return vcvt_f32_f16(vreinterpret_f16_u16(half));
+}
+/* W fp8 e4m3 values as f32 (exact): a binary16 with the bias 8 more, scaled back by 2^8; the NaN
+ * code comes out as +-480, which no e4m3 value is */
+static inline fvec v_load_e4m3(const uint8_t *p) {
+    const uint16x4_t bytes = vget_low_u16(vmovl_u8(load_4_bytes(p)));
+    const uint16x4_t sign = vshl_n_u16(vand_u16(bytes, vdup_n_u16(0x80)), 8);
+    const uint16x4_t rest = vshl_n_u16(vand_u16(bytes, vdup_n_u16(0x7f)), 7);
+    const fvec v = vmulq_n_f32(vcvt_f32_f16(vreinterpret_f16_u16(vorr_u16(sign, rest))), 256.0f);
+    const uint32x4_t nan = vceqq_f32(vabsq_f32(v), vdupq_n_f32(480.0f));
+    return vbslq_f32(nan, vdupq_n_f32(NAN), v);
 }
 /* v into bf16 and into f16 (saturating finite values), lane by lane with the portable rounding */
 static inline void v_store_bf16(uint16_t *p, fvec v) {

@@ -148,7 +148,7 @@ typedef struct fai_cntx {
                         int64_t d_pad);
     void (*mx_softmax)(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
                        float scale, float *row_max, float *row_sums, float *row_alpha, uint16_t *p,
-                       int p_parts);
+                       int p_parts, const float *p_scale);
     void (*mx_pv)(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
                   int v_parts, int64_t m_pad, int64_t n_pad, int64_t dv_pad);
     void (*mx_pv_sparse)(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
@@ -167,6 +167,14 @@ typedef struct fai_cntx {
     void (*mods_t)(float *s_t, int64_t ld_s, int64_t n, const fai_score_mods *mods);
     void (*mods_rows)(float *s, int64_t ld_n, int64_t m, int64_t n, const fai_score_mods *mods);
     void (*tanh_array)(float *dst, const float *src, int64_t n);
+
+    /* Quantized K and V (int8, fp8) enter every path as their own values, exact in f32 and in
+     * bf16; their per-key dequantization scales are applied to the scores (K) and to P (V)
+     * instead, where they cost a multiply per key and query row rather than per element:
+     *   scale_keys_t:    S^T [n, ld_s] row j times scale[j], all ld_s columns.
+     *   scale_keys_rows: row-major s [m, ld_n] column j times scale[j], keys j < n. */
+    void (*scale_keys_t)(float *s_t, int64_t ld_s, int64_t n, const float *scale);
+    void (*scale_keys_rows)(float *s, int64_t ld_n, int64_t m, int64_t n, const float *scale);
 } fai_cntx;
 
 void fai__cntx_init_ref(fai_cntx *cntx);

@@ -135,6 +135,41 @@ static void mods_rows_simd(float *s, int64_t ld_n, int64_t m, int64_t n,
 
 /* -- packing ---------------------------------------------------------------------------------- */
 
+/* W elements of a row of `dtype` from x on, as f32 (quantized ones unscaled). */
+static inline fvec load_row_full(const void *row, int64_t x, fai_dtype dtype) {
+    switch (dtype) {
+    case FAI_DTYPE_F16:
+        return v_load_f16((const uint16_t *)row + x);
+    case FAI_DTYPE_BF16:
+        return v_load_bf16((const uint16_t *)row + x);
+    case FAI_DTYPE_I8:
+        return v_load_i8((const int8_t *)row + x);
+    case FAI_DTYPE_E4M3:
+        return v_load_e4m3((const uint8_t *)row + x);
+    case FAI_DTYPE_E5M2:
+        return v_load_e5m2((const uint8_t *)row + x);
+    default:
+        return v_load((const float *)row + x);
+    }
+}
+
+/* The count (< W) elements of a row from x on, zero-filled to W; nothing past them is read. */
+static inline fvec load_row_tail(const void *row, int64_t x, int64_t count, fai_dtype dtype) {
+    float part[W];
+    for (int64_t k = 0; k < W; k++)
+        part[k] = 0.0f;
+    for (int64_t k = 0; k < count; k++)
+        part[k] = fai__load_element(row, x + k, dtype);
+    return v_load(part);
+}
+
+/* Bytes of `elements` elements of a dtype (a constant where the dtype is one). */
+static inline int64_t row_bytes_of(int64_t elements, fai_dtype dtype) {
+    return elements * (dtype == FAI_DTYPE_F32                              ? 4
+                       : dtype == FAI_DTYPE_F16 || dtype == FAI_DTYPE_BF16 ? 2
+                                                                           : 1);
+}
+
 static int pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
                           int64_t dim, fai_dtype dtype) {
     /* x * 0 is 0 for finite x and NaN for Inf or NaN: one FMA per vector finds them */
@@ -146,18 +181,11 @@ static int pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, i
         if (dtype == FAI_DTYPE_F32) {
             memcpy(out, rows[r], (size_t)dim * sizeof(float));
             x = dim;
-        } else if (dtype == FAI_DTYPE_F16) {
-            const uint16_t *in = rows[r];
-            for (; x + W <= dim; x += W)
-                v_store(out + x, v_load_f16(in + x));
-            for (; x < dim; x++)
-                out[x] = fai__f16_to_f32(in[x]);
         } else {
-            const uint16_t *in = rows[r];
             for (; x + W <= dim; x += W)
-                v_store(out + x, v_load_bf16(in + x));
+                v_store(out + x, load_row_full(rows[r], x, dtype));
             for (; x < dim; x++)
-                out[x] = fai__bf16_to_f32(in[x]);
+                out[x] = fai__load_element(rows[r], x, dtype);
         }
         for (; x < ld_dst; x++)
             out[x] = 0.0f;
@@ -168,6 +196,27 @@ static int pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, i
             finite &= isfinite(out[k]) != 0;
     }
     return finite && v_hsum(non_finite) == 0.0f;
+}
+
+/* Dequantization scales on the scores (and on P): S^T [n, ld_s] row j (key j) times scale[j],
+ * all ld_s columns; row-major s [m, ld_n] column j times scale[j], keys j < n. */
+static void scale_keys_t_simd(float *s_t, int64_t ld_s, int64_t n, const float *scale) {
+    for (int64_t j = 0; j < n; j++) {
+        const fvec c = v_set1(scale[j]);
+        for (int64_t i = 0; i < ld_s; i += W)
+            v_store(s_t + j * ld_s + i, v_mul(v_load(s_t + j * ld_s + i), c));
+    }
+}
+
+static void scale_keys_rows_simd(float *s, int64_t ld_n, int64_t m, int64_t n, const float *scale) {
+    for (int64_t i = 0; i < m; i++) {
+        float *row = s + i * ld_n;
+        int64_t j = 0;
+        for (; j + W <= n; j += W)
+            v_store(row + j, v_mul(v_load(row + j), v_load(scale + j)));
+        for (; j < n; j++)
+            row[j] *= scale[j];
+    }
 }
 
 /* -- stage 1: S^T = scale * K Q^T --------------------------------------------------------------
@@ -347,23 +396,6 @@ static void pv_simd(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, cons
 
 /* -- small Q tiles: K and V straight from their rows ---------------------------------------- */
 
-/* W elements of a row from x on, f32 (fewer than W at the row's end: zero-filled, and nothing
- * past the row is read). */
-static inline fvec load_row_full(const void *row, int64_t x, fai_dtype dtype) {
-    if (dtype == FAI_DTYPE_F16) return v_load_f16((const uint16_t *)row + x);
-    if (dtype == FAI_DTYPE_BF16) return v_load_bf16((const uint16_t *)row + x);
-    return v_load((const float *)row + x);
-}
-
-static inline fvec load_row_tail(const void *row, int64_t x, int64_t count, fai_dtype dtype) {
-    float part[W];
-    for (int64_t k = 0; k < W; k++)
-        part[k] = 0.0f;
-    for (int64_t k = 0; k < count; k++)
-        part[k] = fai__load_element(row, x + k, dtype);
-    return v_load(part);
-}
-
 /* Rows FAI_PREFETCH_ROWS keys ahead are fetched while the current ones are computed: with
  * paged K/V the next rows may sit on another page, where the hardware prefetchers cannot
  * follow. The row lists carry rows_ahead pointers past the tile for this. */
@@ -380,7 +412,7 @@ static inline void prefetch_row(const void *row, int64_t bytes) {
     static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
                      const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,          \
                      float scale) {                                                                \
-        const int64_t row_bytes = d * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                            \
+        const int64_t row_bytes = row_bytes_of(d, DTYPE);                                          \
         const int64_t full = d / W * W;                                                            \
         for (int64_t j0 = 0; j0 < n; j0 += 4) {                                                    \
             const void *key[4];                                                                    \
@@ -429,16 +461,32 @@ static inline void prefetch_row(const void *row, int64_t bytes) {
 DEFINE_QK_ROWS(qk_rows_f32, FAI_DTYPE_F32)
 DEFINE_QK_ROWS(qk_rows_f16, FAI_DTYPE_F16)
 DEFINE_QK_ROWS(qk_rows_bf16, FAI_DTYPE_BF16)
+DEFINE_QK_ROWS(qk_rows_i8, FAI_DTYPE_I8)
+DEFINE_QK_ROWS(qk_rows_e4m3, FAI_DTYPE_E4M3)
+DEFINE_QK_ROWS(qk_rows_e5m2, FAI_DTYPE_E5M2)
 
 static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                          const void *const *k_rows, int64_t rows_ahead, fai_dtype k_dtype,
                          int64_t n, int64_t d, float scale) {
-    if (k_dtype == FAI_DTYPE_F16)
+    switch (k_dtype) {
+    case FAI_DTYPE_F16:
         qk_rows_f16(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-    else if (k_dtype == FAI_DTYPE_BF16)
+        break;
+    case FAI_DTYPE_BF16:
         qk_rows_bf16(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-    else
+        break;
+    case FAI_DTYPE_I8:
+        qk_rows_i8(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
+        break;
+    case FAI_DTYPE_E4M3:
+        qk_rows_e4m3(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
+        break;
+    case FAI_DTYPE_E5M2:
+        qk_rows_e5m2(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
+        break;
+    default:
         qk_rows_f32(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
+    }
 }
 
 /* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
@@ -448,7 +496,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
     static inline void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t rows,    \
                             const void *const *v_rows, int64_t prefetch_end, int64_t n,            \
                             int64_t x0, int64_t dv) {                                              \
-        const int64_t row_bytes = dv * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                           \
+        const int64_t row_bytes = row_bytes_of(dv, DTYPE);                                         \
         const float *o_row[4];                                                                     \
         for (int r = 0; r < 4; r++)                                                                \
             o_row[r] = o + (r < rows ? r : 0) * ld_o + x0;                                         \
@@ -483,7 +531,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
     static void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,              \
                      const void *const *v_rows, int64_t rows_ahead, int64_t n, int64_t dv,         \
                      int masked) {                                                                 \
-        const int64_t row_bytes = dv * (DTYPE == FAI_DTYPE_F32 ? 4 : 2);                           \
+        const int64_t row_bytes = row_bytes_of(dv, DTYPE);                                         \
         if (masked) {                                                                              \
             for (int64_t i = 0; i < m; i++)                                                        \
                 for (int64_t j = 0; j < n; j++) {                                                  \
@@ -521,16 +569,32 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
 DEFINE_PV_ROWS(pv_rows_f32, FAI_DTYPE_F32)
 DEFINE_PV_ROWS(pv_rows_f16, FAI_DTYPE_F16)
 DEFINE_PV_ROWS(pv_rows_bf16, FAI_DTYPE_BF16)
+DEFINE_PV_ROWS(pv_rows_i8, FAI_DTYPE_I8)
+DEFINE_PV_ROWS(pv_rows_e4m3, FAI_DTYPE_E4M3)
+DEFINE_PV_ROWS(pv_rows_e5m2, FAI_DTYPE_E5M2)
 
 static void pv_rows_simd(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
                          const void *const *v_rows, int64_t rows_ahead, fai_dtype v_dtype,
                          int64_t n, int64_t dv, int masked) {
-    if (v_dtype == FAI_DTYPE_F16)
+    switch (v_dtype) {
+    case FAI_DTYPE_F16:
         pv_rows_f16(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-    else if (v_dtype == FAI_DTYPE_BF16)
+        break;
+    case FAI_DTYPE_BF16:
         pv_rows_bf16(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-    else
+        break;
+    case FAI_DTYPE_I8:
+        pv_rows_i8(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
+        break;
+    case FAI_DTYPE_E4M3:
+        pv_rows_e4m3(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
+        break;
+    case FAI_DTYPE_E5M2:
+        pv_rows_e5m2(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
+        break;
+    default:
         pv_rows_f32(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
+    }
 }
 
 /* The online softmax on row-major scores (decode tiles): one row at a time, W keys per vector;
@@ -610,4 +674,6 @@ static void init_simd_table(fai_cntx *cntx) {
     cntx->mods_t = mods_t_simd;
     cntx->mods_rows = mods_rows_simd;
     cntx->tanh_array = tanh_array_simd;
+    cntx->scale_keys_t = scale_keys_t_simd;
+    cntx->scale_keys_rows = scale_keys_rows_simd;
 }

@@ -23,6 +23,8 @@ enum {
     BUF_O = FAI_CASE_BUF_O,
     BUF_LSE = FAI_CASE_BUF_LSE,
     BUF_MASK = FAI_CASE_BUF_MASK,
+    BUF_K_SCALE = FAI_CASE_BUF_K_SCALE,
+    BUF_V_SCALE = FAI_CASE_BUF_V_SCALE,
     BUF_COUNT = FAI_CASE_BUFS
 };
 
@@ -119,6 +121,14 @@ static int64_t draw_seq_len(fai_rng *g, int64_t max) {
 static void store_garbage(void *data, fai_dtype dt, int64_t index, fai_rng *g) {
     const uint64_t r = fai_rng_next(g);
     const int kind = (int)(r % 8);
+    if (dt == FAI_DTYPE_I8 || dt == FAI_DTYPE_E4M3 || dt == FAI_DTYPE_E5M2) {
+        /* int8: its extremes; e4m3: NaN; e5m2: Inf or NaN */
+        const uint8_t garbage = dt == FAI_DTYPE_I8     ? (kind & 1 ? 0x80 : 0x7f)
+                                : dt == FAI_DTYPE_E4M3 ? (kind & 1 ? 0xff : 0x7f)
+                                                       : (kind & 1 ? 0x7c : 0x7e);
+        ((uint8_t *)data)[index] = garbage;
+        return;
+    }
     if (dt == FAI_DTYPE_F32) {
         uint32_t bits = kind == 0   ? 0x7F800000u
                         : kind == 1 ? 0xFF800000u
@@ -176,6 +186,23 @@ static void fill_garbage(void *data, fai_dtype dt, size_t bytes, fai_rng *g) {
 void fai_case_set(fai_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d, double value) {
     fai_oracle_store(t->data, t->dtype,
                      b * t->stride_batch + s * t->stride_seq + h * t->stride_head + d, value);
+}
+
+/* The scale of (b, s, h) of a quantized tensor (1 for the others): drawn the first time it is
+ * asked for (it starts as garbage: NaN or Inf), so that values in [-amp, amp] use a good part of
+ * the codes, and stored at its place. */
+static double draw_scale(const fai_tensor *t, fai_scale *scale, int64_t b, int64_t s, int64_t h,
+                         double amp, fai_rng *g) {
+    if (!fai_dtype_is_quantized(t->dtype)) return 1.0;
+    float *at =
+        scale->data + b * scale->stride_batch + s * scale->stride_seq + h * scale->stride_head;
+    if (!isfinite(*at)) {
+        const double qmax = t->dtype == FAI_DTYPE_I8     ? 127.0
+                            : t->dtype == FAI_DTYPE_E4M3 ? 448.0
+                                                         : 57344.0;
+        *at = (float)(amp / qmax * (0.5 + fai_rng_uniform(g)));
+    }
+    return (double)*at;
 }
 
 /* -- building ------------------------------------------------------------------------------- */
@@ -236,6 +263,16 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
     pb->v_dtype =
         (fai_dtype)(ANY(sp.v_dtype) ? (all_f32 ? 0 : fai_rng_range(g, 0, 2)) : sp.v_dtype);
     pb->o_dtype = (fai_dtype)(ANY(sp.o_dtype) ? fai_rng_range(g, 0, 2) : sp.o_dtype);
+    /* quantized K and V (drawn from a stream of their own, so that the other draws of a seed
+     * stay what they were before these dtypes existed) */
+    fai_rng quant_rng = {seed ^ 0x9E3779B97F4A7C15ull}, *gq = &quant_rng;
+    fai_rng_next(gq);
+    if (ANY(sp.k_dtype) && !all_f32 && fai_rng_range(gq, 0, 99) < 30)
+        pb->k_dtype = (fai_dtype)(FAI_DTYPE_I8 + fai_rng_range(gq, 0, 2));
+    if (ANY(sp.v_dtype) && !all_f32 && fai_rng_range(gq, 0, 99) < 30)
+        pb->v_dtype = (fai_dtype)(FAI_DTYPE_I8 + fai_rng_range(gq, 0, 2));
+    c->k_scale_kind = (int)fai_rng_range(gq, 0, FAI_CASE_SCALE_KINDS - 1);
+    c->v_scale_kind = (int)fai_rng_range(gq, 0, FAI_CASE_SCALE_KINDS - 1);
 
     /* -- how lengths are given -- */
     /* explicit lengths need a mode that uses them */
@@ -585,6 +622,32 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         ts[i].t->data = c->buf[i];
         fill_garbage(c->buf[i], ts[i].dt, c->bytes[i], g);
     }
+    for (int i = 0; i < 2; i++) { /* the scales of a quantized K and V, garbage until drawn */
+        const fai_tensor *kv = i == 0 ? &t->k : &t->v;
+        fai_scale *scale = i == 0 ? &t->k_scale : &t->v_scale;
+        const int kind = i == 0 ? c->k_scale_kind : c->v_scale_kind;
+        if (!fai_dtype_is_quantized(kv->dtype)) continue;
+        fai_tensor rows = {0};
+        int64_t ext = Hkv;
+        if (kind == FAI_CASE_SCALE_TOKEN) {
+            ext = lay_out(&rows, (int)fai_rng_range(gq, 0, 3), kv_nb, kv_ns, Hkv, 1, gq);
+            if (packed_kv) {
+                rows.stride_batch = PICK(gq, 0, 1, 7);
+                ext += slack;
+            }
+        } else if (kind == FAI_CASE_SCALE_HEAD) {
+            rows.stride_head = 1;
+        } else {
+            ext = 1;
+        }
+        const int idx = i == 0 ? BUF_K_SCALE : BUF_V_SCALE;
+        if (alloc_buf(c, idx, ext, sizeof(float))) return build_fail(c, "out of memory");
+        fill_garbage(c->buf[idx], FAI_DTYPE_F32, c->bytes[idx], gq);
+        scale->data = c->buf[idx];
+        scale->stride_batch = rows.stride_batch;
+        scale->stride_seq = rows.stride_seq;
+        scale->stride_head = rows.stride_head;
+    }
     if (sp.lse) {
         /* [B, Hq, Sq] or [B, Sq, Hq], maybe with gaps */
         c->lse_layout = (int)fai_rng_range(g, 0, 1);
@@ -676,10 +739,12 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
                 ks = j % page_size;
             }
             for (int64_t h = 0; h < Hkv; h++) {
+                const double k_scale = draw_scale(&t->k, &t->k_scale, kb, ks, h, amp, gq);
+                const double v_scale = draw_scale(&t->v, &t->v_scale, kb, ks, h, 1.0, gq);
                 for (int64_t d = 0; d < D; d++)
-                    fai_case_set(&t->k, kb, ks, h, d, uniform_pm(g, amp));
+                    fai_case_set(&t->k, kb, ks, h, d, uniform_pm(g, amp) / k_scale);
                 for (int64_t d = 0; d < Dvr; d++)
-                    fai_case_set(&t->v, kb, ks, h, d, uniform_pm(g, 1.0));
+                    fai_case_set(&t->v, kb, ks, h, d, uniform_pm(g, 1.0) / v_scale);
             }
         }
     }
@@ -865,13 +930,14 @@ double fai_case_lse_limit(const fai_oracle_out *ref, size_t row, double lse, dou
 }
 
 int fai_case_combo(fai_dtype q, fai_dtype k, fai_dtype v, fai_dtype o) {
-    return (int)q + 3 * (int)k + 9 * (int)v + 27 * (int)o;
+    return (int)q + 3 * (int)k + 18 * (int)v + 108 * (int)o;
 }
 
 const char *fai_case_combo_name(int combo, char *buf, size_t size) {
     snprintf(buf, size, "q=%s k=%s v=%s o=%s", fai_dtype_name((fai_dtype)(combo % 3)),
-             fai_dtype_name((fai_dtype)(combo / 3 % 3)), fai_dtype_name((fai_dtype)(combo / 9 % 3)),
-             fai_dtype_name((fai_dtype)(combo / 27 % 3)));
+             fai_dtype_name((fai_dtype)(combo / 3 % 6)),
+             fai_dtype_name((fai_dtype)(combo / 18 % 6)),
+             fai_dtype_name((fai_dtype)(combo / 108 % 3)));
     return buf;
 }
 
@@ -1093,7 +1159,7 @@ int fai_case_check(fai_case *c, fai_pool *pool, fai_case_result *r) {
         if (stray >= 0)
             why(r, "LSE buffer written outside its elements, at element %lld", (long long)stray);
     }
-    static const char *names[BUF_COUNT] = {"Q", "K", "V", "O", "LSE", "mask"};
+    static const char *names[BUF_COUNT] = {"Q", "K", "V", "O", "LSE", "mask", "k_scale", "v_scale"};
     for (int i = 0; i < BUF_COUNT; i++) {
         if (i == BUF_O || i == BUF_LSE || !c->buf[i]) continue;
         if (memcmp(c->buf[i], c->init[i], c->bytes[i]))

@@ -8,7 +8,11 @@
  *
  * Everything the library must not read is garbage (NaN or Inf): Q rows past seqlens_q, K/V rows
  * past seqlens_kv, page tails and unreferenced pages, stride padding, mask entries outside the
- * lengths. O and LSE are pre-filled with garbage too, so a row the library forgets is a NaN.
+ * lengths, and the scales of those rows (int8 has no NaN: its garbage is +-127, caught by its
+ * NaN scale). O and LSE are pre-filled with garbage too, so a row the library forgets is a NaN.
+ *
+ * Quantized K and V (int8, e4m3, e5m2) hold the values drawn for them divided by their scales,
+ * rounded to the nearest code; the oracle reads them back as code x scale, exactly.
  */
 #ifndef FAI_CASES_H
 #define FAI_CASES_H
@@ -35,6 +39,14 @@ enum {
     FAI_CASE_LEN_SEQLENS = 1, /* padded batch with seqlens_q / seqlens_kv */
     FAI_CASE_LEN_PACKED = 2,  /* ragged, cu_seqlens_q / cu_seqlens_kv */
     FAI_CASE_LEN_PAGED = 3    /* K/V page pools with a shuffled block table (K/V only) */
+};
+
+/* Shape of a quantized K's or V's scales. */
+enum {
+    FAI_CASE_SCALE_TOKEN = 0,  /* one per token and kv head, laid out like the tensor's rows */
+    FAI_CASE_SCALE_HEAD = 1,   /* one per kv head */
+    FAI_CASE_SCALE_TENSOR = 2, /* one for the whole tensor */
+    FAI_CASE_SCALE_KINDS = 3
 };
 
 /* Shape of an explicit mask, by strides (0 broadcasts). */
@@ -95,6 +107,8 @@ enum {
     FAI_CASE_BUF_O,
     FAI_CASE_BUF_LSE,
     FAI_CASE_BUF_MASK,
+    FAI_CASE_BUF_K_SCALE, /* a quantized K's scales */
+    FAI_CASE_BUF_V_SCALE,
     FAI_CASE_BUFS
 };
 
@@ -104,8 +118,9 @@ typedef struct fai_case {
     fai_tensors tensors;
     int q_lens, kv_lens, mask_shape;
     int layout_q, layout_k, layout_v, layout_o, lse_layout;
-    int64_t mask_rows, mask_cols; /* extent of the mask's i and j dimensions */
-    int64_t *len_q, *len_kv;      /* [batch] resolved lengths */
+    int k_scale_kind, v_scale_kind; /* quantized K / V: FAI_CASE_SCALE_* */
+    int64_t mask_rows, mask_cols;   /* extent of the mask's i and j dimensions */
+    int64_t *len_q, *len_kv;        /* [batch] resolved lengths */
     /* owned storage */
     int32_t *seqlens_q, *seqlens_kv, *cu_q, *cu_kv, *block_table;
     int32_t *q_pos, *kv_pos;
@@ -176,8 +191,9 @@ double fai_case_row_tolerance(const fai_oracle_out *ref, size_t row, double t);
 double fai_case_o_limit(const fai_oracle_out *ref, size_t row, int64_t d, double t);
 double fai_case_lse_limit(const fai_oracle_out *ref, size_t row, double lse, double t);
 
-/* dtype combinations: q + 3 k + 9 v + 27 o, and its name "q=f16 k=bf16 v=f32 o=f16". */
-#define FAI_CASE_COMBOS 81
+/* dtype combinations: q + 3 k + 18 v + 108 o (Q and O one of 3 dtypes, K and V of 6), and its
+ * name "q=f16 k=int8 v=f32 o=f16". */
+#define FAI_CASE_COMBOS 324
 int fai_case_combo(fai_dtype q, fai_dtype k, fai_dtype v, fai_dtype o);
 const char *fai_case_combo_name(int combo, char *buf, size_t size);
 

@@ -89,6 +89,23 @@ uint16_t fai_oracle_f16_encode(double x) { return (uint16_t)mini_encode(x, 10, 5
 
 uint16_t fai_oracle_bf16_encode(double x) { return (uint16_t)mini_encode(x, 7, 8); }
 
+/* |x| to the nearest e4m3 code (ties to even), saturated at 448 (code 0x7e): its top exponent
+ * holds finite values, unlike a binary format's. */
+static uint32_t e4m3_encode_magnitude(double a) {
+    if (a >= 448.0) return 0x7e;
+    if (a < ldexp(1.0, -6)) return (uint32_t)nearbyint(ldexp(a, 9)); /* 8: the smallest normal */
+    int k;
+    frexp(a, &k); /* a in [2^(k-1), 2^k) */
+    int e = k - 1;
+    double r = nearbyint(ldexp(a, 3 - e)); /* in [8, 16] */
+    if (r == 16.0) {
+        r = 8.0;
+        e++;
+    }
+    const uint32_t code = ((uint32_t)(e + 7) << 3) | ((uint32_t)r - 8u);
+    return code > 0x7e ? 0x7e : code;
+}
+
 double fai_oracle_load(const void *data, fai_dtype dtype, int64_t index) {
     switch (dtype) {
     case FAI_DTYPE_F32: {
@@ -133,10 +150,22 @@ void fai_oracle_store(void *data, fai_dtype dtype, int64_t index, double value) 
         memcpy((char *)data + index * 2, &h, 2);
         return;
     }
-    case FAI_DTYPE_I8:
-    case FAI_DTYPE_E4M3:
-    case FAI_DTYPE_E5M2:
-        return; /* quantized data is made by its writer, never by the reference */
+    case FAI_DTYPE_I8: {
+        const double q = nearbyint(fmin(fmax(value, -127.0), 127.0));
+        ((int8_t *)data)[index] = (int8_t)(isnan(value) ? 0.0 : q);
+        return;
+    }
+    case FAI_DTYPE_E4M3: {
+        const uint32_t bits = isnan(value) ? 0x7f : e4m3_encode_magnitude(fabs(value));
+        ((uint8_t *)data)[index] = (uint8_t)(bits | (signbit(value) ? 0x80u : 0u));
+        return;
+    }
+    case FAI_DTYPE_E5M2: {
+        const double a = isnan(value) ? value : fmin(fabs(value), 57344.0);
+        const uint32_t bits = mini_encode(a, 2, 5);
+        ((uint8_t *)data)[index] = (uint8_t)(bits | (signbit(value) ? 0x80u : 0u));
+        return;
+    }
     }
 }
 

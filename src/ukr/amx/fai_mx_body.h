@@ -60,11 +60,21 @@ static inline void split_one(float x, uint16_t *out, int parts, int64_t part_str
 }
 
 /* count elements of a row of dtype into `parts` bf16 parts, part_stride elements apart: 1 part
- * for bf16 (copied), 2 (hi, lo) or 3 (hi, mid, lo). */
+ * for bf16 (copied) and the quantized dtypes (their own values, exact in bf16: int8 needs 7
+ * significant bits, e4m3 and e5m2 at most 4, and none is below bf16's normal range), 2 (hi, lo)
+ * or 3 (hi, mid, lo). */
 static void split_row(uint16_t *out, int parts, int64_t part_stride, const void *row, int64_t count,
                       fai_dtype dtype) {
-    if (parts == 1) {
+    if (parts == 1 && dtype == FAI_DTYPE_BF16) {
         memcpy(out, row, (size_t)count * sizeof(uint16_t));
+        return;
+    }
+    if (parts == 1) {
+        int64_t x = 0;
+        for (; x + 2 * W <= count; x += 2 * W)
+            v_store_bf16_rounded(v_load_any(row, x, dtype), v_load_any(row, x + W, dtype), out + x);
+        for (; x < count; x++)
+            out[x] = fai__f32_to_bf16(fai__load_element(row, x, dtype));
         return;
     }
     uint16_t *mid = parts == 3 ? out + part_stride : NULL;
@@ -115,7 +125,7 @@ static int mx_pack_k(uint16_t *k, int parts, const void *const *rows, int64_t n,
     const int64_t part_stride = n_pad * d_pad, element = (int64_t)fai_dtype_size(dtype);
     for (int64_t j0 = 0; j0 < n_pad; j0 += TILE) {
         for (int64_t x0 = 0; x0 < d_pad; x0 += PAIR_COLS) {
-            const int direct = parts == 1 && j0 + TILE <= n && x0 + PAIR_COLS <= d;
+            const int direct = dtype == FAI_DTYPE_BF16 && j0 + TILE <= n && x0 + PAIR_COLS <= d;
             for (int j = 0; j < TILE; j++) {
                 if (direct) {
                     src[0][j] = (const uint16_t *)rows[j0 + j] + x0;
@@ -144,7 +154,7 @@ static int mx_pack_v(uint16_t *v, int parts, const void *const *rows, int64_t n,
                      int64_t dv, int64_t dv_pad, fai_dtype dtype) {
     enum { ROW = FAI_MAX_HEAD_DIM + PAIR_COLS };
     uint16_t staged[2][3][ROW]; /* two rows, their parts */
-    const int direct = parts == 1 && dv == dv_pad;
+    const int direct = dtype == FAI_DTYPE_BF16 && dv == dv_pad;
     const int64_t part_stride = n_pad * dv_pad;
     for (int64_t j = 0; j < n_pad; j += 2) {
         const uint16_t *a[3], *b[3];
@@ -255,10 +265,11 @@ static void mx_qk_exact(float *s, int64_t ld_n, const uint16_t *q, int q_parts, 
  * [n, n_pad) and rows [m, m_pad) zero), row_alpha and row_max as the other tables' softmax
  * leaves them. The row sums stay W lanes wide, row_sums [m_pad, W], scaled by alpha with the
  * row: the driver adds the lanes once at the end of the unit. S's columns [n, n_pad) are
- * overwritten. */
+ * overwritten. With p_scale (n_pad entries, a quantized V's scales), P's key j is multiplied
+ * by p_scale[j] after it joined the sum and before it is split. */
 static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
                        float scale, float *row_max, float *row_sums, float *row_alpha, uint16_t *p,
-                       int p_parts) {
+                       int p_parts, const float *p_scale) {
     uint16_t *p_hi = p, *p_lo = p + m_pad * n_pad;
     const float log2e = 1.44269504088896341f;
     const fvec scale_log2e = v_set1(scale * log2e);
@@ -283,9 +294,13 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
         for (int64_t j = 0; j < n_pad; j += 2 * W) {
             const fvec ta = v_fma(v_load(row + j), scale_log2e, minus_shift);
             const fvec tb = v_fma(v_load(row + j + W), scale_log2e, minus_shift);
-            const fvec a = v_exp2_cut(ta, exp2_poly);
-            const fvec b = v_exp2_cut(tb, exp2_poly);
+            fvec a = v_exp2_cut(ta, exp2_poly);
+            fvec b = v_exp2_cut(tb, exp2_poly);
             sum = v_add(sum, v_add(a, b));
+            if (p_scale) {
+                a = v_mul(a, v_load(p_scale + j));
+                b = v_mul(b, v_load(p_scale + j + W));
+            }
             if (p_parts == 2)
                 v_split_store(a, b, hi + j, lo + j);
             else

@@ -78,6 +78,9 @@ static inline void v_split_store_inputs(fvec a, fvec b, uint16_t *hi, uint16_t *
 static inline fvec v_load_any(const void *row, int64_t x, fai_dtype dtype) {
     if (dtype == FAI_DTYPE_F32) return _mm512_loadu_ps((const float *)row + x);
     if (dtype == FAI_DTYPE_F16) return v_load_f16((const uint16_t *)row + x);
+    if (dtype == FAI_DTYPE_I8) return v_load_i8((const int8_t *)row + x);
+    if (dtype == FAI_DTYPE_E4M3) return v_load_e4m3((const uint8_t *)row + x);
+    if (dtype == FAI_DTYPE_E5M2) return v_load_e5m2((const uint8_t *)row + x);
     return v_load_bf16((const uint16_t *)row + x);
 }
 

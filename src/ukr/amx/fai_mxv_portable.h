@@ -33,6 +33,11 @@ static inline fvec v_add(fvec a, fvec b) {
         a.lane[i] += b.lane[i];
     return a;
 }
+static inline fvec v_mul(fvec a, fvec b) {
+    for (int i = 0; i < W; i++)
+        a.lane[i] *= b.lane[i];
+    return a;
+}
 static inline fvec v_fma(fvec a, fvec b, fvec c) {
     for (int i = 0; i < W; i++)
         a.lane[i] = fmaf(a.lane[i], b.lane[i], c.lane[i]);

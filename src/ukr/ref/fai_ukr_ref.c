@@ -168,6 +168,18 @@ static void mods_rows_ref(float *s, int64_t ld_n, int64_t m, int64_t n,
             s[r * ld_n + c] = mod_score_ref(s[r * ld_n + c], c, r, mods);
 }
 
+static void scale_keys_t_ref(float *s_t, int64_t ld_s, int64_t n, const float *scale) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < ld_s; i++)
+            s_t[j * ld_s + i] *= scale[j];
+}
+
+static void scale_keys_rows_ref(float *s, int64_t ld_n, int64_t m, int64_t n, const float *scale) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            s[i * ld_n + j] *= scale[j];
+}
+
 void fai__cntx_init_ref(fai_cntx *cntx) {
     cntx->name = "ref";
     cntx->simd_width = 1;
@@ -185,4 +197,6 @@ void fai__cntx_init_ref(fai_cntx *cntx) {
     cntx->mods_t = mods_t_ref;
     cntx->mods_rows = mods_rows_ref;
     cntx->tanh_array = tanh_array_ref;
+    cntx->scale_keys_t = scale_keys_t_ref;
+    cntx->scale_keys_rows = scale_keys_rows_ref;
 }
