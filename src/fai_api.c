@@ -81,19 +81,60 @@ static fai_status check_block_table(const fai_plan *plan, const fai_tensors *t) 
     return FAI_OK;
 }
 
-/* One scale that a run reads: finite and > 0. */
-static fai_status check_scale_value(const char *name, const float *at, int64_t b, int64_t key,
-                                    int64_t h) {
-    if (*at > 0.0f && *at < INFINITY) return FAI_OK;
-    return fai__fail(FAI_ERR_INVALID_ARG,
-                     "%s of sequence %" PRId64 ", key %" PRId64 ", kv head %" PRId64
-                     " = %g: a scale must be finite and > 0",
-                     name, b, key, h, (double)*at);
+/* Whether count scales `stride` apart are all finite and > 0: as bits, 0 < bits < +inf's (a
+ * sign bit or a NaN is above). Branch-free, as the scales of a long cache are many. */
+static int scales_ok(const float *at, int64_t count, int64_t stride) {
+    uint32_t worst[4] = {0, 0, 0, 0}; /* four chains: the loop runs at the loads' rate */
+    int64_t i = 0;
+    for (; i + 4 <= count; i += 4)
+        for (int c = 0; c < 4; c++) {
+            uint32_t bits;
+            memcpy(&bits, at + (i + c) * stride, sizeof bits);
+            const uint32_t shifted = bits - 1u; /* 0 wraps above everything */
+            worst[c] = shifted > worst[c] ? shifted : worst[c];
+        }
+    for (; i < count; i++) {
+        uint32_t bits;
+        memcpy(&bits, at + i * stride, sizeof bits);
+        worst[0] = bits - 1u > worst[0] ? bits - 1u : worst[0];
+    }
+    return worst[0] < 0x7f7fffffu && worst[1] < 0x7f7fffffu && worst[2] < 0x7f7fffffu &&
+           worst[3] < 0x7f7fffffu;
+}
+
+/* Element offset of key `key` of sequence b in a scale tensor (as the kernel addresses it). */
+static int64_t scale_offset(const fai_plan *plan, const fai_tensors *t, const fai_scale *scale,
+                            int64_t b, int64_t key) {
+    const fai_problem *pb = &plan->pb;
+    if (plan->paged) {
+        const int64_t stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
+        return (int64_t)t->block_table[b * stride + key / pb->page_size] * scale->stride_batch +
+               (key % pb->page_size) * scale->stride_seq;
+    }
+    if (plan->packed_kv) return (plan->seqs[b].kv_row0 + key) * scale->stride_seq;
+    return b * scale->stride_batch + key * scale->stride_seq;
+}
+
+/* The first bad scale of keys [key, key + count) of sequence b, named. */
+static fai_status name_bad_scale(const fai_plan *plan, const fai_tensors *t, const char *name,
+                                 const fai_scale *scale, int64_t b, int64_t key, int64_t count) {
+    for (int64_t k = key; k < key + count; k++)
+        for (int64_t h = 0; h < plan->pb.heads_kv; h++) {
+            const float value =
+                scale->data[scale_offset(plan, t, scale, b, k) + h * scale->stride_head];
+            if (!scales_ok(&value, 1, 1))
+                return fai__fail(FAI_ERR_INVALID_ARG,
+                                 "%s of sequence %" PRId64 ", key %" PRId64 ", kv head %" PRId64
+                                 " = %g: a scale must be finite and > 0",
+                                 name, b, k, h, (double)value);
+        }
+    return FAI_OK;
 }
 
 /* A quantized K's or V's scales (fai_scale): given exactly when the dtype is quantized, strides
  * not negative, and every scale some query reads finite and > 0, read through the block table
- * (checked before, unless the plan trusts it) as the kernel will read them. */
+ * (checked before, unless the plan trusts it) as the kernel will read them. Keys whose scales
+ * lie in one run (a page's or a sequence's rows of a [rows, Hkv] tensor) are checked as one. */
 static fai_status check_scales(const fai_plan *plan, const fai_tensors *t, const char *name,
                                const fai_scale *scale, fai_dtype dtype, int64_t kv_rows) {
     const fai_problem *pb = &plan->pb;
@@ -114,25 +155,29 @@ static fai_status check_scales(const fai_plan *plan, const fai_tensors *t, const
                          "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
                          ") must not be negative",
                          name, scale->stride_batch, scale->stride_seq, scale->stride_head);
-    const int64_t table_stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
+    const int64_t heads = pb->heads_kv;
+    /* the heads of a key, and the keys of a run, follow each other in memory */
+    const int rows_contiguous = scale->stride_head == 1 && scale->stride_seq == heads;
     for (int64_t b = 0; b < pb->batch; b++) {
         const fai_seq *seq = &plan->seqs[b];
         if (seq->q_len == 0) continue;
-        /* with stride_seq 0 every key of a page (dense: of the sequence) shares one scale */
-        const int64_t step = scale->stride_seq ? 1 : plan->paged ? pb->page_size : seq->kv_len;
-        for (int64_t key = 0; key < seq->kv_len; key += step) {
-            int64_t at;
-            if (plan->paged)
-                at = (int64_t)t->block_table[b * table_stride + key / pb->page_size] *
-                         scale->stride_batch +
-                     (key % pb->page_size) * scale->stride_seq;
-            else if (plan->packed_kv)
-                at = (seq->kv_row0 + key) * scale->stride_seq;
-            else
-                at = b * scale->stride_batch + key * scale->stride_seq;
-            for (int64_t h = 0; h < pb->heads_kv; h++)
-                FAI_TRY(
-                    check_scale_value(name, scale->data + at + h * scale->stride_head, b, key, h));
+        /* keys of a run share a base address: a page (dense: the sequence); with stride_seq 0
+         * they share their scales too */
+        const int64_t run_keys = plan->paged ? pb->page_size : seq->kv_len;
+        for (int64_t key = 0; key < seq->kv_len; key += run_keys) {
+            const int64_t keys = seq->kv_len - key < run_keys ? seq->kv_len - key : run_keys;
+            const float *at = scale->data + scale_offset(plan, t, scale, b, key);
+            int ok;
+            if (scale->stride_seq == 0)
+                ok = scales_ok(at, heads, scale->stride_head);
+            else if (rows_contiguous)
+                ok = scales_ok(at, keys * heads, 1);
+            else {
+                ok = 1;
+                for (int64_t k = 0; k < keys; k++)
+                    ok &= scales_ok(at + k * scale->stride_seq, heads, scale->stride_head);
+            }
+            if (!ok) return name_bad_scale(plan, t, name, scale, b, key, keys);
         }
     }
     return FAI_OK;

@@ -104,9 +104,10 @@ static int64_t key_row(const fai_shape *shape, const fai_shape_data *data, const
     return page * t->stride_batch + (j % shape->page_size) * t->stride_seq + hk * t->stride_head;
 }
 
-/* K or V of every (batch, kv head) as contiguous f32 [Skv, dim] blocks, in sequence order. */
+/* K or V of every (batch, kv head) as contiguous f32 [Skv, dim] blocks, in sequence order
+ * (a quantized one dequantized with its scales). */
 static float *gather_kv(const fai_shape *shape, const fai_shape_data *data, const fai_tensor *t,
-                        int64_t dim) {
+                        const fai_scale *scale, int64_t dim) {
     const size_t count = (size_t)(shape->b * shape->hkv * shape->skv * dim);
     float *out = fai_shape_alloc_huge(count * sizeof *out + 1);
     if (!out) return NULL;
@@ -115,8 +116,14 @@ static float *gather_kv(const fai_shape *shape, const fai_shape_data *data, cons
             for (int64_t j = 0; j < shape->skv; j++) {
                 float *row = out + ((b * shape->hkv + hk) * shape->skv + j) * dim;
                 const int64_t at = key_row(shape, data, t, b, j, hk);
+                const int64_t page =
+                    shape->page_size
+                        ? data->block_table[b * data->problem.pages_per_seq + j / shape->page_size]
+                        : b;
+                const double factor = fai_shape_scale(
+                    t, scale, page, shape->page_size ? j % shape->page_size : j, hk);
                 for (int64_t x = 0; x < dim; x++)
-                    row[x] = (float)fai_oracle_load(t->data, t->dtype, at + x);
+                    row[x] = (float)(factor * fai_oracle_load(t->data, t->dtype, at + x));
             }
     return out;
 }
@@ -182,8 +189,8 @@ int fai_baseline_create(const fai_shape *shape, const fai_shape_data *data, int6
 
     if (ok) {
         bl->q = convert_q(shape, &data->tensors.q);
-        bl->k = gather_kv(shape, data, &data->tensors.k, bl->d);
-        bl->v = gather_kv(shape, data, &data->tensors.v, bl->dv);
+        bl->k = gather_kv(shape, data, &data->tensors.k, &data->tensors.k_scale, bl->d);
+        bl->v = gather_kv(shape, data, &data->tensors.v, &data->tensors.v_scale, bl->dv);
         bl->o =
             fai_shape_alloc_huge((size_t)(bl->b * bl->sq * bl->hq * bl->dv) * sizeof *bl->o + 1);
         bl->scratch = calloc((size_t)bl->max_threads, sizeof *bl->scratch);

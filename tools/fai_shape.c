@@ -63,7 +63,9 @@ const char fai_shape_usage[] =
     "  --page-size N                   paged K/V with a shuffled block table\n"
     "  --round-p-bf16                  P rounded to bf16 on a matrix engine (fai.h)\n"
     "  --softcap C  --alibi  --sinks   score modifiers (standard ALiBi slopes; a sink per head)\n"
-    "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; defaults f32 f16 f32)\n"
+    "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; K/V also int8 e4m3 e5m2, with\n"
+    "                                           a scale per token and kv head; defaults f32 f16\n"
+    "                                           f32)\n"
     "  flags change the named shape; without a name they start from B=Hq=Hkv=Sq=Skv=1,\n"
     "  D=Dv=128, no mask\n";
 
@@ -74,6 +76,12 @@ int fai_parse_dtype(const char *text, fai_dtype *dtype) {
         *dtype = FAI_DTYPE_F16;
     else if (!strcmp(text, "bf16"))
         *dtype = FAI_DTYPE_BF16;
+    else if (!strcmp(text, "int8"))
+        *dtype = FAI_DTYPE_I8;
+    else if (!strcmp(text, "e4m3"))
+        *dtype = FAI_DTYPE_E4M3;
+    else if (!strcmp(text, "e5m2"))
+        *dtype = FAI_DTYPE_E5M2;
     else
         return -1;
     return 0;
@@ -225,8 +233,29 @@ static uint64_t next_random(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-/* Uniform values in [-1, 1) that are exact in every dtype (multiples of 2^-7). */
+/* Codes of a quantized dtype: int8 uniform in [-127, 127]; fp8 of either sign with magnitudes
+ * spread evenly over the binades [2^-6, 4) (e4m3) or [2^-7, 4) (e5m2), never NaN or Inf. With
+ * the scales fai_shape_data_create gives, the values lie within about [-1, 1]. */
+static void fill_codes(uint8_t *data, fai_dtype dtype, size_t count, uint64_t *state) {
+    for (size_t i = 0; i < count; i++) {
+        const uint64_t r = next_random(state);
+        const uint8_t sign = (uint8_t)((r >> 63) << 7);
+        if (dtype == FAI_DTYPE_I8)
+            data[i] = (uint8_t)(int8_t)((int)(r % 255) - 127);
+        else if (dtype == FAI_DTYPE_E4M3) /* exponent fields 1..8 (bias 7), any mantissa */
+            data[i] = (uint8_t)(sign | (((r >> 8) % 8 + 1) << 3) | (r & 7));
+        else /* e5m2: exponent fields 8..16 (bias 15) */
+            data[i] = (uint8_t)(sign | (((r >> 8) % 9 + 8) << 2) | (r & 3));
+    }
+}
+
+/* Uniform values in [-1, 1) that are exact in every float dtype (multiples of 2^-7); codes for
+ * the quantized ones. */
 static void fill_random(void *data, fai_dtype dtype, size_t count, uint64_t *state) {
+    if (fai_dtype_is_quantized(dtype)) {
+        fill_codes(data, dtype, count, state);
+        return;
+    }
     for (size_t i = 0; i < count; i++) {
         const int step = (int)(next_random(state) >> 56) - 128; /* -128..127 */
         const float value = (float)step / 128.0f;
@@ -295,9 +324,17 @@ int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data 
     data->lse = malloc((size_t)(shape->b * shape->hq * shape->sq) * sizeof(float) + 1);
     data->alibi_slopes = malloc((size_t)shape->hq * sizeof(float) + 1);
     data->sinks = malloc((size_t)shape->hq * sizeof(float) + 1);
+    /* quantized K/V: a scale per token and kv head, [rows, Hkv] like their rows */
+    const size_t scale_count = (size_t)(kv_rows * shape->hkv);
+    const int quantized = fai_dtype_is_quantized(shape->kv_dtype);
+    if (quantized) data->kv_scales = fai_shape_alloc_huge(2 * scale_count * sizeof(float) + 1);
     if (!data->q || !data->k || !data->v || !data->o || !data->lse || !data->alibi_slopes ||
-        !data->sinks)
+        !data->sinks || (quantized && !data->kv_scales))
         return -1;
+    /* scales that bring the codes to about [-1, 1], varying from row to row */
+    const double code_range = shape->kv_dtype == FAI_DTYPE_I8 ? 127.0 : 4.0;
+    for (size_t r = 0; quantized && r < 2 * scale_count; r++)
+        data->kv_scales[r] = (float)((1.0 + (double)(r % 7) / 16.0) / code_range);
     /* the standard slopes, and sinks around the scores' own size */
     if (shape->hq > 0) fai_alibi_slopes(shape->hq, data->alibi_slopes);
     for (int64_t h = 0; h < shape->hq; h++)
@@ -321,6 +358,12 @@ int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data 
     t->lse.stride_seq = 1;
     t->alibi_slopes = shape->alibi ? data->alibi_slopes : NULL;
     t->sinks = shape->sinks ? data->sinks : NULL;
+    if (quantized) {
+        const fai_scale per_token = {data->kv_scales, k_seq * shape->hkv, shape->hkv, 1};
+        t->k_scale = per_token;
+        t->v_scale = per_token;
+        t->v_scale.data = data->kv_scales + scale_count;
+    }
     if (paged) {
         /* a shuffled block table: page order in memory is not sequence order */
         const int64_t pages = pb->num_pages;
@@ -349,6 +392,7 @@ void fai_shape_data_free(fai_shape_data *data) {
     free(data->lse);
     free(data->alibi_slopes);
     free(data->sinks);
+    free(data->kv_scales);
     memset(data, 0, sizeof *data);
 }
 
@@ -361,8 +405,17 @@ double fai_shape_flops(const fai_plan *plan, const fai_shape *shape) {
 
 double fai_shape_kv_bytes(const fai_shape *shape) {
     const int64_t dv = shape->dv;
-    return (double)shape->b * (double)shape->skv * (double)shape->hkv * (double)(shape->d + dv) *
-           (double)fai_dtype_size(shape->kv_dtype);
+    /* a quantized K and V also read a scale per token and kv head each */
+    const double scales = fai_dtype_is_quantized(shape->kv_dtype) ? 2.0 * sizeof(float) : 0.0;
+    return (double)shape->b * (double)shape->skv * (double)shape->hkv *
+           ((double)(shape->d + dv) * (double)fai_dtype_size(shape->kv_dtype) + scales);
+}
+
+double fai_shape_scale(const fai_tensor *kv, const fai_scale *scale, int64_t b, int64_t s,
+                       int64_t h) {
+    if (!fai_dtype_is_quantized(kv->dtype)) return 1.0;
+    return (double)
+        scale->data[b * scale->stride_batch + s * scale->stride_seq + h * scale->stride_head];
 }
 
 double fai_now_seconds(void) {

@@ -58,7 +58,13 @@ typedef struct fai_shape_data {
     void *q, *k, *v, *o;
     float *lse;
     float *alibi_slopes, *sinks; /* [hq] when the shape has them */
+    float *kv_scales;            /* quantized K/V: K's scales [rows, hkv], then V's */
 } fai_shape_data;
+
+/* The scale of row (b, s) (a page and slot when paged), kv head h, of K or V: 1 unless
+ * quantized. */
+double fai_shape_scale(const fai_tensor *kv, const fai_scale *scale, int64_t b, int64_t s,
+                       int64_t h);
 
 int fai_shape_data_create(const fai_shape *shape, uint64_t seed, fai_shape_data *data);
 void fai_shape_data_free(fai_shape_data *data);

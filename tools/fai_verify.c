@@ -11,12 +11,29 @@ static int64_t element_index(const fai_tensor *t, int64_t b, int64_t s, int64_t 
     return b * t->stride_batch + s * t->stride_seq + h * t->stride_head;
 }
 
-/* Row of key j in the K/V tensors: its page and slot when paged, else (b, j). */
+/* Row of key j in the K/V tensors: its page and slot when paged, else (b, j); and the scale of
+ * a quantized K or V there. */
+static void key_place(const fai_shape *shape, const fai_shape_data *data, int64_t b, int64_t j,
+                      int64_t *row_b, int64_t *row_s) {
+    *row_b = b;
+    *row_s = j;
+    if (!shape->page_size) return;
+    *row_b = data->block_table[b * data->problem.pages_per_seq + j / shape->page_size];
+    *row_s = j % shape->page_size;
+}
+
 static int64_t key_index(const fai_shape *shape, const fai_shape_data *data, const fai_tensor *t,
                          int64_t b, int64_t j, int64_t hk) {
-    if (!shape->page_size) return element_index(t, b, j, hk);
-    const int64_t page = data->block_table[b * data->problem.pages_per_seq + j / shape->page_size];
-    return element_index(t, page, j % shape->page_size, hk);
+    int64_t row_b, row_s;
+    key_place(shape, data, b, j, &row_b, &row_s);
+    return element_index(t, row_b, row_s, hk);
+}
+
+static double key_scale(const fai_shape *shape, const fai_shape_data *data, const fai_tensor *t,
+                        const fai_scale *scale, int64_t b, int64_t j, int64_t hk) {
+    int64_t row_b, row_s;
+    key_place(shape, data, b, j, &row_b, &row_s);
+    return fai_shape_scale(t, scale, row_b, row_s, hk);
 }
 
 /* fp64 attention of query row (b, i, h) into o_row, and sum_j p_j |v_j| into o_mag; returns the
@@ -38,9 +55,10 @@ static double reference_row(const fai_shape *shape, const fai_shape_data *data, 
     const int64_t q0 = element_index(&t->q, b, i, h);
     for (int64_t j = first; j <= last; j++) {
         const int64_t k0 = key_index(shape, data, &t->k, b, j, hk);
+        const double k_scale = key_scale(shape, data, &t->k, &t->k_scale, b, j, hk);
         double dot = 0.0, dot_mag = 0.0;
         for (int64_t x = 0; x < d; x++) {
-            const double term = fai_oracle_load(t->q.data, t->q.dtype, q0 + x) *
+            const double term = fai_oracle_load(t->q.data, t->q.dtype, q0 + x) * k_scale *
                                 fai_oracle_load(t->k.data, t->k.dtype, k0 + x);
             dot += term;
             dot_mag += fabs(term);
@@ -65,9 +83,10 @@ static double reference_row(const fai_shape *shape, const fai_shape_data *data, 
     for (int64_t j = first; j <= last; j++) {
         const double p = exp(scores[j] - max_score);
         const int64_t v0 = key_index(shape, data, &t->v, b, j, hk);
+        const double v_scale = key_scale(shape, data, &t->v, &t->v_scale, b, j, hk);
         sum += p;
         for (int64_t x = 0; x < dv; x++) {
-            const double value = fai_oracle_load(t->v.data, t->v.dtype, v0 + x);
+            const double value = v_scale * fai_oracle_load(t->v.data, t->v.dtype, v0 + x);
             o_row[x] += p * value;
             o_mag[x] += p * fabs(value);
         }
