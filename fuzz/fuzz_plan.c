@@ -231,10 +231,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pb.seq_kv = take_int(&in, 300);
     pb.head_dim = take_int(&in, 130);
     pb.head_dim_v = take_int(&in, 130);
-    pb.q_dtype = (fai_dtype)take_enum(&in, 3);
-    pb.k_dtype = (fai_dtype)take_enum(&in, 3);
-    pb.v_dtype = (fai_dtype)take_enum(&in, 3);
-    pb.o_dtype = (fai_dtype)take_enum(&in, 3);
+    pb.q_dtype = (fai_dtype)take_enum(&in, 6); /* the quantized ones are refused for Q, O */
+    pb.k_dtype = (fai_dtype)take_enum(&in, 6);
+    pb.v_dtype = (fai_dtype)take_enum(&in, 6);
+    pb.o_dtype = (fai_dtype)take_enum(&in, 6);
     pb.scale = take_scale(&in);
     pb.causal = (fai_causal)take_enum(&in, 3);
     pb.window_left = take_int(&in, 40);

@@ -240,8 +240,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     s.head_dim = dim_of(f[F_DIM_KIND], f[F_DIM]);
     s.head_dim_v = f[F_DIM_V_SAME] < 128 ? s.head_dim : dim_of(f[F_DIM_V_KIND], f[F_DIM_V]);
     s.q_dtype = f[F_Q_DTYPE] % 3;
-    s.k_dtype = f[F_K_DTYPE] % 3;
-    s.v_dtype = f[F_V_DTYPE] % 3;
+    s.k_dtype = f[F_K_DTYPE] % 6; /* int8, e4m3 and e5m2 too, with drawn scales */
+    s.v_dtype = f[F_V_DTYPE] % 6;
     s.o_dtype = f[F_O_DTYPE] % 3;
     s.causal = f[F_CAUSAL] % 3;
     s.window_left = -1 + f[F_WINDOW_LEFT] % 32;
