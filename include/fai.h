@@ -559,9 +559,10 @@ FAI_API const char *fai_tuning_path(void);
  *      Values are rounded to nearest even; f16 and bf16 caches round as fai_run's output does.
  * pool: the threads that write (NULL: the process-wide default pool).
  * Everything is checked before anything is written: shapes, dtypes, every slot (inside the
- * cache, no two tokens in one slot), and for quantized caches every source value finite and
- * every fixed scale finite and > 0; on failure nothing is written and fai_last_error() names
- * the field and the value. */
+ * cache, no two tokens in one slot), and for quantized caches every source value of the tokens
+ * written finite (skipped tokens are not read) and every fixed scale finite and > 0; on failure
+ * nothing is written and fai_last_error() names the field and the value. The bytes written do
+ * not depend on the number of threads. */
 FAI_API fai_status fai_cache_write(int64_t tokens, int64_t heads, int64_t dim,
                                    const fai_tensor *src, const int64_t *slots, int64_t blocks,
                                    int64_t block_rows, const fai_tensor *cache,

@@ -9,7 +9,10 @@ from ._errors import _fail
 
 _FAI_DTYPES = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16, "bfloat16": _lib.DTYPE_BF16}
 _ALIASES = {"f32": "float32", "fp32": "float32", "float": "float32", "f16": "float16",
-            "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+            "fp16": "float16", "half": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3fn",
+            "e5m2": "float8_e5m2"}
+# dtypes numpy has through the ml_dtypes package only
+_ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
 def _is_torch(obj):
@@ -32,12 +35,12 @@ def _dtype_name(dt):
 
 
 def _numpy_dtype(name):
-    if name == "bfloat16":
+    if name in _ML_DTYPES:
         try:
             import ml_dtypes
         except ImportError:
-            _fail("a bfloat16 numpy array needs the ml_dtypes package (pip install ml_dtypes)")
-        return np.dtype(ml_dtypes.bfloat16)
+            _fail(f"a {name} numpy array needs the ml_dtypes package (pip install ml_dtypes)")
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 

@@ -21,6 +21,7 @@ FAI_OK = 0
 
 # fai_dtype
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+DTYPE_I8, DTYPE_E4M3, DTYPE_E5M2 = 3, 4, 5  # quantized K/V and caches: value = scale x q
 # fai_causal
 CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = 0, 1, 2
 # fai_mask_kind
@@ -105,6 +106,18 @@ class Mask(ctypes.Structure):
     ]
 
 
+class Scale(ctypes.Structure):
+    """fai_scale: the f32 scale of (b, s, h) at data[b*stride_batch + s*stride_seq +
+    h*stride_head]."""
+
+    _fields_ = [
+        ("data", c_void_p),
+        ("stride_batch", c_int64),
+        ("stride_seq", c_int64),
+        ("stride_head", c_int64),
+    ]
+
+
 class Tensors(ctypes.Structure):
     """fai_tensors."""
 
@@ -119,6 +132,8 @@ class Tensors(ctypes.Structure):
         ("block_table_stride", c_int64),
         ("alibi_slopes", c_void_p),
         ("sinks", c_void_p),
+        ("k_scale", Scale),
+        ("v_scale", Scale),
     ]
 
 
@@ -251,6 +266,17 @@ pool_create = _declare("fai_pool_create", c_int, [c_int64, ctypes.POINTER(c_void
 pool_free = _declare("fai_pool_free", None, [c_void_p])
 plan_set_pool = _declare("fai_plan_set_pool", None, [c_void_p, c_void_p])
 cpu_count = _declare("fai_cpu_count", c_int64, [])
+# the KV-cache functions (libfai builds that have them)
+cache_write = (_declare("fai_cache_write", c_int,
+                        [c_int64, c_int64, c_int64, ctypes.POINTER(Tensor),
+                         ctypes.POINTER(c_int64), c_int64, c_int64, ctypes.POINTER(Tensor),
+                         ctypes.POINTER(Scale), c_void_p])
+               if hasattr(lib, "fai_cache_write") else None)
+cache_alloc = (_declare("fai_cache_alloc", c_int,
+                        [ctypes.c_size_t, c_void_p, ctypes.POINTER(c_void_p)])
+               if hasattr(lib, "fai_cache_alloc") else None)
+cache_free = (_declare("fai_cache_free", None, [c_void_p, ctypes.c_size_t])
+              if hasattr(lib, "fai_cache_alloc") else None)
 
 
 def status_name(status):

@@ -1,0 +1,204 @@
+"""KV caches: new tokens' K or V rows written into a cache (fai_cache_write), and cache memory on
+2 MiB-aligned huge pages (fai_cache_alloc), as numpy arrays freed with their last view."""
+import ctypes
+import threading
+import weakref
+
+import numpy as np
+
+from . import _lib
+from ._arrays import _dtype_name, _fill_tensor, _numpy_dtype, _view, _want_exact, _want_float
+from ._errors import _check, _fail
+
+__all__ = ["cache_write", "empty_cache"]
+
+# the dtypes a cache may have (numpy / torch names), as fai_dtype values
+_CACHE_DTYPES = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16,
+                 "bfloat16": _lib.DTYPE_BF16, "int8": _lib.DTYPE_I8,
+                 "float8_e4m3fn": _lib.DTYPE_E4M3, "float8_e5m2": _lib.DTYPE_E5M2}
+_QUANTIZED = ("int8", "float8_e4m3fn", "float8_e5m2")
+
+
+def _require(fn, name):
+    if fn is None:
+        _fail(f"{_lib.path} has no {name}: rebuild it from this package's source tree")
+    return fn
+
+
+def _integer(value, name, low):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        _fail(f"{name} = {value!r}: expected an integer >= {low}")
+    return int(value)
+
+
+# -- thread pools -----------------------------------------------------------------------------------
+
+_pools = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(threads):
+    """The fai_pool to write or touch memory with: None (NULL) is libfai's default pool; a count
+    gets a pool of that many threads, made on first use and kept (its threads sleep when idle)."""
+    if threads is None:
+        return None
+    count = _integer(threads, "threads", 1)
+    with _pools_lock:
+        if count not in _pools:
+            handle = ctypes.c_void_p()
+            _check(_lib.pool_create(count, ctypes.byref(handle)))
+            _pools[count] = handle.value
+        return _pools[count]
+
+
+# -- cache_write ------------------------------------------------------------------------------------
+
+
+def _want_cache(dtype):
+    if dtype in _CACHE_DTYPES:
+        return dtype
+    _fail(f"cache has dtype {dtype}; expected one of {', '.join(_CACHE_DTYPES)}")
+
+
+def _want_int64(dtype):
+    if dtype == "int64":
+        return dtype
+    if dtype in ("int8", "int16", "int32", "uint8", "uint16", "uint32"):
+        return "int64"
+    _fail(f"slots has dtype {dtype}; expected int64")
+
+
+def _geometry(cv, block_rows):
+    """(blocks, block_rows, heads, dim) and the element strides (block, row, head) of a cache
+    [blocks, block_rows, heads, dim], or of [rows, heads, dim] cut into blocks of block_rows
+    (None: one block)."""
+    if cv.ndim == 4:
+        blocks, rows, heads, dim = cv.shape
+        if block_rows is not None and _integer(block_rows, "block_rows", 1) != rows:
+            _fail(f"block_rows = {block_rows} but cache has shape {list(cv.shape)} ([blocks, "
+                  "block_rows, heads, dim])")
+        return (blocks, rows, heads, dim), (cv.stride(0), cv.stride(1), cv.stride(2))
+    if cv.ndim == 3:
+        total, heads, dim = cv.shape
+        rows = max(total, 1) if block_rows is None else _integer(block_rows, "block_rows", 1)
+        if total % rows:
+            _fail(f"cache has {total} rows, not a multiple of block_rows = {rows}")
+        return (total // rows, rows, heads, dim), (rows * cv.stride(0), cv.stride(0),
+                                                   cv.stride(1))
+    _fail(f"cache has shape {list(cv.shape)}; expected [blocks, block_rows, heads, dim] or "
+          "[rows, heads, dim]")
+
+
+def _scale_struct(scale, cache_dtype, cv, geometry):
+    """The fai_scale of `scale` and the view that owns its memory: per token, float32 [blocks,
+    block_rows, heads] (or [rows, heads] for a 3-D cache), written; fixed, [heads] or one number
+    for every head, read."""
+    struct = _lib.Scale()
+    if scale is None:
+        return struct, None
+    blocks, rows, heads, _ = geometry
+    if cache_dtype not in _QUANTIZED:
+        _fail(f"scale given for a {cache_dtype} cache: only int8, float8_e4m3fn and float8_e5m2 "
+              "caches take scales")
+    if np.ndim(scale) >= 2:  # per token
+        sv = _view(scale, "scale", _want_exact("scale", ("float32",)), writable=True)
+        want = [blocks, rows, heads] if cv.ndim == 4 else [blocks * rows, heads]
+        if list(sv.shape) != want:
+            _fail(f"scale has shape {list(sv.shape)}; expected {want} (one scale per token and "
+                  "head) or [heads] (fixed)")
+        if cv.ndim == 4:
+            batch, seq, head = sv.stride(0), sv.stride(1), sv.stride(2)
+        else:
+            batch, seq, head = rows * sv.stride(0), sv.stride(0), sv.stride(1)
+        # a block of one row never moves along the rows; any nonzero stride says "per token"
+        struct.stride_seq = seq or 1
+        struct.stride_batch, struct.stride_head = batch, head
+    else:
+        sv = _view(scale, "scale", _want_exact("scale", ("float32",), convert_to="float32"))
+        if sv.ndim > 1 or (sv.ndim == 1 and sv.shape[0] not in (1, heads)):
+            _fail(f"scale has shape {list(sv.shape)}; expected [{heads}] (fixed, one per head), "
+                  f"one number, or {[blocks, rows, heads]} (per token)")
+        struct.stride_head = sv.stride(0) if sv.ndim == 1 else 0
+    struct.data = sv.ptr
+    return struct, sv
+
+
+def cache_write(src, cache, slots, *, scale=None, block_rows=None, threads=None):
+    """Writes the K (or V) rows of new tokens into a cache, in place (fai_cache_write).
+
+    src: [tokens, heads, dim], float32, float16 or bfloat16 (float64 is read as float32).
+    cache: [blocks, block_rows, heads, dim] (a page pool, or a dense [B, Skv, Hkv, D] cache),
+        or [rows, heads, dim] cut into blocks of block_rows; float32, float16, bfloat16, int8,
+        ml_dtypes.float8_e4m3fn or ml_dtypes.float8_e5m2. Written in place.
+    slots: int [tokens]: token t goes to row slots[t] % block_rows of block
+        slots[t] // block_rows; -1 skips the token.
+    scale: for int8 and fp8 caches only, and required for them. float32 [blocks, block_rows,
+        heads] ([rows, heads] for a 3-D cache): one scale per token and head, max |x| / qmax
+        (qmax 127, 448, 57344), written here for each token written. Or [heads] (or one number):
+        fixed scales, read; values beyond qmax x scale saturate. A value stands for scale x q.
+    threads: None writes on libfai's default pool, a count on a pool of that many threads.
+
+    Everything is checked before anything is written; errors raise FaiError naming the field.
+    """
+    write = _require(_lib.cache_write, "fai_cache_write")
+    sv = _view(src, "src", _want_float("src"))
+    if sv.ndim != 3:
+        _fail(f"src has shape {list(sv.shape)}; expected [tokens, heads, dim]")
+    cv = _view(cache, "cache", _want_cache, writable=True)
+    geometry, strides = _geometry(cv, block_rows)
+    blocks, rows, heads, dim = geometry
+    tokens = sv.shape[0]
+    if tuple(sv.shape[1:]) != (heads, dim):
+        _fail(f"src has shape {list(sv.shape)}; the cache's rows are [{heads}, {dim}] (heads, "
+              "dim)")
+    slot_view = _view(slots, "slots", _want_int64)
+    if slot_view.shape != (tokens,):
+        _fail(f"slots has shape {list(slot_view.shape)}; expected [{tokens}] (one per token)")
+    scale_struct, scale_view = _scale_struct(scale, cv.dtype, cv, geometry)
+
+    src_tensor = _lib.Tensor()
+    _fill_tensor(src_tensor, sv, 0, sv.stride(0), sv.stride(1))
+    cache_tensor = _lib.Tensor(cv.ptr, _CACHE_DTYPES[cv.dtype], strides[0], strides[1],
+                               strides[2], 1)
+    slot_ptr = ctypes.cast(ctypes.c_void_p(slot_view.ptr), ctypes.POINTER(ctypes.c_int64))
+    _check(write(tokens, heads, dim, ctypes.byref(src_tensor), slot_ptr, blocks, rows,
+                 ctypes.byref(cache_tensor),
+                 ctypes.byref(scale_struct) if scale_view is not None else None,
+                 _pool(threads)))
+    del sv, slot_view, scale_view  # the arrays (and any copies) lived until the write finished
+
+
+# -- empty_cache ------------------------------------------------------------------------------------
+
+
+class _CacheMemory:
+    """Memory from fai_cache_alloc, exposed to numpy as bytes. Arrays made over it keep it as
+    their base; when the last one is gone it is returned with fai_cache_free."""
+
+    def __init__(self, address, nbytes):
+        self.__array_interface__ = {"data": (address, False), "shape": (nbytes,),
+                                    "typestr": "|u1", "version": 3}
+        self.nbytes = nbytes
+        self._finalizer = weakref.finalize(self, _lib.cache_free, address, nbytes)
+        # at exit the process's memory goes back whole; arrays may still be in use by then
+        self._finalizer.atexit = False
+
+
+def empty_cache(shape, dtype, *, threads=None):
+    """A zeroed numpy array of `shape` and `dtype` (any numpy dtype, or a name: "float16",
+    "bfloat16", "int8", "float8_e4m3fn" / "e4m3", "float8_e5m2" / "e5m2", ...) on memory from
+    fai_cache_alloc: aligned to 2 MiB, transparent huge pages asked for, first touched by the
+    threads of libfai's default pool (threads: a pool of that many). The memory is released
+    when the array and every view of it are gone."""
+    alloc = _require(_lib.cache_alloc, "fai_cache_alloc")
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    shape = tuple(_integer(extent, "shape", 0) for extent in shape)
+    dt = _numpy_dtype(_dtype_name(dtype))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if nbytes == 0:
+        return np.zeros(shape, dtype=dt)  # nothing to allocate
+    address = ctypes.c_void_p()
+    _check(alloc(nbytes, _pool(threads), ctypes.byref(address)))
+    memory = _CacheMemory(address.value, nbytes)
+    return np.asarray(memory).view(dt).reshape(shape)

@@ -1,0 +1,299 @@
+"""fai.cache_write and fai.empty_cache: rows written into caches of every dtype, with per-token
+and fixed scales, read back with numpy's (and ml_dtypes') own conversions; rows not written keep
+their bytes; errors name the field and write nothing; cache memory is 2 MiB-aligned, zeroed and
+freed with its last view."""
+import gc
+
+import numpy as np
+import pytest
+
+import fai
+from fai import _cache
+
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover - depends on the environment
+    ml_dtypes = None
+
+needs_ml_dtypes = pytest.mark.skipif(ml_dtypes is None, reason="ml_dtypes is not installed: no "
+                                     "bfloat16 or fp8 numpy arrays (pip install ml_dtypes)")
+ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+QMAX = {"int8": 127.0, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+HUGE_PAGE = 2 << 20
+
+
+def np_dtype(name):
+    return np.dtype(getattr(ml_dtypes, name)) if name in ML_DTYPES else np.dtype(name)
+
+
+def case(dtype, mode):
+    return pytest.param(dtype, mode, id=f"{dtype}-{mode or 'unscaled'}",
+                        marks=needs_ml_dtypes if dtype in ML_DTYPES else ())
+
+
+def sentinel_cache(shape, dtype):
+    cache = np.empty(shape, np_dtype(dtype))
+    raw = cache.view(np.uint8).reshape(-1)
+    raw[:] = (np.arange(raw.size) * 131 + 7) % 256
+    return cache
+
+
+def new_rows(rng, tokens, heads, dim, dtype="float32"):
+    """Rows whose (token, head) magnitudes run from all zeros to 3000."""
+    amp = rng.choice([0.0, 1e-3, 1.0, 100.0, 3000.0], size=(tokens, heads, 1))
+    return (amp * rng.uniform(-1, 1, (tokens, heads, dim))).astype(np_dtype(dtype))
+
+
+def distinct_slots(rng, tokens, rows, skip_every=5):
+    slots = rng.permutation(rows)[:tokens].astype(np.int64)
+    slots[3::skip_every] = -1
+    return slots
+
+
+def check_quantized(dtype, x, s, q):
+    """scale x q within half a step of x: s / 2 for int8, half an fp8 ulp at |x| (or half the
+    smallest subnormal step times s); saturated at +-qmax where |x / s| reaches it."""
+    x = x.astype(np.float64)
+    s = np.broadcast_to(np.asarray(s, np.float64), x.shape)
+    q = q.astype(np.float64)
+    y = x / s
+    qmax = QMAX[dtype]
+    saturated = np.abs(y) >= qmax
+    assert np.array_equal(q[saturated], np.copysign(qmax, y[saturated]))
+    if dtype == "int8":
+        tol = 0.5 * s
+    elif dtype == "float8_e4m3fn":
+        tol = np.maximum(np.abs(x) * 2.0**-4, s * 2.0**-10)
+    else:
+        tol = np.maximum(np.abs(x) * 2.0**-3, s * 2.0**-17)
+    err = np.abs(x - s * q)
+    bad = ~saturated & (err > tol * (1 + 1e-5) + 1e-30)
+    assert not bad.any(), f"{bad.sum()} elements off, e.g. x {x[bad][:3]}, s x q {(s * q)[bad][:3]}"
+
+
+@pytest.mark.parametrize("dtype, mode", [case(d, None) for d in ("float32", "float16", "bfloat16")]
+                         + [case(d, m) for d in QMAX for m in ("per_token", "fixed")])
+@pytest.mark.parametrize("paged", [True, False])
+def test_round_trip(dtype, mode, paged):
+    rng = np.random.default_rng(7)
+    blocks, rows = (12, 16) if paged else (2, 96)
+    heads, dim, tokens = 3, 24, 40
+    cache = sentinel_cache((blocks, rows, heads, dim), dtype)
+    before = cache.copy()
+    src = new_rows(rng, tokens, heads, dim, "float16" if paged else "float32")
+    slots = distinct_slots(rng, tokens, blocks * rows)
+    scale = None
+    if dtype in QMAX and mode == "per_token":
+        scale = np.full((blocks, rows, heads), -3.0, np.float32)
+    elif dtype in QMAX:
+        scale = (3000.0 / QMAX[dtype] * rng.uniform(0.5, 1.5, heads)).astype(np.float32)
+    scale_before = None if scale is None else scale.copy()
+    fai.cache_write(src, cache, slots, scale=scale)
+
+    written = slots >= 0
+    block, row = slots[written] // rows, slots[written] % rows
+    got = cache[block, row]
+    x = src[written].astype(np.float32)
+    if dtype not in QMAX:  # rounded to nearest even: what numpy's own conversion gives
+        assert np.array_equal(got.view(np.uint8), x.astype(np_dtype(dtype)).view(np.uint8))
+    elif mode == "per_token":
+        s = scale[block, row]
+        amax = np.abs(x).max(axis=-1)
+        want = np.where(amax > 0, amax / np.float32(QMAX[dtype]), np.float32(1))
+        assert np.array_equal(s, want.astype(np.float32))
+        check_quantized(dtype, x, s[..., None], got.astype(np.float32))
+    else:
+        check_quantized(dtype, x, scale[None, :, None], got.astype(np.float32))
+    # every other row, and every scale not written, as before
+    untouched = np.ones((blocks, rows), bool)
+    untouched[block, row] = False
+    assert np.array_equal(cache[untouched].view(np.uint8), before[untouched].view(np.uint8))
+    if mode == "per_token" and scale is not None:
+        assert np.array_equal(scale[untouched], scale_before[untouched])
+    elif scale is not None:
+        assert np.array_equal(scale, scale_before)
+
+
+def test_three_dimensional_cache_and_block_rows():
+    rng = np.random.default_rng(3)
+    src = new_rows(rng, 10, 2, 8)
+    slots = distinct_slots(rng, 10, 64)
+    flat = np.zeros((64, 2, 8), np.int8)
+    flat_scale = np.zeros((64, 2), np.float32)
+    fai.cache_write(src, flat, slots, scale=flat_scale, block_rows=16)
+    paged = np.zeros((4, 16, 2, 8), np.int8)
+    paged_scale = np.zeros((4, 16, 2), np.float32)
+    fai.cache_write(src, paged, slots, scale=paged_scale)
+    assert np.array_equal(flat, paged.reshape(64, 2, 8))
+    assert np.array_equal(flat_scale, paged_scale.reshape(64, 2))
+    one_block = np.zeros((64, 2, 8), np.int8)
+    fai.cache_write(src, one_block, slots, scale=np.zeros((64, 2), np.float32))
+    assert np.array_equal(one_block, flat)
+
+
+def test_strided_views_are_written_in_place():
+    rng = np.random.default_rng(4)
+    big = np.zeros((3, 16, 4, 40), np.float16)
+    cache = big[:, :, 1:3, 4:36]  # gaps between heads and rows
+    src = new_rows(rng, 6, 2, 32)[:, :, :]
+    slots = np.array([0, 47, 16, -1, 3, 30])
+    fai.cache_write(src[::1], cache, slots.astype(np.int32))
+    for t, slot in enumerate(slots):
+        if slot >= 0:
+            assert np.array_equal(big[slot // 16, slot % 16, 1:3, 4:36], src[t].astype(np.float16))
+    assert not big[:, :, 0].any() and not big[:, :, 3].any() and not big[..., :4].any()
+
+
+def test_fixed_scales_saturate():
+    src = np.array([[[100.0, -100.0, 63.5, 63.25, 0.25, -0.75, 1e9, -1e9]]], np.float32)
+    cache = np.zeros((1, 1, 1, 8), np.int8)
+    fai.cache_write(src, cache, np.array([0]), scale=0.5)
+    assert cache.reshape(-1).tolist() == [127, -127, 127, 126, 0, -2, 127, -127]
+
+
+def test_threads_write_the_same_bytes():
+    rng = np.random.default_rng(5)
+    src = new_rows(rng, 200, 4, 96)
+    slots = distinct_slots(rng, 200, 256)
+    results = []
+    for threads in (None, 1, 2):
+        cache = np.zeros((16, 16, 4, 96), np.int8)
+        scale = np.zeros((16, 16, 4), np.float32)
+        fai.cache_write(src, cache, slots, scale=scale, threads=threads)
+        results.append((cache, scale))
+    for cache, scale in results[1:]:
+        assert np.array_equal(cache, results[0][0]) and np.array_equal(scale, results[0][1])
+
+
+# -- errors -----------------------------------------------------------------------------------------
+
+
+def error_setup():
+    src = np.arange(4 * 2 * 8, dtype=np.float32).reshape(4, 2, 8) % 13 - 6
+    cache = np.full((2, 4, 2, 8), 0x55, np.int8)
+    scale = np.full((2, 4, 2), -3.0, np.float32)
+    return src, cache, scale, np.array([5, 0, 7, 2])
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda s, sl: sl.__setitem__(2, 8), r"slots\[2\] = 8 is outside"),
+    (lambda s, sl: sl.__setitem__(1, -2), r"slots\[1\] = -2"),
+    (lambda s, sl: sl.__setitem__(3, 5), r"slots\[0\] = 5 and slots\[3\] = 5"),
+    (lambda s, sl: s.__setitem__((1, 1, 3), np.nan), r"src \(token 1, head 1, d 3\) = nan"),
+])
+def test_errors_name_the_field_and_write_nothing(change, match):
+    src, cache, scale, slots = error_setup()
+    change(src, slots)
+    before, scale_before = cache.copy(), scale.copy()
+    with pytest.raises(fai.FaiError, match=match) as info:
+        fai.cache_write(src, cache, slots, scale=scale)
+    assert info.value.status == "FAI_ERR_INVALID_ARG"
+    assert np.array_equal(cache, before) and np.array_equal(scale, scale_before)
+
+
+def test_scale_errors():
+    src, cache, scale, slots = error_setup()
+    before = cache.copy()
+    with pytest.raises(fai.FaiError, match=r"scale = NULL") as info:
+        fai.cache_write(src, cache, slots)
+    assert info.value.status == "FAI_ERR_INVALID_ARG"
+    for bad, text in ((0.0, "0"), (-1.0, "-1"), (np.nan, "nan"), (np.inf, "inf")):
+        with pytest.raises(fai.FaiError, match=rf"scale\[1\] = {text}"):
+            fai.cache_write(src, cache, slots, scale=np.array([0.5, bad], np.float32))
+    assert np.array_equal(cache, before)
+    with pytest.raises(fai.FaiError, match="scale given for a float16 cache"):
+        fai.cache_write(src, np.zeros((2, 4, 2, 8), np.float16), slots, scale=scale)
+    with pytest.raises(fai.FaiError, match=r"scale has shape \[3\]"):
+        fai.cache_write(src, cache, slots, scale=np.ones(3, np.float32))
+    with pytest.raises(fai.FaiError, match=r"scale has shape \[2, 4\]"):
+        fai.cache_write(src, cache, slots, scale=np.ones((2, 4), np.float32))
+    with pytest.raises(fai.FaiError, match="scale has dtype float64"):
+        fai.cache_write(src, cache, slots, scale=np.ones((2, 4, 2)))
+
+
+def test_shape_and_dtype_errors():
+    src, cache, scale, slots = error_setup()
+    with pytest.raises(fai.FaiError, match=r"src has shape \[4, 2, 9\]"):
+        fai.cache_write(np.zeros((4, 2, 9), np.float32), cache, slots, scale=scale)
+    with pytest.raises(fai.FaiError, match=r"slots has shape \[3\]"):
+        fai.cache_write(src, cache, slots[:3], scale=scale)
+    with pytest.raises(fai.FaiError, match="slots has dtype float64"):
+        fai.cache_write(src, cache, slots.astype(np.float64), scale=scale)
+    with pytest.raises(fai.FaiError, match="cache has dtype int16"):
+        fai.cache_write(src, cache.astype(np.int16), slots, scale=scale)
+    with pytest.raises(fai.FaiError, match="src has dtype int8"):
+        fai.cache_write(src.astype(np.int8), cache, slots, scale=scale)
+    with pytest.raises(fai.FaiError, match="block_rows = 3"):
+        fai.cache_write(src, cache, slots, scale=scale, block_rows=3)
+    with pytest.raises(fai.FaiError, match="not a multiple of block_rows = 3"):
+        fai.cache_write(src, cache.reshape(8, 2, 8), slots, scale=scale.reshape(8, 2),
+                        block_rows=3)
+    cache.flags.writeable = False
+    with pytest.raises(fai.FaiError, match="cache is read-only"):
+        fai.cache_write(src, cache, slots, scale=scale)
+    with pytest.raises(fai.FaiError, match="threads"):
+        fai.cache_write(src, np.zeros_like(cache), slots, scale=scale, threads=0)
+
+
+# -- empty_cache ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8", pytest.param("e4m3", marks=needs_ml_dtypes),
+                                   pytest.param("bfloat16", marks=needs_ml_dtypes)])
+def test_empty_cache_is_aligned_and_zeroed(dtype):
+    shape = (5, 16, 8, 128)
+    cache = fai.empty_cache(shape, dtype)
+    assert cache.shape == shape
+    assert cache.ctypes.data % HUGE_PAGE == 0
+    assert cache.flags.c_contiguous and cache.flags.writeable
+    raw = cache.view(np.uint8)
+    assert not raw.any()
+    raw[...] = 0xA5
+    assert (raw == 0xA5).all()
+    assert fai.empty_cache(shape, dtype, threads=2).ctypes.data % HUGE_PAGE == 0
+
+
+def test_empty_cache_dtype_names():
+    assert fai.empty_cache(3, np.float32).dtype == np.float32
+    assert fai.empty_cache([2, 2], "f16").dtype == np.float16
+    if ml_dtypes is not None:
+        assert fai.empty_cache([4], "e5m2").dtype == np.dtype(ml_dtypes.float8_e5m2)
+        assert fai.empty_cache([4], ml_dtypes.float8_e4m3fn).dtype == \
+            np.dtype(ml_dtypes.float8_e4m3fn)
+    empty = fai.empty_cache((0, 4), "int8")
+    assert empty.shape == (0, 4) and empty.dtype == np.int8
+    with pytest.raises(fai.FaiError, match="shape"):
+        fai.empty_cache((2, -1), "int8")
+
+
+def owner(array):
+    while not isinstance(array, _cache._CacheMemory):
+        array = array.base
+    return array
+
+
+def test_empty_cache_is_freed_with_its_last_view():
+    cache = fai.empty_cache((3, 1024, 1024), "float16")
+    finalizer = owner(cache)._finalizer
+    page = cache[1]
+    del cache
+    gc.collect()
+    assert finalizer.alive  # a view keeps the memory
+    page[...] = 1.0
+    assert page.sum(dtype=np.float64) == 1024 * 1024
+    del page
+    gc.collect()
+    assert not finalizer.alive
+
+
+def test_cache_write_into_empty_cache():
+    rng = np.random.default_rng(6)
+    cache = fai.empty_cache((8, 16, 2, 64), "int8")
+    scale = fai.empty_cache((8, 16, 2), "float32")
+    src = new_rows(rng, 20, 2, 64)
+    slots = distinct_slots(rng, 20, 128)
+    fai.cache_write(src, cache, slots, scale=scale, threads=2)
+    written = slots >= 0
+    s = scale.reshape(128, 2)[slots[written]]
+    check_quantized("int8", src[written], s[..., None],
+                    cache.reshape(128, 2, 64)[slots[written]].astype(np.float32))
