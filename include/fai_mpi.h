@@ -28,6 +28,10 @@
  * MPI aborts the job); under MPI_ERRORS_RETURN a failed MPI call returns FAI_ERR_UNSUPPORTED with
  * MPI's error text on the ranks where it failed.
  *
+ * Quantized K and V (int8, e4m3, e5m2) work in both, with their scales (fai_tensors.k_scale,
+ * v_scale) given for the rank's own keys: fai_mpi_attention reads them with the shard, and the
+ * ring sends them around with the K/V blocks.
+ *
  * Score modifiers. local->softcap and local->alibi apply within each shard or chunk (ALiBi over
  * the global positions, so every key gets the bias it has in the whole sequence);
  * local->sinks (with tensors->sinks) are counted once per row, in the final merge: the shards
@@ -123,6 +127,9 @@ fai_status fai_mpi_zigzag_layout(int64_t seq, int ranks, int rank, fai_mpi_zigza
  *             mask.
  *   tensors   q: the same queries on every rank. k, v: the shard (dense or packed rows, or the
  *             shard's page pools with tensors->block_table, its own table of its own pools).
+ *             k_scale, v_scale: for a quantized K / V, the shard's scales, addressed like its
+ *             K / V (its rows, or its pools' pages); per kv head or per tensor they may be the
+ *             same on every rank, per token each rank gives those of its own keys.
  *             mask: an explicit mask, if any, covers the shard's keys only (column j is the
  *             shard's key j). o (dtype local->o_dtype: f32, f16 or bf16) and lse (optional, f32,
  *             [B, Hq, Sq] by strides as in fai_tensors): the merged result, written on the ranks
@@ -159,6 +166,8 @@ fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int3
  *   seq      the whole sequence's length S (any S >= 0; chunks differ by at most one row).
  *   tensors  q, k, v: the rank's rows of chunks r and 2R - 1 - r, [B, rows, H, D] by strides; o
  *            and lse (optional): the result for those same rows, written on every rank.
+ *            k_scale, v_scale: for a quantized K / V, the scales of the rank's rows, any
+ *            fai_scale shape (per token, per kv head, per tensor: each rank its own).
  *   stats    NULL, or filled with this rank's bytes and times.
  *
  * In R steps each rank computes its two q chunks against the K/V block (two chunks) it holds
@@ -168,7 +177,10 @@ fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int3
  * (under causal: keys after every query), in which case it is skipped. Each pair's partial is
  * folded into its q chunk's running partial by fai_merge_states as soon as it is computed, in
  * step order. Memory: two K/V blocks and three f32 partials (chunk rows x Hq x (Dv + 1)),
- * whatever the number of ranks. Collectives: one MPI_Allreduce before
+ * whatever the number of ranks. A quantized K or V travels with its scales, one f32 per token
+ * and kv head whatever their shape on the owner (per kv head and per tensor scales are repeated
+ * into the block), so that every block is read alike: 4 bytes per row and kv head more for each
+ * quantized tensor. Collectives: one MPI_Allreduce before
  * the ring, one after the local runs; an MPI_Bcast of the message on failure. */
 fai_status fai_mpi_ring_attention(MPI_Comm comm, const fai_problem *local, int64_t seq,
                                   const fai_tensors *tensors, fai_mpi_stats *stats);

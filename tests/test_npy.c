@@ -112,7 +112,8 @@ TEST(npy_parse_all_dtypes) {
         fai_npy_dtype dt;
         size_t size;
     } cases[] = {{"<f4", FAI_NPY_F32, 4},  {"<f2", FAI_NPY_F16, 2}, {"<u2", FAI_NPY_U16, 2},
-                 {"|b1", FAI_NPY_BOOL, 1}, {"|u1", FAI_NPY_U8, 1},  {"<i4", FAI_NPY_I32, 4}};
+                 {"|b1", FAI_NPY_BOOL, 1}, {"|u1", FAI_NPY_U8, 1},  {"<i4", FAI_NPY_I32, 4},
+                 {"|i1", FAI_NPY_I8, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dict[128];
         snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (4, 2), }",

@@ -31,7 +31,7 @@ def npy(descr, shape, payload=None, fortran=False, version=1, header=None, fill=
         count = 1
         for d in shape:
             count *= max(d, 0)
-        size = {"<f4": 4, "<f2": 2, "<u2": 2, "<i4": 4, "|b1": 1, "|u1": 1, "<f8": 8,
+        size = {"<f4": 4, "<f2": 2, "<u2": 2, "<i4": 4, "|b1": 1, "|u1": 1, "|i1": 1, "<f8": 8,
                 ">f4": 4, "|O": 8}.get(descr, 4)
         if descr == "<f4":
             payload = struct.pack("<%df" % count, *([fill] * count))
@@ -66,6 +66,17 @@ PAGED = {
 }
 PAGED_ARGS = ["--q", "q.npy", "--k", "kp.npy", "--v", "vp.npy", "--out", "o.npy",
               "--seqlens-kv", "skv.npy"]
+
+# Quantized variant: K int8 codes 0 with one scale, V e4m3 codes of 1.0 (0x38) as uint8 bytes
+# with a per-head scale of 0.5, so that every output element is 0.5 again.
+QUANT = {
+    "k8.npy": npy("|i1", (2, 6, 1, 8)),
+    "v8.npy": npy("|u1", (2, 6, 1, 8), payload=bytes([0x38]) * 96),
+    "ks.npy": f32(()),
+    "vs.npy": f32((1,), fill=0.5),
+}
+QUANT_ARGS = ["--q", "q.npy", "--k", "k8.npy", "--v", "v8.npy", "--out", "o.npy", "--k-scale",
+              "ks.npy", "--v-scale", "vs.npy", "--v-dtype", "e4m3"]
 
 
 def with_arg(args, opt, value):
@@ -252,6 +263,35 @@ CASES = [
      "ceil(Skv/8)"),
     ("mask bits with a keep mask", {"m.npy": npy("|u1", (4, 1)), "k2.npy": npy("|b1", (4, 6))},
      BASE + ["--mask-bits", "m.npy", "--mask", "k2.npy"], "exclude"),
+    # quantized K and V
+    ("int8 q", {"q.npy": npy("|i1", (2, 4, 2, 8))}, BASE, "--q q.npy: dtype int8"),
+    ("uint8 v without --v-dtype", QUANT, without(QUANT_ARGS, "--v-dtype"),
+     "--v v8.npy: dtype uint8 needs --v-dtype e4m3 or --v-dtype e5m2"),
+    ("uint8 k without --k-dtype", dict(QUANT, **{"k8.npy": npy("|u1", (2, 6, 1, 8))}),
+     QUANT_ARGS, "--k-dtype"),
+    ("int8 k without --k-scale", QUANT, without(QUANT_ARGS, "--k-scale"),
+     "--k k8.npy holds int8 codes: --k-scale is required"),
+    ("e4m3 v without --v-scale", QUANT, without(QUANT_ARGS, "--v-scale"),
+     "--v v8.npy holds e4m3 codes: --v-scale is required"),
+    ("k-scale with a float k", QUANT, BASE + ["--k-scale", "ks.npy"],
+     "--k-scale ks.npy given, but --k k.npy holds f32 values"),
+    ("k-dtype unknown", QUANT, QUANT_ARGS + ["--k-dtype", "e3m4"], "--k-dtype e3m4"),
+    ("k-dtype with an int8 k", QUANT, QUANT_ARGS + ["--k-dtype", "e5m2"],
+     "--k-dtype e5m2 reads uint8 bytes"),
+    ("v-dtype with a float v", {}, BASE + ["--v-dtype", "e5m2"], "--v-dtype e5m2"),
+    ("int32 k", {"k.npy": npy("<i4", (2, 6, 1, 8))}, BASE, "--k k.npy: dtype int32"),
+    ("k-scale float16", dict(QUANT, **{"ks.npy": npy("<f2", ())}), QUANT_ARGS,
+     "--k-scale ks.npy: dtype float16"),
+    ("k-scale wrong shape", dict(QUANT, **{"ks.npy": f32((2, 5, 1))}), QUANT_ARGS,
+     "--k-scale ks.npy: shape (2, 5, 1) does not match --k: expected (2, 6, 1) per token"),
+    ("v-scale per head of the wrong length", dict(QUANT, **{"vs.npy": f32((2,))}), QUANT_ARGS,
+     "--v-scale vs.npy: shape (2,)"),
+    ("v-scale rank 2", dict(QUANT, **{"vs.npy": f32((1, 1))}), QUANT_ARGS, "--v-scale"),
+    ("v-scale negative", dict(QUANT, **{"vs.npy": f32((1,), fill=-0.5)}), QUANT_ARGS,
+     "v_scale of sequence 0, key 0, kv head 0 = -0.5"),
+    ("k-scale nan per token", dict(QUANT, **{"ks.npy": npy("<f4", (2, 6, 1), payload=struct.pack(
+        "<12f", *([1.0] * 8 + [float("nan")] + [1.0] * 3)))}), QUANT_ARGS,
+     "k_scale of sequence 1, key 2, kv head 0 = nan"),
 ]
 
 OLD_O = b"previous output, must survive\n"
@@ -311,7 +351,7 @@ def sanity(fai):
     """The good inputs succeed (else every rejection above proves nothing), --help works."""
     d = tempfile.mkdtemp(prefix="fai_good_")
     try:
-        for fname, data in dict(GOOD, **PAGED).items():
+        for fname, data in dict(GOOD, **PAGED, **QUANT).items():
             with open(os.path.join(d, fname), "wb") as f:
                 f.write(data)
         with open(os.path.join(d, "bt.npy"), "wb") as f:
@@ -320,7 +360,8 @@ def sanity(fai):
             f.write(OLD_O)
         problems = []
         for label, args in (("dense", BASE + ["--lse", "lse.npy"]),
-                            ("paged", PAGED_ARGS + ["--block-table", "bt.npy"])):
+                            ("paged", PAGED_ARGS + ["--block-table", "bt.npy"]),
+                            ("quantized", QUANT_ARGS)):
             r = run(fai, d, args)
             if r.returncode != 0 or r.stderr:
                 problems.append("%s good input: exit %d, stderr %r" % (
@@ -403,7 +444,7 @@ def main():
         print("FAIL sanity: %s" % why)
         failed += 1
     if not failed:
-        print("ok   sanity (good inputs succeed, --help, inputs from pipes)")
+        print("ok   sanity (good inputs succeed, quantized too, --help, inputs from pipes)")
         passed += 1
     for name, files, args, needle in CASES:
         reasons = []

@@ -3,7 +3,9 @@
 
 Usage: python3 test_run_numpy.py /path/to/fai
 
-Seeded random cases cover f32/f16/bf16 inputs and outputs, GQA/MQA, D != Dv, odd head dims,
+Seeded random cases cover f32/f16/bf16 inputs and outputs, quantized K and V (int8 codes, and
+fp8 e4m3 / e5m2 codes as uint8 bytes with --k-dtype / --v-dtype, with --k-scale / --v-scale
+per token, per kv head and per tensor), GQA/MQA, D != Dv, odd head dims,
 bottom-right and top-left causal masks with Sq < Skv and Sq > Skv, sliding windows, keep/drop/add
 masks in all three shapes, bit-packed keep masks, the score modifiers (--softcap,
 --alibi-slopes, --sinks), padded lengths, paged K/V with shuffled block tables and LSE. The
@@ -52,6 +54,52 @@ def stored(x, dt):
         return a, a.astype(np.float64)
     a = to_bf16_bits(x.astype(np.float32))
     return a, from_bf16_bits(a).astype(np.float64)
+
+
+# -- quantized K and V -----------------------------------------------------------------------------
+
+QUANT = ("i8", "e4m3", "e5m2")
+QMAX = {"i8": 127.0, "e4m3": 448.0, "e5m2": 57344.0}
+
+
+def fp8_values(dt):
+    """The value of each of the 256 codes of e4m3 (the "fn" variant: no infinities, S.1111.111
+    is NaN) or e5m2 (IEEE-like: the upper byte of a binary16), NaN for NaN and Inf codes."""
+    bits = np.arange(256)
+    sign = np.where(bits & 0x80, -1.0, 1.0)
+    ebits, mbits = (4, 3) if dt == "e4m3" else (5, 2)
+    e = (bits >> mbits) & ((1 << ebits) - 1)
+    m = (bits & ((1 << mbits) - 1)).astype(np.float64)
+    bias = (1 << (ebits - 1)) - 1
+    mag = np.where(e == 0, m / (1 << mbits) * 2.0 ** (1 - bias),
+                   (1 + m / (1 << mbits)) * 2.0 ** (e - bias))
+    special = ((e == 15) & (m == 7)) if dt == "e4m3" else (e == 31)
+    return np.where(special, np.nan, sign * mag)
+
+
+def quantize(x, dt, kind, rng):
+    """x float64 [B, S, H, D] as quantized codes: (file array: int8 codes or uint8 fp8 bytes, the
+    float64 values code x scale fai reads, float32 scales of kind 'token' [B, S, H], 'head' [H]
+    or 'tensor' [])."""
+    mag = np.abs(x)
+    amax = (mag.max(axis=-1) if kind == "token" else mag.max(axis=(0, 1, 3)) if kind == "head"
+            else mag.max())
+    amax = np.where(amax > 0, amax, 1.0)
+    scales = (amax / QMAX[dt] * rng.uniform(1.0, 1.25, np.shape(amax))).astype(np.float32)
+    per_row = (scales[..., None] if kind == "token" else scales[:, None] if kind == "head"
+               else scales).astype(np.float64)
+    y = x / per_row
+    if dt == "i8":
+        codes = np.clip(np.rint(y), -127, 127).astype(np.int8)
+        return codes, codes * per_row, scales
+    table = fp8_values(dt)
+    finite = np.flatnonzero(np.isfinite(table))
+    order = finite[np.argsort(table[finite])]
+    sorted_values = table[order]
+    at = np.clip(np.searchsorted(sorted_values, y), 1, len(order) - 1)
+    nearer_below = np.abs(y - sorted_values[at - 1]) <= np.abs(sorted_values[at] - y)
+    codes = order[np.where(nearer_below, at - 1, at)].astype(np.uint8)
+    return codes, table[codes] * per_row, scales
 
 
 def output_values(arr, dt):
@@ -154,7 +202,7 @@ def case(name, **kw):
     c = dict(name=name, B=2, Sq=8, Skv=8, Hq=2, Hkv=2, D=16, Dv=None, q="f32", k="f32", v="f32",
              out="f32", causal=None, window=None, mask=None, scale=None, seqlens_q=False,
              seqlens_kv=False, page=None, lse=True, threads=None, workers=None, bf16=False,
-             amp=1.0, softcap=None, alibi=None, sinks=None)
+             amp=1.0, softcap=None, alibi=None, sinks=None, k_scale="token", v_scale="token")
     c.update(kw)
     if c["Dv"] is None:
         c["Dv"] = c["D"]
@@ -219,6 +267,18 @@ CASES = [
          B=3),
     case("all_modifiers_paged_bf16", softcap=30.0, alibi=True, sinks=True, page=8, B=2, Sq=4,
          Skv=40, Hq=4, Hkv=2, q="bf16", k="bf16", v="bf16", causal="br", mask=("bits", 3)),
+    # quantized K and V: int8, and fp8 as uint8 bytes with --k-dtype / --v-dtype
+    case("i8_token_decode", k="i8", v="i8", B=2, Sq=1, Skv=40, Hq=8, Hkv=2, D=32),
+    case("i8_head_tensor_prefill", k="i8", v="i8", k_scale="head", v_scale="tensor", Sq=12,
+         Skv=12, Hq=4, Hkv=2, causal="br"),
+    case("e4m3_token_paged", k="e4m3", v="e4m3", page=4, B=3, Sq=3, Skv=21, Hq=4, Hkv=2,
+         causal="br"),
+    case("e5m2_seqlens", k="e5m2", v="e5m2", k_scale="tensor", v_scale="head", B=3, Sq=5,
+         Skv=14, seqlens_kv=True, causal="tl"),
+    case("mixed_quantized_k_and_v", q="f16", k="i8", v="e5m2", k_scale="token",
+         v_scale="tensor", Sq=6, Skv=17, Hq=4, Hkv=1, Dv=24, window=(5, 2)),
+    case("e4m3_k_f16_v_paged_mask", k="e4m3", v="f16", k_scale="head", page=8, B=2, Sq=4,
+         Skv=30, mask=("keep", 3), out="f16"),
 ]
 
 
@@ -260,10 +320,19 @@ def build(c, rng, d):
         kx[b, skv_len[b]:] = GARBAGE
         vx[b, skv_len[b]:] = -GARBAGE
     q_file, q = stored(qx, c["q"])
-    k_file, k = stored(kx, c["k"])
-    v_file, v = stored(vx, c["v"])
-
     args = ["run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy"]
+    scales = {}  # of a quantized K and V, dense: [B, Skv, Hkv], [Hkv] or []
+    if c["k"] in QUANT:
+        k_file, k, scales["k"] = quantize(kx, c["k"], c["k_scale"], rng)
+    else:
+        k_file, k = stored(kx, c["k"])
+    if c["v"] in QUANT:
+        v_file, v, scales["v"] = quantize(vx, c["v"], c["v_scale"], rng)
+    else:
+        v_file, v = stored(vx, c["v"])
+    for t in ("k", "v"):
+        if c[t] in ("e4m3", "e5m2"):
+            args += ["--%s-dtype" % t, c[t]]
     np.save(os.path.join(d, "q.npy"), q_file)
 
     if c["page"]:
@@ -274,13 +343,22 @@ def build(c, rng, d):
         bt = perm[:B * pps].reshape(B, pps).astype(np.int32)
         kpool = rng.standard_normal((num_pages, ps, Hkv, D)) * GARBAGE
         vpool = rng.standard_normal((num_pages, ps, Hkv, Dv)) * GARBAGE
-        kpool, _ = stored(kpool, c["k"])
-        vpool, _ = stored(vpool, c["v"])
+        # quantized: random codes; per-token scales NaN where no key is (a scale fai must not
+        # read: it refuses a run that reads one)
+        kpool = (rng.integers(0, 256, kpool.shape).astype(k_file.dtype) if c["k"] in QUANT
+                 else stored(kpool, c["k"])[0])
+        vpool = (rng.integers(0, 256, vpool.shape).astype(v_file.dtype) if c["v"] in QUANT
+                 else stored(vpool, c["v"])[0])
+        pooled = {t: np.full((num_pages, ps, Hkv), np.nan, np.float32) for t, sc in
+                  scales.items() if sc.ndim == 3}
         for b in range(B):
             for p in range((int(skv_len[b]) + ps - 1) // ps):
                 lo, hi = p * ps, min((p + 1) * ps, int(skv_len[b]))
                 kpool[bt[b, p], :hi - lo] = k_file[b, lo:hi]
                 vpool[bt[b, p], :hi - lo] = v_file[b, lo:hi]
+                for t, pool_scales in pooled.items():
+                    pool_scales[bt[b, p], :hi - lo] = scales[t][b, lo:hi]
+        scales.update(pooled)
         np.save(os.path.join(d, "k.npy"), kpool)
         np.save(os.path.join(d, "v.npy"), vpool)
         np.save(os.path.join(d, "bt.npy"), bt)
@@ -290,6 +368,9 @@ def build(c, rng, d):
         np.save(os.path.join(d, "k.npy"), k_file)
         np.save(os.path.join(d, "v.npy"), v_file)
         mask_kv = Skv
+    for t, sc in scales.items():
+        np.save(os.path.join(d, t + "s.npy"), sc)
+        args += ["--%s-scale" % t, t + "s.npy"]
 
     if c["alibi"] is True:  # the standard slopes of Hq heads, as fai.alibi_slopes gives them
         n = 1 << (Hq.bit_length() - 1)

@@ -22,10 +22,19 @@ static void print_run_usage(FILE *out) {
             "\n"
             "inputs:\n"
             "  --q Q.npy              [B, Sq, Hq, D]    float32 or float16\n"
-            "  --k K.npy              [B, Skv, Hkv, D]  float32 or float16\n"
-            "  --v V.npy              [B, Skv, Hkv, Dv] float32 or float16\n"
+            "  --k K.npy              [B, Skv, Hkv, D]  float32 or float16 (or quantized)\n"
+            "  --v V.npy              [B, Skv, Hkv, Dv] float32 or float16 (or quantized)\n"
             "  --bf16                 uint16 arrays of Q, K, V hold bfloat16 bits\n"
-            "  --round-p-bf16         P rounded to bf16 on a matrix engine (faster; see fai.h)\n"
+            "quantized K and V (each element stands for scale x code):\n"
+            "  --k K.npy, --v V.npy   may hold int8 codes, or fp8 codes as uint8 bytes\n"
+            "  --k-dtype T            e4m3 or e5m2: the fp8 format of a uint8 K (e4m3 is the\n"
+            "                         \"fn\" variant: no infinities, largest 448; e5m2's\n"
+            "                         largest is 57344)\n"
+            "  --v-dtype T            the same for a uint8 V\n"
+            "  --k-scale KS.npy       float32 scales of a quantized K: one per token and kv\n"
+            "                         head [B, Skv, Hkv] (paged: [num_pages, page_size, Hkv]),\n"
+            "                         one per kv head [Hkv], or one for the tensor [] or [1]\n"
+            "  --v-scale VS.npy       the same for a quantized V\n"
             "outputs (written only when the run succeeds):\n"
             "  --out O.npy            [B, Sq, Hq, Dv], float32 unless --out-dtype\n"
             "  --out-dtype T          f32 (default), f16, or bf16 (written as uint16 bits)\n"
@@ -100,6 +109,8 @@ static int run_with(fai_run_args *a, fai_run_inputs *in) {
     t.mask = p.mask;
     t.alibi_slopes = p.alibi_slopes;
     t.sinks = p.sinks;
+    t.k_scale = p.k_scale;
+    t.v_scale = p.v_scale;
     t.block_table = p.paged ? in->block_table.data : NULL;
     t.block_table_stride = 0;
 

@@ -37,6 +37,8 @@ size_t fai_npy_dtype_size(fai_npy_dtype dtype) {
         return 1;
     case FAI_NPY_I32:
         return 4;
+    case FAI_NPY_I8:
+        return 1;
     }
     return 0;
 }
@@ -55,6 +57,8 @@ const char *fai_npy_dtype_descr(fai_npy_dtype dtype) {
         return "|u1";
     case FAI_NPY_I32:
         return "<i4";
+    case FAI_NPY_I8:
+        return "|i1";
     }
     return "?";
 }
@@ -73,6 +77,8 @@ const char *fai_npy_dtype_name(fai_npy_dtype dtype) {
         return "uint8";
     case FAI_NPY_I32:
         return "int32";
+    case FAI_NPY_I8:
+        return "int8";
     }
     return "?";
 }
@@ -200,7 +206,8 @@ static int parse_descr(const char *str, size_t len, header *h, char *err, size_t
         const char *code;
         fai_npy_dtype dtype;
     } known[] = {{"f4", FAI_NPY_F32},  {"f2", FAI_NPY_F16}, {"u2", FAI_NPY_U16},
-                 {"b1", FAI_NPY_BOOL}, {"u1", FAI_NPY_U8},  {"i4", FAI_NPY_I32}};
+                 {"b1", FAI_NPY_BOOL}, {"u1", FAI_NPY_U8},  {"i4", FAI_NPY_I32},
+                 {"i1", FAI_NPY_I8}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (clen != 2 || memcmp(code, known[i].code, 2) != 0) continue;
         const fai_npy_dtype dt = known[i].dtype;
@@ -219,7 +226,7 @@ static int parse_descr(const char *str, size_t len, header *h, char *err, size_t
                     shown);
     return fail(err, errlen,
                 "unsupported dtype '%s' (expected float32 '<f4', float16 '<f2', uint16 '<u2', "
-                "bool '|b1', uint8 '|u1' or int32 '<i4')",
+                "bool '|b1', uint8 '|u1', int8 '|i1' or int32 '<i4')",
                 shown);
 }
 

@@ -17,8 +17,9 @@ typedef enum fai_npy_dtype {
     FAI_NPY_F16,     /* '<f2' */
     FAI_NPY_U16,     /* '<u2' (bfloat16 bits for the tool) */
     FAI_NPY_BOOL,    /* '|b1' */
-    FAI_NPY_U8,      /* '|u1' */
-    FAI_NPY_I32      /* '<i4' */
+    FAI_NPY_U8,      /* '|u1' (fp8 bits for the tool, with --k-dtype / --v-dtype) */
+    FAI_NPY_I32,     /* '<i4' */
+    FAI_NPY_I8       /* '|i1' */
 } fai_npy_dtype;
 
 /* One array. `data` points into `buffer`, is 64-byte aligned and is never NULL after a
@@ -34,7 +35,7 @@ typedef struct fai_npy {
 } fai_npy;
 
 /* Bytes per element, the descriptor ("<f4", ...) and a readable name ("float32", "float16",
- * "uint16", "bool", "uint8", "int32") of a dtype. */
+ * "uint16", "bool", "uint8", "int32", "int8") of a dtype. */
 size_t fai_npy_dtype_size(fai_npy_dtype dtype);
 const char *fai_npy_dtype_descr(fai_npy_dtype dtype);
 const char *fai_npy_dtype_name(fai_npy_dtype dtype);

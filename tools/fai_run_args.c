@@ -32,6 +32,10 @@ static const struct {
     [FAI_RUN_OPT_SOFTCAP] = {"--softcap", 1},
     [FAI_RUN_OPT_ALIBI_SLOPES] = {"--alibi-slopes", 1},
     [FAI_RUN_OPT_SINKS] = {"--sinks", 1},
+    [FAI_RUN_OPT_K_SCALE] = {"--k-scale", 1},
+    [FAI_RUN_OPT_V_SCALE] = {"--v-scale", 1},
+    [FAI_RUN_OPT_K_DTYPE] = {"--k-dtype", 1},
+    [FAI_RUN_OPT_V_DTYPE] = {"--v-dtype", 1},
     [FAI_RUN_OPT_SEQLENS_Q] = {"--seqlens-q", 1},
     [FAI_RUN_OPT_SEQLENS_KV] = {"--seqlens-kv", 1},
     [FAI_RUN_OPT_BLOCK_TABLE] = {"--block-table", 1},
@@ -186,6 +190,21 @@ static int parse_numbers(fai_run_args *a) {
             return fai_run_fail(a, "--out-dtype %s: expected f32, f16 or bf16", t);
     }
 
+    static const int code_opts[] = {FAI_RUN_OPT_K_DTYPE, FAI_RUN_OPT_V_DTYPE};
+    fai_dtype *const code_dst[] = {&a->k_code_dtype, &a->v_code_dtype};
+    for (int c = 0; c < 2; c++) {
+        const char *t = a->value[code_opts[c]];
+        if (!t) continue;
+        if (!strcmp(t, "e4m3") || !strcmp(t, "e4m3fn") || !strcmp(t, "float8_e4m3fn"))
+            *code_dst[c] = FAI_DTYPE_E4M3;
+        else if (!strcmp(t, "e5m2") || !strcmp(t, "float8_e5m2"))
+            *code_dst[c] = FAI_DTYPE_E5M2;
+        else
+            return fai_run_fail(a,
+                                "%s %s: expected e4m3 or e5m2 (how the uint8 bytes of %s are read)",
+                                options[code_opts[c]].name, t, c ? "--v" : "--k");
+    }
+
     static const int counts[] = {FAI_RUN_OPT_THREADS, FAI_RUN_OPT_WORKERS};
     int64_t *const dst[] = {&a->threads, &a->workers};
     for (int c = 0; c < 2; c++) {
@@ -275,6 +294,8 @@ void fai_run_free_inputs(fai_run_inputs *in) {
     fai_npy_free(&in->block_table);
     fai_npy_free(&in->alibi_slopes);
     fai_npy_free(&in->sinks);
+    fai_npy_free(&in->k_scale);
+    fai_npy_free(&in->v_scale);
 }
 
 static int load_input(fai_run_args *a, int opt, fai_npy *arr) {
@@ -293,7 +314,18 @@ static const char *shape_of(const fai_run_args *a, int opt, const fai_npy *arr, 
     return buf;
 }
 
+/* The dtype of Q, K or V. K and V may also hold quantized codes: int8, or fp8 as uint8 bytes
+ * read as --k-dtype / --v-dtype says. */
 static int check_qkv_dtype(fai_run_args *a, int opt, const fai_npy *arr, fai_dtype *dt) {
+    const int kv = opt != FAI_RUN_OPT_Q;
+    const int code_opt = opt == FAI_RUN_OPT_K ? FAI_RUN_OPT_K_DTYPE : FAI_RUN_OPT_V_DTYPE;
+    const char *code = kv ? a->value[code_opt] : NULL;
+    if (code && arr->dtype != FAI_NPY_U8)
+        return fai_run_fail(a,
+                            "%s %s: %s %s reads uint8 bytes as fp8 codes, but the file's dtype is "
+                            "%s",
+                            options[opt].name, a->value[opt], options[code_opt].name, code,
+                            fai_npy_dtype_name(arr->dtype));
     switch (arr->dtype) {
     case FAI_NPY_F32:
         *dt = FAI_DTYPE_F32;
@@ -308,11 +340,29 @@ static int check_qkv_dtype(fai_run_args *a, int opt, const fai_npy *arr, fai_dty
         }
         return fai_run_fail(a, "%s %s: dtype uint16 needs --bf16 (it then holds bfloat16 bits)",
                             options[opt].name, a->value[opt]);
+    case FAI_NPY_I8:
+        if (!kv) break;
+        *dt = FAI_DTYPE_I8;
+        return 0;
+    case FAI_NPY_U8:
+        if (!kv) break;
+        if (code) {
+            *dt = opt == FAI_RUN_OPT_K ? a->k_code_dtype : a->v_code_dtype;
+            return 0;
+        }
+        return fai_run_fail(a,
+                            "%s %s: dtype uint8 needs %s e4m3 or %s e5m2 (the bytes are then "
+                            "read as fp8 codes)",
+                            options[opt].name, a->value[opt], options[code_opt].name,
+                            options[code_opt].name);
     default:
-        return fai_run_fail(a, "%s %s: dtype %s is not float32 or float16%s", options[opt].name,
-                            a->value[opt], fai_npy_dtype_name(arr->dtype),
-                            a->value[FAI_RUN_OPT_BF16] ? " (or uint16 bfloat16 bits)" : "");
+        break;
     }
+    return fai_run_fail(a, "%s %s: dtype %s is not float32 or float16%s%s%s%s", options[opt].name,
+                        a->value[opt], fai_npy_dtype_name(arr->dtype),
+                        a->value[FAI_RUN_OPT_BF16] ? " (or uint16 bfloat16 bits)" : "",
+                        kv ? " (or int8 codes, or uint8 fp8 codes with " : "",
+                        kv ? options[code_opt].name : "", kv ? ")" : "");
 }
 
 static int check_rank(fai_run_args *a, int opt, const fai_npy *arr, int rank, const char *what) {
@@ -417,6 +467,54 @@ static int load_lengths(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p,
                             shape_of(a, FAI_RUN_OPT_BLOCK_TABLE, bt, head, sizeof head),
                             (long long)pb->pages_per_seq, (long long)pb->page_size);
     *seq_kv = pb->pages_per_seq * pb->page_size;
+    return 0;
+}
+
+/* -- Step 2b: the scales of a quantized K and V -- */
+
+/* "(2, 8, 1) per token, (1,) per kv head or () for the whole tensor": the shapes a scale file
+ * may have, from K's (V's) shape. */
+static void scale_forms(const fai_npy *kv, char *buf, size_t len) {
+    char token[SHAPE_LEN], head[SHAPE_LEN];
+    fai_npy_format_shape(token, sizeof token, 3, kv->shape);
+    fai_npy_format_shape(head, sizeof head, 1, kv->shape + 2);
+    snprintf(buf, len, "%s per token, %s per kv head or () for the whole tensor", token, head);
+}
+
+/* --k-scale (--v-scale): float32, given exactly when K (V) is quantized, shaped as K's leading
+ * dims (per token), [Hkv] (per kv head), or [] / [1] (one scale). */
+static int load_scale(fai_run_args *a, int opt, int kv_opt, fai_dtype dtype, const fai_npy *kv,
+                      fai_npy *arr, fai_scale *out) {
+    char head[FAI_RUN_ERROR_LEN / 2], forms[3 * SHAPE_LEN];
+    memset(out, 0, sizeof *out);
+    const int quantized = fai_dtype_is_quantized(dtype);
+    scale_forms(kv, forms, sizeof forms);
+    if (!a->value[opt]) {
+        if (!quantized) return 0;
+        return fai_run_fail(a, "%s %s holds %s codes: %s is required (float32 scales: %s)",
+                            options[kv_opt].name, a->value[kv_opt], fai_dtype_name(dtype),
+                            options[opt].name, forms);
+    }
+    if (!quantized)
+        return fai_run_fail(a,
+                            "%s %s given, but %s %s holds %s values: scales belong to int8, e4m3 "
+                            "and e5m2 codes",
+                            options[opt].name, a->value[opt], options[kv_opt].name,
+                            a->value[kv_opt], fai_dtype_name(dtype));
+    if (load_input(a, opt, arr)) return 2;
+    if (arr->dtype != FAI_NPY_F32)
+        return fai_run_fail(a, "%s %s: dtype %s is not float32", options[opt].name, a->value[opt],
+                            fai_npy_dtype_name(arr->dtype));
+    const int64_t *s = arr->shape, *k = kv->shape;
+    if (arr->rank == 3 && s[0] == k[0] && s[1] == k[1] && s[2] == k[2]) {
+        out->stride_batch = k[1] * k[2], out->stride_seq = k[2], out->stride_head = 1;
+    } else if (arr->rank == 1 && s[0] == k[2]) {
+        out->stride_head = 1;
+    } else if (!(arr->rank == 0 || (arr->rank == 1 && s[0] == 1))) {
+        return fai_run_fail(a, "%s does not match %s: expected %s",
+                            shape_of(a, opt, arr, head, sizeof head), options[kv_opt].name, forms);
+    }
+    out->data = arr->data;
     return 0;
 }
 
@@ -532,7 +630,12 @@ int fai_run_load(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p) {
     fai_problem_init(&p->problem);
     p->paged = a->value[FAI_RUN_OPT_BLOCK_TABLE] != NULL;
     int64_t seq_kv = 0;
-    if (load_qkv(a, in, p) || load_lengths(a, in, p, &seq_kv)) return 2;
+    if (load_qkv(a, in, p) || load_lengths(a, in, p, &seq_kv) ||
+        load_scale(a, FAI_RUN_OPT_K_SCALE, FAI_RUN_OPT_K, p->k_dtype, &in->k, &in->k_scale,
+                   &p->k_scale) ||
+        load_scale(a, FAI_RUN_OPT_V_SCALE, FAI_RUN_OPT_V, p->v_dtype, &in->v, &in->v_scale,
+                   &p->v_scale))
+        return 2;
     if (a->mask_opt >= 0 && load_mask(a, in, p, seq_kv)) return 2;
     if (load_head_values(a, FAI_RUN_OPT_ALIBI_SLOPES, &in->alibi_slopes, p, &p->alibi_slopes) ||
         load_head_values(a, FAI_RUN_OPT_SINKS, &in->sinks, p, &p->sinks))

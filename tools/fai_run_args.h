@@ -28,6 +28,10 @@ enum {
     FAI_RUN_OPT_SOFTCAP,
     FAI_RUN_OPT_ALIBI_SLOPES,
     FAI_RUN_OPT_SINKS,
+    FAI_RUN_OPT_K_SCALE,
+    FAI_RUN_OPT_V_SCALE,
+    FAI_RUN_OPT_K_DTYPE,
+    FAI_RUN_OPT_V_DTYPE,
     FAI_RUN_OPT_SEQLENS_Q,
     FAI_RUN_OPT_SEQLENS_KV,
     FAI_RUN_OPT_BLOCK_TABLE,
@@ -56,6 +60,9 @@ typedef struct fai_run_args {
     int64_t threads, workers;
     int mask_opt;  /* FAI_RUN_OPT_MASK, _MASK_DROP, _MASK_ADD, _MASK_BITS, or -1 */
     float softcap; /* --softcap, 0 without it */
+    /* --k-dtype, --v-dtype: how the bytes of a uint8 K and V are read (FAI_DTYPE_E4M3 or
+     * FAI_DTYPE_E5M2; unset without the option) */
+    fai_dtype k_code_dtype, v_code_dtype;
     fai_mask_kind mask_kind;
     char error[FAI_RUN_ERROR_LEN]; /* the first failure's message, without the command */
 } fai_run_args;
@@ -75,6 +82,7 @@ int fai_run_parse_args(int argc, char **argv, const char *command, int with_ring
 typedef struct fai_run_inputs {
     fai_npy q, k, v, mask, seqlens_q, seqlens_kv, block_table;
     fai_npy alibi_slopes, sinks; /* float32 [Hq] */
+    fai_npy k_scale, v_scale;    /* float32 scales of a quantized K and V */
 } fai_run_inputs;
 
 void fai_run_free_inputs(fai_run_inputs *inputs);
@@ -89,11 +97,16 @@ typedef struct fai_run_problem {
     int64_t mask_kv; /* the mask's last dimension (0 without a mask): keys, or bytes of a
                         bit mask */
     const float *alibi_slopes, *sinks; /* [Hq] from --alibi-slopes and --sinks, or NULL */
+    /* --k-scale and --v-scale over K's (V's) [B, Skv, Hkv] or [num_pages, page_size, Hkv]: per
+     * token (those shapes), per kv head ([Hkv]: stride_head 1, the others 0) or one scale (all
+     * strides 0); data NULL for a float K (V) */
+    fai_scale k_scale, v_scale;
     fai_problem problem; /* everything fai_plan_create needs, lengths pointing into the inputs */
 } fai_run_problem;
 
-/* Loads Q, K, V, the lengths, the block table and the mask, checks each shape against Q's and
- * fills *problem. Returns 0, or 2 after a failure. The inputs must outlive the problem. */
+/* Loads Q, K, V, the lengths, the block table, the scales of a quantized K and V and the mask,
+ * checks each shape against Q's (a scale's against K's or V's) and fills *problem. Returns 0, or 2
+ * after a failure. The inputs must outlive the problem. */
 int fai_run_load(fai_run_args *args, fai_run_inputs *inputs, fai_run_problem *problem);
 
 /* Every block-table entry of a page that holds keys lies in the pool (after planning, which has

@@ -7,10 +7,13 @@
     O, lse = fai.merge_states([o1, o2], [lse1, lse2])
     cache = fai.empty_cache([pages, page_size, Hkv, D], "int8")  # 2 MiB-aligned, huge pages
     fai.cache_write(k_new, cache, slots, scale=k_scales)  # new tokens' K at their slots
+    O = fai.attention(q, k_int8, v_int8, k_scale=ks, v_scale=vs)   # quantized K/V and scales
 
 numpy arrays (float32, float16, ml_dtypes' bfloat16) and torch CPU tensors (float32, float16,
 bfloat16) are read in place by pointer and strides; anything else with __array__ or __dlpack__
-works too. Errors raise fai.FaiError (a ValueError) with libfai's one-line message.
+works too. K and V may also be quantized: int8, ml_dtypes' float8_e4m3fn or float8_e5m2 (torch
+int8, float8_e4m3fn, float8_e5m2), with float32 scales per token, per kv head or per tensor.
+Errors raise fai.FaiError (a ValueError) with libfai's one-line message.
 """
 from ._cache import cache_write, empty_cache
 from ._core import (FaiError, Plan, alibi_slopes, attention, cpu_count, library_path,

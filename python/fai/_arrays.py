@@ -7,10 +7,17 @@ from . import _lib
 from ._errors import _fail
 
 
-_FAI_DTYPES = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16, "bfloat16": _lib.DTYPE_BF16}
+_FLOAT_DTYPES = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16,
+                 "bfloat16": _lib.DTYPE_BF16}
+# K and V only: each element stands for scale x code, the scales given as k_scale / v_scale
+_QUANT_DTYPES = {"int8": _lib.DTYPE_I8, "float8_e4m3fn": _lib.DTYPE_E4M3,
+                 "float8_e5m2": _lib.DTYPE_E5M2}
+_FAI_DTYPES = dict(_FLOAT_DTYPES, **_QUANT_DTYPES)
 _ALIASES = {"f32": "float32", "fp32": "float32", "float": "float32", "f16": "float16",
-            "fp16": "float16", "half": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3fn",
-            "e5m2": "float8_e5m2"}
+            "fp16": "float16", "half": "float16", "bf16": "bfloat16", "i8": "int8",
+            "e4m3": "float8_e4m3fn", "e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+_FLOAT_NAMES = "float32, float16 or bfloat16"
+_KV_NAMES = "float32, float16, bfloat16, int8, float8_e4m3fn or float8_e5m2"
 # dtypes numpy has through the ml_dtypes package only
 _ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
@@ -44,10 +51,11 @@ def _numpy_dtype(name):
     return np.dtype(name)
 
 
-def _fai_dtype(name, what):
-    if name not in _FAI_DTYPES:
-        _fail(f"{what} dtype {name} is not float32, float16 or bfloat16")
-    return _FAI_DTYPES[name]
+def _fai_dtype(name, what, quantized=False):
+    """The fai_dtype of a dtype name; quantized: K or V, which may also be int8 or fp8."""
+    if name in _FLOAT_DTYPES or (quantized and name in _QUANT_DTYPES):
+        return _FAI_DTYPES[name]
+    _fail(f"{what} dtype {name} is not {_KV_NAMES if quantized else _FLOAT_NAMES}")
 
 
 # -- array views ------------------------------------------------------------------------------------
@@ -185,11 +193,22 @@ def _view(obj, name, want, last_contiguous=True, writable=False):
 
 def _want_float(name):
     def want(dtype):
+        if dtype in _FLOAT_DTYPES:
+            return dtype
+        if dtype == "float64":
+            return "float32"
+        _fail(f"{name} has dtype {dtype}; expected {_FLOAT_NAMES}")
+    return want
+
+
+def _want_kv(name):
+    """K or V: a float dtype (float64 read as float32) or a quantized one, read as it is."""
+    def want(dtype):
         if dtype in _FAI_DTYPES:
             return dtype
         if dtype == "float64":
             return "float32"
-        _fail(f"{name} has dtype {dtype}; expected float32, float16 or bfloat16")
+        _fail(f"{name} has dtype {dtype}; expected {_KV_NAMES}")
     return want
 
 

@@ -11,10 +11,10 @@ import numpy as np
 from . import _lib
 from ._arrays import (_BYTE_MASK, _alloc, _dtype_name, _expect, _fai_dtype, _fill_tensor,
                       _int32_ptr, _lengths, _view, _want_add_mask, _want_exact, _want_float,
-                      _want_int32)
+                      _want_int32, _want_kv)
 from ._errors import FaiError, _check, _fail
 from ._options import (_KIND_NAMES, _MASK_ARGS, _MASK_KINDS, _SPLITS, _causal, _count,
-                       _head_values, _mask_kind_of, _scale, _softcap, _window)
+                       _head_values, _kv_scale, _mask_kind_of, _scale, _softcap, _window)
 
 __all__ = ["FaiError", "Plan", "attention", "merge_states", "alibi_slopes", "cpu_count",
            "library_path"]
@@ -78,6 +78,9 @@ class Plan:
     Score modifiers: softcap (a number, None/0 off), alibi and sinks (True: the slopes and
     sink logits are given to run()), mask_kind 'bits' (a bit-packed keep mask, mask_bits).
 
+    k_dtype and v_dtype may also be 'int8', 'float8_e4m3fn' ('e4m3') or 'float8_e5m2'
+    ('e5m2'): quantized K / V, whose scales are given to run() as k_scale / v_scale.
+
     Plan.like(q, k, v, **options) makes the plan that attention(q, k, v, **options) would use.
     """
 
@@ -126,7 +129,7 @@ class Plan:
                                                                  else v_dtype), ("o", out_dtype)):
             names[field] = _dtype_name(dt)
             setattr(pb, field + "_dtype", _fai_dtype(names[field], field if field != "o"
-                                                       else "out"))
+                                                       else "out", quantized=field in ("k", "v")))
         given_scale = _scale(scale)
         if given_scale is not None:
             pb.scale = given_scale
@@ -209,12 +212,13 @@ class Plan:
              cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, threads=None,
              workers=None, out_dtype=None, split="auto", tile=None, mask_kind=None,
              q_positions=None, kv_positions=None, round_p_bf16=False, softcap=None,
-             alibi_slopes=None, sinks=None, mask_bits=None):
+             alibi_slopes=None, sinks=None, mask_bits=None, k_scale=None, v_scale=None):
         """The plan for attention(q, k, v, **options) (mask, block_table, alibi_slopes and sinks
-        are looked at for their kind and shape only; give them again to run())."""
+        are looked at for their kind and shape only, k_scale and v_scale not at all; give them
+        again to run())."""
         qv = _view(q, "q", _want_float("q"))
-        kv = _view(k, "k", _want_float("k"))
-        vv = _view(v, "v", _want_float("v"))
+        kv = _view(k, "k", _want_kv("k"))
+        vv = _view(v, "v", _want_kv("v"))
         kind, _ = _mask_kind_of(mask, mask_drop, mask_add, mask_bits)
         name = _KIND_NAMES[kind]
         if mask_kind is not None:
@@ -302,11 +306,13 @@ class Plan:
     # -- run --
 
     def run(self, q, k, v, *, mask=None, mask_drop=None, mask_add=None, block_table=None,
-            return_lse=False, out=None, mask_bits=None, alibi_slopes=None, sinks=None):
+            return_lse=False, out=None, mask_bits=None, alibi_slopes=None, sinks=None,
+            k_scale=None, v_scale=None):
         """Attention of the plan's problem on these arrays: O, or (O, LSE) with return_lse.
         q, k, v (and out, if given) must have the plan's shapes and dtypes; mask (keep),
         mask_drop, mask_add or mask_bits must be the plan's mask_kind; block_table is int32
-        [B, pages]; alibi_slopes and sinks (float32 [Hq]) exactly when the plan has them."""
+        [B, pages]; alibi_slopes and sinks (float32 [Hq]) exactly when the plan has them;
+        k_scale and v_scale (float32) exactly when k and v are quantized (as in attention())."""
         handle = self._require()
         if _lib.plan_wake:  # the pool's threads wake while the arguments below are converted
             _lib.plan_wake(handle)
@@ -314,8 +320,8 @@ class Plan:
         B, Hq, Hkv, D, Dv = s["batch"], s["heads_q"], s["heads_kv"], s["head_dim"], s["head_dim_v"]
         Sq, Skv = s["seq_q"], s["seq_kv"]
         qv = _view(q, "q", _want_float("q"))
-        kv = _view(k, "k", _want_float("k"))
-        vv = _view(v, "v", _want_float("v"))
+        kv = _view(k, "k", _want_kv("k"))
+        vv = _view(v, "v", _want_kv("v"))
         for name, view in (("q", qv), ("k", kv), ("v", vv)):
             if view.dtype != self._dtypes[name]:
                 _fail(f"{name} has dtype {view.dtype}; the plan's is {self._dtypes[name]}")
@@ -343,6 +349,17 @@ class Plan:
                     _fail(f"{name} has shape {list(view.shape)}: fewer than the plan's seq_kv = "
                           f"{Skv} positions")
                 _fill_tensor(tensor, view, view.stride(0), view.stride(1), view.stride(2))
+
+        # the scales of a quantized K and V
+        scale_views = []
+        for name, view, given in (("k_scale", kv, k_scale), ("v_scale", vv, v_scale)):
+            got = _kv_scale(given, name, view, *self._scale_layout(view))
+            if got is not None:
+                sv, strides = got
+                scale_views.append(sv)
+                dst = getattr(t, name)
+                dst.data = sv.ptr
+                dst.stride_batch, dst.stride_seq, dst.stride_head = strides
 
         # the modifiers' per-head arrays
         heads_arrays = []
@@ -416,8 +433,21 @@ class Plan:
             t.lse.stride_dim = 1
 
         self._execute(handle, t)
-        del keep_mask, bt, heads_arrays  # the arrays (and copies) lived until the run finished
+        # the arrays (and copies) lived until the run finished
+        del keep_mask, bt, heads_arrays, scale_views
         return (out, lse) if return_lse else out
+
+    def _scale_layout(self, view):
+        """The leading dims of K (or V, by its view) that its scales broadcast to, their names
+        and their fai_scale axes."""
+        s = self._shape
+        if self._paged:
+            return ([s["num_pages"], s["page_size"], s["heads_kv"]],
+                    ("num_pages", "page_size", "Hkv"), ("batch", "seq", "head"))
+        if self._packed_kv:
+            return [s["seq_kv"], s["heads_kv"]], ("rows", "Hkv"), ("seq", "head")
+        return ([s["batch"], view.shape[1], s["heads_kv"]], ("B", "Skv", "Hkv"),
+                ("batch", "seq", "head"))
 
     def _fill_mask(self, dst, mv, name):
         s = self._shape
@@ -539,7 +569,7 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
               cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, return_lse=False,
               threads=None, workers=None, out_dtype=None, out=None, split="auto", tile=None,
               q_positions=None, kv_positions=None, round_p_bf16=False, softcap=None,
-              alibi_slopes=None, sinks=None, mask_bits=None):
+              alibi_slopes=None, sinks=None, mask_bits=None, k_scale=None, v_scale=None):
     """O = softmax(scale * Q K^T + mask) V, and LSE = log sum exp of the logits.
 
     q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (numpy arrays, torch CPU tensors or
@@ -573,10 +603,18 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     denominator gains exp(sink_h), the LSE includes it, a row that sees nothing gets LSE =
     sink_h); mask_bits (uint8, one bit per key, bit j of byte j // 8 least significant first,
     1 attends: [Sq, ceil(Skv / 8)], [B, Sq, ...] or [B, Hq, Sq, ...]).
+
+    Quantized K and V: k (v) may also be int8 (numpy or torch), ml_dtypes' float8_e4m3fn or
+    float8_e5m2 (torch.float8_e4m3fn, torch.float8_e5m2), each element standing for
+    scale x code; k_scale (v_scale) then gives the scales, float32, in a shape that broadcasts
+    to k's leading dims without the head dim: [B, Skv, Hkv] (one per token and kv head), [Hkv]
+    (one per kv head), or [] / [1] / a number (one for the tensor); for page pools
+    [num_pages, page_size, Hkv], for packed k [rows, Hkv]. Every scale a run reads must be
+    finite and > 0. K and V are quantized independently, their scales may differ in shape.
     """
     qv = _view(q, "q", _want_float("q"))
-    kv = _view(k, "k", _want_float("k"))
-    vv = _view(v, "v", _want_float("v"))
+    kv = _view(k, "k", _want_kv("k"))
+    vv = _view(v, "v", _want_kv("v"))
     kind, _ = _mask_kind_of(mask, mask_drop, mask_add, mask_bits)
     if out is not None:
         ov = _view(out, "out", _want_float("out"), writable=True)
@@ -598,6 +636,7 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
         plan._ws = _scratch(plan._ws_size)
         return plan.run(qv, kv, vv, mask=mask, mask_drop=mask_drop, mask_add=mask_add,
                         mask_bits=mask_bits, alibi_slopes=alibi_slopes, sinks=sinks,
+                        k_scale=k_scale, v_scale=v_scale,
                         block_table=block_table, return_lse=return_lse,
                         out=out if out is not None else _alloc(qv.torch, _o_shape(plan),
                                                                o_dtype))

@@ -19,9 +19,9 @@ c_int32_p = ctypes.POINTER(ctypes.c_int32)
 # fai_status (the names come from the library: STATUS_NAMES below)
 FAI_OK = 0
 
-# fai_dtype
+# fai_dtype (the last three: quantized K/V, each element scale x code)
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
-DTYPE_I8, DTYPE_E4M3, DTYPE_E5M2 = 3, 4, 5  # quantized K/V and caches: value = scale x q
+DTYPE_I8, DTYPE_E4M3, DTYPE_E5M2 = 3, 4, 5
 # fai_causal
 CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = 0, 1, 2
 # fai_mask_kind
@@ -107,8 +107,8 @@ class Mask(ctypes.Structure):
 
 
 class Scale(ctypes.Structure):
-    """fai_scale: the f32 scale of (b, s, h) at data[b*stride_batch + s*stride_seq +
-    h*stride_head]."""
+    """fai_scale: the f32 scale of (b, s, h) of a quantized K or V at data[b*stride_batch +
+    s*stride_seq + h*stride_head], strides in elements (0 broadcasts)."""
 
     _fields_ = [
         ("data", c_void_p),

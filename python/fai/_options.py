@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from . import _lib
-from ._arrays import _is_torch
+from ._arrays import _QUANT_DTYPES, _is_torch, _view
 from ._errors import _fail
 
 
@@ -99,3 +99,56 @@ def _head_values(values, name, heads):
     if arr.shape != (heads,):
         _fail(f"{name} has shape {list(arr.shape)}; expected [{heads}] (one per query head)")
     return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+# -- scales of a quantized K or V -------------------------------------------------------------------
+
+_SCALE_FLOATS = ("float16", "float32", "float64", "bfloat16")
+
+
+def _want_scale(name):
+    def want(dtype):
+        if dtype == "float32":
+            return dtype
+        if dtype in _SCALE_FLOATS:
+            return "float32"
+        _fail(f"{name} has dtype {dtype}; expected float32 scales")
+    return want
+
+
+def _scale_forms(lead, labels):
+    """The shapes a K's (V's) scales may take, for messages."""
+    return (f"per token [{', '.join(labels)}] = {list(lead)}, per kv head [{lead[-1]}], or one "
+            "for the tensor [] or [1]")
+
+
+def _kv_scale(scale, name, kv, lead, labels, axes):
+    """The scales of a quantized K or V (name 'k_scale' or 'v_scale', kv the tensor's view) as
+    (view, (stride_batch, stride_seq, stride_head)) for fai_scale; None for a float K (V) without
+    scales. lead: the tensor's leading dims without the head dim ([B, Skv, Hkv], [num_pages,
+    page_size, Hkv] or packed [rows, Hkv]), labels their names and axes their fai_scale axes
+    ('batch', 'seq', 'head'). The scales' shape broadcasts to lead as numpy broadcasts: dims of
+    1 and missing leading dims repeat (stride 0)."""
+    tensor = name.split("_")[0]
+    if kv.dtype not in _QUANT_DTYPES:
+        if scale is not None:
+            _fail(f"{name} given, but {tensor} has dtype {kv.dtype}: scales belong to an int8, "
+                  f"float8_e4m3fn or float8_e5m2 {tensor}")
+        return None
+    if scale is None:
+        _fail(f"{tensor} has dtype {kv.dtype}: {name} is required (float32 scales, "
+              f"{_scale_forms(lead, labels)})")
+    if isinstance(scale, bool):
+        _fail(f"{name} = {scale!r}: expected float32 scales")
+    if isinstance(scale, (int, float)):
+        with np.errstate(over="ignore"):  # libfai names a scale that is not finite
+            scale = np.asarray(scale, dtype=np.float32)
+    view = _view(scale, name, _want_scale(name), last_contiguous=False)
+    shape = view.shape
+    if view.ndim > len(lead) or any(d not in (1, w) for d, w in zip(shape[::-1], lead[::-1])):
+        _fail(f"{name} has shape {list(shape)}; expected a shape that broadcasts to {tensor}'s "
+              f"{_scale_forms(lead, labels)}")
+    strides = dict.fromkeys(("batch", "seq", "head"), 0)
+    for i in range(1, view.ndim + 1):
+        strides[axes[-i]] = view.stride(view.ndim - i)
+    return view, (strides["batch"], strides["seq"], strides["head"])

@@ -8,9 +8,15 @@ try:
     import ml_dtypes
 
     BF16 = np.dtype(ml_dtypes.bfloat16)
+    FP8 = {"float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+           "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2)}
 except ImportError:  # pragma: no cover - depends on the environment
     ml_dtypes = None
     BF16 = None
+    FP8 = {}
+
+# largest finite code of the quantized K/V dtypes
+QMAX = {"int8": 127.0, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 
 # error bound of one rounding step of a 16-bit output, relative to the value
 OUT_STEP = {"float32": 0.0, "float16": 2.0**-10, "bfloat16": 2.0**-7}
@@ -37,7 +43,34 @@ class Ref(tuple):
 def np_dtype(name):
     if name == "bfloat16":
         return BF16
+    if name in FP8:
+        return FP8[name]
     return np.dtype(name)
+
+
+def quantize(rng, x, dtype, kind):
+    """x float64 [..., H, D] (NaN in slots never read) as a quantized K or V: codes of dtype
+    ('int8', 'float8_e4m3fn', 'float8_e5m2') and float32 scales of kind 'token' ([..., H], one
+    per row), 'head' ([H]) or 'tensor' ([]), drawn a little above max |x| / qmax so that the codes
+    use most of their range. Returns (codes, scales, values): values = code x scale in float64,
+    exactly what fai reads (NaN in the rows of NaN, whose per-token scales are NaN)."""
+    mag = np.abs(x)
+    if kind == "token":
+        amax = mag.max(axis=-1)
+    elif kind == "head":
+        amax = np.nanmax(mag, axis=tuple(range(x.ndim - 2)) + (x.ndim - 1,))
+    else:
+        amax = np.float64(np.nanmax(mag))
+    amax = np.where(amax == 0, 1.0, amax)
+    scales = (amax / QMAX[dtype] * rng.uniform(1.0, 1.25, np.shape(amax))).astype(np.float32)
+    per_row = (scales[..., None] if kind == "token" else scales[:, None] if kind == "head"
+               else scales).astype(np.float64)
+    y = np.nan_to_num(x / per_row)
+    if dtype == "int8":
+        codes = np.clip(np.rint(y), -127, 127).astype(np.int8)
+    else:
+        codes = y.astype(np_dtype(dtype))  # rounded to nearest even
+    return codes, scales, codes.astype(np.float64) * per_row
 
 
 def cast(x, name):

@@ -163,3 +163,36 @@ def test_non_cpu_tensors_are_refused():
     q = torch.empty(1, 2, 2, 8, device="meta")
     with pytest.raises(fai.FaiError, match="device meta"):
         fai.attention(q, q, q)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float8_e4m3fn", "float8_e5m2"])
+def test_quantized_kv_tensors(dtype):
+    # K/V codes as torch tensors (read in place, a BHSD cache viewed as BSHD), scales as torch
+    # float32 tensors per token (a strided view) and per kv head; against SDPA on code x scale
+    if not hasattr(torch, dtype):
+        pytest.skip(f"this torch has no {dtype}")
+    tdt = getattr(torch, dtype)
+    qmax = {"int8": 127.0, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}[dtype]
+    g = torch.Generator().manual_seed(5)
+    B, Sq, Skv, Hq, Hkv, D = 2, 3, 24, 8, 2, 32
+    q = torch.randn(B, Sq, Hq, D, generator=g)
+    kx = torch.randn(B, Hkv, Skv, D, generator=g)  # BHSD storage
+    vx = torch.randn(B, Skv, Hkv, D, generator=g)
+    ks_wide = torch.zeros(B, Hkv, Skv, 2)
+    ks_wide[..., 0] = kx.abs().amax(-1) / qmax * 1.1
+    ks = ks_wide[..., 0].transpose(1, 2)  # [B, Skv, Hkv], strided
+    vs = vx.abs().amax(dim=(0, 1, 3)) / qmax * 1.1  # [Hkv]
+    if dtype == "int8":
+        kc = (kx / ks_wide[..., :1]).round().clamp(-127, 127).to(tdt)
+        vc = (vx / vs[:, None]).round().clamp(-127, 127).to(tdt)
+    else:
+        kc, vc = (kx / ks_wide[..., :1]).to(tdt), (vx / vs[:, None]).to(tdt)
+    k = kc.transpose(1, 2)
+    assert _core._view(k, "k", _core._want_kv("k")).ptr == kc.data_ptr(), "copied"
+    o = fai.attention(q, k, vc, k_scale=ks, v_scale=vs, causal=True)
+    k64 = k.double() * ks.double()[..., None]
+    v64 = vc.double() * vs.double()[:, None]
+    mask = torch.ones(Sq, Skv, dtype=torch.bool).tril(diagonal=Skv - Sq)
+    close(o, sdpa64(q, k64, v64, attn_mask=mask))
+    with pytest.raises(fai.FaiError, match="k has dtype .*: k_scale is required"):
+        fai.attention(q, k, vc, v_scale=vs)

@@ -12,8 +12,11 @@
  *   -- Step 4 --  the ranks agree on the local runs, then each q chunk's running partial is
  *                 stored into O and LSE
  *
- * A block holds the two chunks of one rank, K [B, rows, Hkv, D] then V [B, rows, Hkv, Dv],
- * contiguous; the block at step s comes from rank (rank - s) mod R. */
+ * A block holds the two chunks of one rank: the scales of a quantized K and of a quantized V,
+ * f32 [B, rows, Hkv] each (one per token and kv head, whatever shape the owner's scales have:
+ * per kv head or per tensor they are repeated, so every block reads alike), then K [B, rows,
+ * Hkv, D] and V [B, rows, Hkv, Dv], each part starting on a cache line; the block at step s
+ * comes from rank (rank - s) mod R. */
 #include "fai_mpi_internal.h"
 
 #include <limits.h>
@@ -32,6 +35,7 @@ typedef struct ring_call {
     fai_mpi_zigzag mine;              /* this rank's q chunks (and its own kv block) */
     int64_t dim_v;                    /* Dv resolved */
     int64_t k_row_bytes, v_row_bytes; /* bytes of one position's K (all kv heads), and of V */
+    int k_scaled, v_scaled;           /* K (V) is quantized: its scales travel in the blocks */
     fai_plan **plans;                 /* [2 * chunks]: q chunk qc, kv chunk c at qc * chunks + c;
                                          NULL where the pair is skipped */
     float *running[2];                /* per q chunk: the merge of its pairs so far */
@@ -222,14 +226,46 @@ static int64_t block_rows(const ring_call *call, int owner) {
     return l0 + l1;
 }
 
+/* Where the parts of the block of `owner` start, in bytes, and its size. */
+typedef struct block_layout {
+    int64_t k_scale, v_scale, k, v, bytes;
+} block_layout;
+
+static int64_t cache_line_up(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+static block_layout layout_of(const ring_call *call, int owner) {
+    const int64_t rows = call->local->batch * block_rows(call, owner);
+    const int64_t scale_bytes = rows * call->local->heads_kv * (int64_t)sizeof(float);
+    block_layout l;
+    l.k_scale = 0;
+    l.v_scale = cache_line_up(call->k_scaled ? scale_bytes : 0);
+    l.k = cache_line_up(l.v_scale + (call->v_scaled ? scale_bytes : 0));
+    l.v = cache_line_up(l.k + rows * call->k_row_bytes);
+    l.bytes = l.v + rows * call->v_row_bytes;
+    return l;
+}
+
 static int64_t block_bytes(const ring_call *call, int owner) {
-    return call->local->batch * block_rows(call, owner) * (call->k_row_bytes + call->v_row_bytes);
+    return layout_of(call, owner).bytes;
+}
+
+/* One scale per token and kv head of rows [0, rows) of every batch, read through the caller's
+ * fai_scale (any strides, zeros broadcasting), into a contiguous [B, rows, Hkv] array. */
+static void pack_scales(float *dst, const fai_scale *src, int64_t batch, int64_t rows,
+                        int64_t heads) {
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t s = 0; s < rows; s++)
+            for (int64_t h = 0; h < heads; h++)
+                *dst++ =
+                    src->data[b * src->stride_batch + s * src->stride_seq + h * src->stride_head];
 }
 
 static int allocate_blocks(ring_call *call) {
     const fai_problem *pb = call->local;
     call->k_row_bytes = pb->heads_kv * pb->head_dim * (int64_t)fai_dtype_size(pb->k_dtype);
     call->v_row_bytes = pb->heads_kv * call->dim_v * (int64_t)fai_dtype_size(pb->v_dtype);
+    call->k_scaled = fai_dtype_is_quantized(pb->k_dtype);
+    call->v_scaled = fai_dtype_is_quantized(pb->v_dtype);
     /* blocks differ by up to two rows, and which rank holds the longest depends on seq */
     int64_t bytes = 0;
     for (int owner = 0; owner < call->size; owner++)
@@ -249,9 +285,17 @@ static int allocate_blocks(ring_call *call) {
         return 0;
     }
     const int64_t rows = call->mine.rows, batch = pb->batch;
-    fai_mpi__pack_rows(call->block[0], &call->tensors->k, batch, rows, pb->heads_kv, pb->head_dim);
-    fai_mpi__pack_rows((char *)call->block[0] + batch * rows * call->k_row_bytes, &call->tensors->v,
-                       batch, rows, pb->heads_kv, call->dim_v);
+    const block_layout l = layout_of(call, call->rank);
+    char *mine = call->block[0];
+    memset(mine, 0, (size_t)l.bytes); /* the padding between the parts travels too */
+    if (call->k_scaled)
+        pack_scales((float *)(mine + l.k_scale), &call->tensors->k_scale, batch, rows,
+                    pb->heads_kv);
+    if (call->v_scaled)
+        pack_scales((float *)(mine + l.v_scale), &call->tensors->v_scale, batch, rows,
+                    pb->heads_kv);
+    fai_mpi__pack_rows(mine + l.k, &call->tensors->k, batch, rows, pb->heads_kv, pb->head_dim);
+    fai_mpi__pack_rows(mine + l.v, &call->tensors->v, batch, rows, pb->heads_kv, call->dim_v);
     return 1;
 }
 
@@ -265,6 +309,18 @@ static fai_tensor block_view(void *base, fai_dtype dtype, int64_t rows, int64_t 
     return t;
 }
 
+/* The scales of the chunk at row `row0` of a block of `rows` rows (none when not `scaled`). */
+static fai_scale block_scales(void *base, int scaled, int64_t rows, int64_t row0, int64_t heads) {
+    fai_scale s;
+    memset(&s, 0, sizeof s);
+    if (!scaled) return s;
+    s.data = (float *)base + row0 * heads;
+    s.stride_batch = rows * heads;
+    s.stride_seq = heads;
+    s.stride_head = 1;
+    return s;
+}
+
 static void run_pair(ring_call *call, void *block, int owner, int64_t qc, int64_t half) {
     const fai_problem *pb = call->local;
     const int64_t kc = half ? call->chunks - 1 - owner : owner;
@@ -273,12 +329,15 @@ static void run_pair(ring_call *call, void *block, int owner, int64_t qc, int64_
     int64_t start, l0;
     chunk_of(call, owner, &start, &l0);
     const int64_t rows = block_rows(call, owner), row0 = half ? l0 : 0;
+    const block_layout l = layout_of(call, owner);
+    char *base = block;
     fai_tensors t = *call->tensors;
     t.sinks = NULL;
     t.q = fai_mpi__tensor_from_row(&call->tensors->q, qc ? call->mine.len[0] : 0);
-    t.k = block_view(block, pb->k_dtype, rows, row0, pb->heads_kv, pb->head_dim);
-    t.v = block_view((char *)block + pb->batch * rows * call->k_row_bytes, pb->v_dtype, rows, row0,
-                     pb->heads_kv, call->dim_v);
+    t.k = block_view(base + l.k, pb->k_dtype, rows, row0, pb->heads_kv, pb->head_dim);
+    t.v = block_view(base + l.v, pb->v_dtype, rows, row0, pb->heads_kv, call->dim_v);
+    t.k_scale = block_scales(base + l.k_scale, call->k_scaled, rows, row0, pb->heads_kv);
+    t.v_scale = block_scales(base + l.v_scale, call->v_scaled, rows, row0, pb->heads_kv);
     const fai_mpi__part_shape shape = {pb->batch, call->mine.len[qc], pb->heads_q, call->dim_v};
     /* the chunk's first pair lands in its running partial, later ones in the scratch */
     float *running = call->running[qc];

@@ -1,6 +1,7 @@
 /* fai_mpi_attention: K/V sharded across the ranks (dense or paged, each rank with its own pool
- * and block table), the same Q everywhere; equal to fai on the whole sequence on one process,
- * and bitwise the same on every rank that receives it. */
+ * and block table, quantized K/V with the scales of the shard's keys), the same Q everywhere;
+ * equal to fai on the whole sequence on one process, and bitwise the same on every rank that
+ * receives it. */
 #include "test_mpi_util.h"
 
 #include <math.h>
@@ -23,6 +24,7 @@ typedef struct kv_case {
     int root;             /* FAI_MPI_ALL_RANKS or a rank */
     float softcap;        /* score modifiers: soft-capping, ALiBi and sinks over the shards */
     int alibi, sinks;
+    int k_scale_kind, v_scale_kind; /* a quantized kv_dtype: TEST_SCALE_* of K and V */
 } kv_case;
 
 static kv_case kv_case_of(int64_t batch, int64_t hq, int64_t hkv, int64_t sq, int64_t skv,
@@ -41,6 +43,7 @@ typedef struct whole_data {
     fai_problem problem;
     fai_tensors tensors;
     float *kf, *vf; /* K and V values, f32 [B, Skv, Hkv, D|Dv] */
+    float *ks, *vs; /* quantized: the scale of each (b, s, h), [B, Skv, Hkv] */
     void *q, *k, *v;
     float *o_ref, *lse_ref;
     float slopes[64], sinks[64]; /* per query head */
@@ -60,9 +63,14 @@ static int make_whole(const kv_case *c, uint64_t seed, whole_data *w) {
     w->q = test_alloc(fai_dtype_size(c->q_dtype) * (size_t)q_count);
     w->k = test_alloc(fai_dtype_size(c->kv_dtype) * (size_t)k_count);
     w->v = test_alloc(fai_dtype_size(c->kv_dtype) * (size_t)v_count);
+    const int64_t kv_rows = c->batch * c->skv * c->hkv;
+    w->ks = test_alloc(sizeof(float) * (size_t)kv_rows);
+    w->vs = test_alloc(sizeof(float) * (size_t)kv_rows);
+    test_scales(w->ks, c->kv_dtype, c->k_scale_kind, c->batch, c->skv, c->hkv);
+    test_scales(w->vs, c->kv_dtype, c->v_scale_kind, c->batch, c->skv, c->hkv);
     test_encode(w->q, c->q_dtype, qf, q_count);
-    test_encode(w->k, c->kv_dtype, w->kf, k_count);
-    test_encode(w->v, c->kv_dtype, w->vf, v_count);
+    test_encode_rows(w->k, c->kv_dtype, w->kf, w->ks, kv_rows, c->d);
+    test_encode_rows(w->v, c->kv_dtype, w->vf, w->vs, kv_rows, c->dv);
     free(qf);
 
     fai_problem *pb = &w->problem;
@@ -84,13 +92,16 @@ static int make_whole(const kv_case *c, uint64_t seed, whole_data *w) {
     w->tensors.q = fai_tensor_bshd(w->q, c->q_dtype, c->sq, c->hq, c->d);
     w->tensors.k = fai_tensor_bshd(w->k, c->kv_dtype, c->skv, c->hkv, c->d);
     w->tensors.v = fai_tensor_bshd(w->v, c->kv_dtype, c->skv, c->hkv, c->dv);
+    w->tensors.k_scale = test_scales_of(c->kv_dtype, w->ks, c->k_scale_kind, c->skv, c->hkv);
+    w->tensors.v_scale = test_scales_of(c->kv_dtype, w->vs, c->v_scale_kind, c->skv, c->hkv);
     w->o_ref = test_alloc(sizeof(float) * (size_t)(c->batch * c->sq * c->hq * c->dv));
     w->lse_ref = test_alloc(sizeof(float) * (size_t)(c->batch * c->hq * c->sq));
     return test_reference(pb, &w->tensors, w->o_ref, w->lse_ref);
 }
 
 static void free_whole(whole_data *w) {
-    free(w->kf), free(w->vf), free(w->q), free(w->k), free(w->v), free(w->o_ref);
+    free(w->kf), free(w->vf), free(w->ks), free(w->vs), free(w->q), free(w->k), free(w->v);
+    free(w->o_ref);
     free(w->lse_ref);
 }
 
@@ -102,18 +113,36 @@ typedef struct shard_data {
     int32_t *kv_start, *q_start, *lens;
     int32_t *table;
     void *k, *v;
+    float *ks, *vs; /* quantized: the scale of each (row, h) of the shard's K and V */
 } shard_data;
 
 static int64_t whole_key_length(const kv_case *c, int64_t b) {
     return c->seqlens_kv ? c->seqlens_kv[b] : c->skv;
 }
 
-/* Copies key rows [first, first + count) of sequence b into dst (rows of Hkv heads). */
+/* Copies key rows [first, first + count) of sequence b into the shard's rows from `to` (rows of
+ * Hkv heads), and the scales of those rows. */
 static void copy_keys(const kv_case *c, const whole_data *w, int64_t b, int64_t first,
-                      int64_t count, void *k_dst, void *v_dst) {
-    const int64_t k_row = c->hkv * c->d, v_row = c->hkv * c->dv;
-    test_encode(k_dst, c->kv_dtype, w->kf + (b * c->skv + first) * k_row, count * k_row);
-    test_encode(v_dst, c->kv_dtype, w->vf + (b * c->skv + first) * v_row, count * v_row);
+                      int64_t count, shard_data *s, int64_t to) {
+    const int64_t k_row = c->hkv * c->d, v_row = c->hkv * c->dv, from = b * c->skv + first;
+    const size_t es = fai_dtype_size(c->kv_dtype), rows = (size_t)count;
+    memcpy((char *)s->k + es * (size_t)(to * k_row),
+           (const char *)w->k + es * (size_t)(from * k_row), es * rows * (size_t)k_row);
+    memcpy((char *)s->v + es * (size_t)(to * v_row),
+           (const char *)w->v + es * (size_t)(from * v_row), es * rows * (size_t)v_row);
+    memcpy(s->ks + to * c->hkv, w->ks + from * c->hkv, sizeof(float) * rows * (size_t)c->hkv);
+    memcpy(s->vs + to * c->hkv, w->vs + from * c->hkv, sizeof(float) * rows * (size_t)c->hkv);
+}
+
+/* The shard's scales: per token its own rows (blocks of `rows_per_block`), else the whole's. */
+static void shard_scales(const kv_case *c, const whole_data *w, shard_data *s,
+                         int64_t rows_per_block) {
+    const int kinds[2] = {c->k_scale_kind, c->v_scale_kind};
+    float *own[2] = {s->ks, s->vs}, *whole[2] = {w->ks, w->vs};
+    fai_scale *dst[2] = {&s->tensors.k_scale, &s->tensors.v_scale};
+    for (int i = 0; i < 2; i++)
+        *dst[i] = test_scales_of(c->kv_dtype, kinds[i] == TEST_SCALE_TOKEN ? own[i] : whole[i],
+                                 kinds[i], rows_per_block, c->hkv);
 }
 
 static void make_dense_shard(const kv_case *c, const whole_data *w, shard_data *s) {
@@ -128,10 +157,11 @@ static void make_dense_shard(const kv_case *c, const whole_data *w, shard_data *
     const size_t es = fai_dtype_size(c->kv_dtype);
     s->k = test_alloc(es * (size_t)(c->batch * longest * c->hkv * c->d));
     s->v = test_alloc(es * (size_t)(c->batch * longest * c->hkv * c->dv));
+    s->ks = test_alloc(sizeof(float) * (size_t)(c->batch * longest * c->hkv));
+    s->vs = test_alloc(sizeof(float) * (size_t)(c->batch * longest * c->hkv));
     for (int64_t b = 0; b < c->batch; b++)
-        copy_keys(c, w, b, s->kv_start[b], s->lens[b],
-                  (char *)s->k + es * (size_t)(b * longest * c->hkv * c->d),
-                  (char *)s->v + es * (size_t)(b * longest * c->hkv * c->dv));
+        copy_keys(c, w, b, s->kv_start[b], s->lens[b], s, b * longest);
+    shard_scales(c, w, s, longest);
     s->problem.seq_kv = longest;
     /* a whole without lengths shards every sequence alike: the shard needs none either */
     s->problem.seqlens_kv = c->seqlens_kv ? s->lens : NULL;
@@ -164,9 +194,14 @@ static void make_paged_shard(const kv_case *c, const whole_data *w, shard_data *
     float *garbage = test_alloc(sizeof(float) * (size_t)(pool * (k_page + v_page)));
     for (int64_t i = 0; i < pool * (k_page + v_page); i++)
         garbage[i] = GARBAGE;
-    test_encode(s->k, c->kv_dtype, garbage, pool * k_page);
+    test_encode(s->k, c->kv_dtype, garbage, pool * k_page); /* quantized: left 0 */
     test_encode(s->v, c->kv_dtype, garbage + pool * k_page, pool * v_page);
     free(garbage);
+    /* scales of slots that hold no key: NaN, which fai refuses to read */
+    s->ks = test_alloc(sizeof(float) * (size_t)(pool * ps * c->hkv));
+    s->vs = test_alloc(sizeof(float) * (size_t)(pool * ps * c->hkv));
+    for (int64_t i = 0; i < pool * ps * c->hkv; i++)
+        s->ks[i] = s->vs[i] = NAN;
     int64_t used = 0;
     for (int64_t b = 0; b < c->batch; b++)
         for (int64_t p = 0; p < pages[b]; p++) {
@@ -174,9 +209,7 @@ static void make_paged_shard(const kv_case *c, const whole_data *w, shard_data *
             s->table[b * widest + p] = (int32_t)page;
             const int64_t first = (first_page[b] + p) * ps;
             const int64_t rest = whole_key_length(c, b) - first;
-            copy_keys(c, w, b, first, rest < ps ? rest : ps,
-                      (char *)s->k + es * (size_t)(page * k_page),
-                      (char *)s->v + es * (size_t)(page * v_page));
+            copy_keys(c, w, b, first, rest < ps ? rest : ps, s, page * ps);
         }
     s->problem.seq_kv = 0;
     s->problem.page_size = ps, s->problem.num_pages = pool, s->problem.pages_per_seq = widest;
@@ -184,6 +217,7 @@ static void make_paged_shard(const kv_case *c, const whole_data *w, shard_data *
     s->tensors.k = fai_tensor_bshd(s->k, c->kv_dtype, ps, c->hkv, c->d);
     s->tensors.v = fai_tensor_bshd(s->v, c->kv_dtype, ps, c->hkv, c->dv);
     s->tensors.block_table = s->table;
+    shard_scales(c, w, s, ps);
 }
 
 static void make_shard(const kv_case *c, const whole_data *w, shard_data *s) {
@@ -212,6 +246,7 @@ static void make_shard(const kv_case *c, const whole_data *w, shard_data *s) {
 
 static void free_shard(shard_data *s) {
     free(s->kv_start), free(s->q_start), free(s->lens), free(s->table), free(s->k), free(s->v);
+    free(s->ks), free(s->vs);
 }
 
 static uint64_t checksum(const void *data, size_t bytes) {
@@ -384,4 +419,25 @@ TEST(mpi_score_modifiers) {
     c.root = 0;
     c.alibi = 0;
     CHECK(run_both_placements(c, 43));
+}
+
+/* Quantized K and V: each shard with the scales of its own keys (per token: the shard's rows, or
+ * its pages' slots), or the whole's per kv head and per tensor; decode and prefill, dense and
+ * paged, int8 and fp8. */
+TEST(mpi_quantized_kv) {
+    kv_case c = kv_case_of(3, 8, 2, 1, 301, 32);
+    c.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    c.kv_dtype = FAI_DTYPE_I8, c.k_scale_kind = c.v_scale_kind = TEST_SCALE_TOKEN;
+    CHECK(run_both_placements(c, 50));
+    c.kv_dtype = FAI_DTYPE_E4M3, c.k_scale_kind = TEST_SCALE_HEAD;
+    c.v_scale_kind = TEST_SCALE_TENSOR;
+    CHECK(run_both_placements(c, 51));
+    static const int32_t lens[2] = {120, 37};
+    c = kv_case_of(2, 4, 2, 12, 120, 16);
+    c.seqlens_kv = lens, c.page_size = 8, c.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    c.kv_dtype = FAI_DTYPE_E5M2, c.o_dtype = FAI_DTYPE_F16;
+    c.k_scale_kind = TEST_SCALE_TOKEN, c.v_scale_kind = TEST_SCALE_HEAD;
+    CHECK(run_both_placements(c, 52));
+    c.kv_dtype = FAI_DTYPE_I8, c.v_scale_kind = TEST_SCALE_TOKEN, c.root = 0;
+    CHECK(run_both_placements(c, 53));
 }

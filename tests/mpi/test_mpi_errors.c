@@ -259,6 +259,43 @@ TEST(mpi_error_ring_refuses_what_it_does_not_shard) {
     CHECK(ring_o_untouched(&f));
 }
 
+/* Quantized K and V with scales that fai refuses on one rank: missing, or not > 0. */
+static void quantize_decode(decode_fixture *f, float *k_scales, float *v_scales) {
+    f->problem.k_dtype = f->problem.v_dtype = FAI_DTYPE_I8; /* the f32 data read as int8 codes */
+    f->tensors.k.dtype = f->tensors.v.dtype = FAI_DTYPE_I8;
+    f->tensors.k_scale = (fai_scale){k_scales, 0, 0, 1}; /* one per kv head */
+    f->tensors.v_scale = (fai_scale){v_scales, 0, 0, 0}; /* one for the tensor */
+}
+
+TEST(mpi_error_quantized_kv_on_one_rank) {
+    char where[32];
+    snprintf(where, sizeof where, "rank %d: ", bad_rank());
+    float scales[2] = {0.01f, 0.02f}, bad[2] = {0.01f, -1.0f};
+    decode_fixture f;
+    decode_fixture_init(&f, 1);
+    quantize_decode(&f, scales, scales);
+    CHECK(attend(&f, 1) == FAI_OK); /* the fixture is valid */
+    decode_fixture_init(&f, 1);
+    quantize_decode(&f, scales, scales);
+    if (test_rank == bad_rank()) f.tensors.k_scale.data = NULL;
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, where, "k_scale.data = NULL"));
+    decode_fixture_init(&f, 0);
+    quantize_decode(&f, scales, test_rank == bad_rank() ? bad + 1 : scales);
+    CHECK(failed_alike(attend(&f, 0), FAI_ERR_INVALID_ARG, &f, where,
+                       "v_scale of sequence 0, key 0, kv head 0 = -1"));
+    /* the ring checks every rank's scales before the K/V blocks travel */
+    ring_fixture r;
+    ring_fixture_init(&r);
+    r.problem.k_dtype = FAI_DTYPE_E5M2, r.tensors.k.dtype = FAI_DTYPE_E5M2;
+    r.tensors.k_scale = (fai_scale){scales, 0, 0, 1};
+    CHECK(ring(&r) == FAI_OK);
+    ring_fixture_init(&r);
+    r.problem.k_dtype = FAI_DTYPE_E5M2, r.tensors.k.dtype = FAI_DTYPE_E5M2;
+    r.tensors.k_scale = (fai_scale){test_rank == bad_rank() ? bad : scales, 0, 0, 1};
+    CHECK(failed_alike(ring(&r), FAI_ERR_INVALID_ARG, NULL, where, "kv head 1 = -1"));
+    CHECK(ring_o_untouched(&r));
+}
+
 TEST(mpi_layout_helpers) {
     int64_t start = -1, len = -1, total = 0;
     for (int r = 0; r < 3; r++) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fai-mpi run against fai run on the same .npy files: K/V sharded (dense and paged, with masks,
-# lengths and windows) and ring prefill (causal or not, uneven lengths, 16-bit dtypes); O and LSE
+# lengths and windows) and ring prefill (causal or not, uneven lengths, 16-bit dtypes), quantized
+# K and V with their scales per token (sharded with the keys), per kv head and per tensor; O and LSE
 # must agree within the design's tolerances. Bad input exits 2 with one line on stderr and no
 # output file. Then one short fai-mpi bench run, its JSON figures checked for sanity.
 #
@@ -130,6 +131,39 @@ compare("top_left", qkv(1, 6, 40, 2, 1, 8, prefix="tl") + ["--causal-top-left"])
 # a scale of 0 is taken as given: every visible key weighs the same
 compare("scale_zero", qkv(1, 6, 40, 2, 1, 8, prefix="s0") + ["--causal", "--scale", "0"])
 
+# quantized K and V: int8 codes and fp8 codes as uint8 bytes (exponents in a middle range: no
+# NaN or Inf), scales per token (cut with the keys: by ranges, by pages, in zig-zag chunks for
+# the ring), per kv head and per tensor
+def codes(shape, dtype):
+    if dtype == "i8":
+        return rng.integers(-127, 128, shape).astype(np.int8)
+    return (rng.integers(0x20, 0x60, shape) | (rng.integers(0, 2, shape) << 7)).astype(np.uint8)
+
+
+def scales(shape, qmax):
+    return (rng.uniform(0.5, 1.5, shape) / qmax).astype(np.float32)
+
+
+b, s, hq, hkv, d = 2, 37, 4, 2, 16
+args = ["--q", save("qz_q.npy", tensor((b, s, hq, d), "f32")),
+        "--k", save("qz_k.npy", codes((b, s, hkv, d), "i8")),
+        "--v", save("qz_v.npy", codes((b, s, hkv, d), "e4m3")), "--v-dtype", "e4m3",
+        "--k-scale", save("qz_ks.npy", scales((b, s, hkv), 127.0)),
+        "--v-scale", save("qz_vs.npy", scales((hkv,), 30.0))]
+compare("kv_quantized", args + ["--causal"], True)
+compare("ring_quantized", args + ["--causal", "--ring"], True)
+compare("ring_quantized_v_per_token", args[:-2] + [
+    "--v-scale", save("qz_vs_token.npy", scales((b, s, hkv), 30.0))] + ["--ring"], True)
+lens = np.array([70, 33, 1], dtype=np.int32)
+table = rng.permutation(3 * pages).astype(np.int32).reshape(3, pages)
+args = ["--q", save("pz_q.npy", tensor((3, 2, hq, d), "f16")),
+        "--k", save("pz_k.npy", codes((3 * pages, ps, hkv, d), "e5m2")), "--k-dtype", "e5m2",
+        "--v", save("pz_v.npy", codes((3 * pages, ps, hkv, d), "i8")),
+        "--k-scale", save("pz_ks.npy", scales((3 * pages, ps, hkv), 300.0)),
+        "--v-scale", save("pz_vs.npy", scales((), 127.0)),
+        "--block-table", save("pz_bt.npy", table), "--seqlens-kv", save("pz_skv.npy", lens)]
+compare("paged_quantized", args + ["--causal"], True)
+
 # bad input: exit 2, one line on stderr naming the culprit, no output file
 bad_q = save("bad_q.npy", tensor((1, 8, 4, 8), "f32"))
 bad_k3 = save("bad_k3.npy", tensor((1, 8, 3, 8), "f32"))
@@ -152,6 +186,8 @@ cases = [
     (["--q", bad_q, "--k", good_k, "--v", good_k, "--seqlens-kv", neg], "seqlens_kv[0] = -1"),
     (["--q", bad_q, "--k", good_k, "--v", good_k, "--workers", "-1"], "--workers -1"),
     (["--q", bad_q, "--k", good_k, "--v", good_k, "--bogus"], "unknown option '--bogus'"),
+    (["--q", bad_q, "--k", save("bad_k8.npy", codes((1, 8, 2, 8), "i8")), "--v", good_k,
+      "--ring"], "--k-scale is required"),
 ]
 for n, (bad, needle) in enumerate(cases):
     out = os.path.join(tmp, "bad_out_%d.npy" % n)

@@ -29,6 +29,63 @@ void *test_alloc(size_t bytes) {
     return p;
 }
 
+void test_scales(float *scales, fai_dtype dtype, int kind, int64_t batch, int64_t seq,
+                 int64_t heads) {
+    const double qmax = dtype == FAI_DTYPE_I8 ? 127.0 : dtype == FAI_DTYPE_E4M3 ? 448.0 : 57344.0;
+    for (int64_t b = 0, at = 0; b < batch; b++)
+        for (int64_t s = 0; s < seq; s++)
+            for (int64_t h = 0; h < heads; h++, at++) {
+                /* 1 to 2 times 1 / qmax: the values of [-1, 1) use half the codes or more */
+                const int64_t step = kind == TEST_SCALE_TOKEN  ? (b * seq + s) * heads + h
+                                     : kind == TEST_SCALE_HEAD ? h
+                                                               : 0;
+                scales[at] = (float)((1.0 + (double)(step % 5) / 4.0) / qmax);
+            }
+}
+
+fai_scale test_scale_view(float *scales, int kind, int64_t seq, int64_t heads) {
+    fai_scale view;
+    memset(&view, 0, sizeof view);
+    view.data = scales;
+    if (kind == TEST_SCALE_TOKEN) view.stride_batch = seq * heads, view.stride_seq = heads;
+    if (kind != TEST_SCALE_TENSOR) view.stride_head = 1;
+    return view;
+}
+
+fai_scale test_scales_of(fai_dtype dtype, float *scales, int kind, int64_t seq, int64_t heads) {
+    fai_scale none;
+    memset(&none, 0, sizeof none);
+    return fai_dtype_is_quantized(dtype) ? test_scale_view(scales, kind, seq, heads) : none;
+}
+
+void test_quantize(void *codes, fai_dtype dtype, const float *values, const float *scales,
+                   int64_t rows, int64_t dim) {
+    double code_value[256]; /* NaN for the codes of NaN and Inf */
+    for (int c = 0; c < 256; c++) {
+        const uint8_t byte = (uint8_t)c;
+        code_value[c] = fai_oracle_load(&byte, dtype, 0);
+        if (!isfinite(code_value[c])) code_value[c] = NAN;
+    }
+    uint8_t *out = codes;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t d = 0; d < dim; d++) {
+            /* the nearest finite code (the comparison is false for NaN) */
+            const double x = (double)values[r * dim + d] / scales[r];
+            double best_err = INFINITY;
+            for (int c = 0; c < 256; c++)
+                if (fabs(code_value[c] - x) < best_err)
+                    best_err = fabs(code_value[c] - x), out[r * dim + d] = (uint8_t)c;
+        }
+}
+
+void test_encode_rows(void *dst, fai_dtype dtype, const float *values, const float *scales,
+                      int64_t rows, int64_t dim) {
+    if (fai_dtype_is_quantized(dtype))
+        test_quantize(dst, dtype, values, scales, rows, dim);
+    else
+        test_encode(dst, dtype, values, rows * dim);
+}
+
 int test_reference(const fai_problem *whole, const fai_tensors *tensors, float *o_ref,
                    float *lse_ref) {
     fai_problem pb = *whole;

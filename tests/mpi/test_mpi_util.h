@@ -24,6 +24,31 @@ void test_encode(void *dst, fai_dtype dtype, const float *src, int64_t count);
 
 void *test_alloc(size_t bytes); /* zeroed; never NULL for 0 bytes; aborts when out of memory */
 
+/* Quantized K and V: how their scales vary. */
+enum { TEST_SCALE_TOKEN, TEST_SCALE_HEAD, TEST_SCALE_TENSOR };
+
+/* One scale per (b, s, h) of a [B, S, H] quantized tensor of `dtype`, in that order: varying per
+ * token and head, per head only, or one for all (`kind`), sized so that test_fill's values use
+ * most of the codes. */
+void test_scales(float *scales, fai_dtype dtype, int kind, int64_t batch, int64_t seq,
+                 int64_t heads);
+
+/* The fai_scale of test_scales' array as fai reads it from a [B, seq, H] tensor: per token, the
+ * whole array; per head or for the tensor, its first H or 1 values, the other strides 0. */
+fai_scale test_scale_view(float *scales, int kind, int64_t seq, int64_t heads);
+/* The same for a tensor of dtype: no scales (all 0) unless it is quantized. */
+fai_scale test_scales_of(fai_dtype dtype, float *scales, int kind, int64_t seq, int64_t heads);
+
+/* rows x dim values (f32), row r divided by scales[r], as the nearest codes of a quantized
+ * dtype (one byte each). */
+void test_quantize(void *codes, fai_dtype dtype, const float *values, const float *scales,
+                   int64_t rows, int64_t dim);
+
+/* Encodes f32 values as dtype, quantized ones with one scale per row of dim values (NULL for
+ * the other dtypes). */
+void test_encode_rows(void *dst, fai_dtype dtype, const float *values, const float *scales,
+                      int64_t rows, int64_t dim);
+
 /* Runs fai on one process: problem and tensors as given, O replaced by f32 [B, Sq, Hq, Dv] in
  * o_ref and LSE by [B, Hq, Sq] in lse_ref. Returns 0 on success. */
 int test_reference(const fai_problem *whole, const fai_tensors *tensors, float *o_ref,

@@ -189,13 +189,25 @@ static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *
     const size_t o_row = (size_t)(p->heads_q * p->head_dim_v) * fai_dtype_size(a->out_dtype);
     void *q = NULL, *k = NULL, *v = NULL, *o_local = NULL, *o = NULL;
     float *lse_local = NULL, *lse = NULL;
+    /* the scales of a quantized K and V: per token, the rank's rows like K's; else shared */
+    fai_scale scales[2] = {p->k_scale, p->v_scale};
+    const fai_npy *scale_files[2] = {&in->k_scale, &in->v_scale};
+    void *own_scales[2] = {NULL, NULL};
     if (!rc) {
         q = take_chunks(&in->q, &z, q_row);
         k = take_chunks(&in->k, &z, k_row);
         v = take_chunks(&in->v, &z, v_row);
         o_local = fai_run_alloc((size_t)(p->batch * z.rows) * o_row);
         lse_local = fai_run_alloc(sizeof(float) * (size_t)(p->batch * p->heads_q * z.rows));
-        if (!q || !k || !v || !o_local || !lse_local)
+        int scales_ok = 1;
+        for (int i = 0; i < 2; i++) {
+            if (!scales[i].data || !scales[i].stride_seq) continue;
+            own_scales[i] = take_chunks(scale_files[i], &z, sizeof(float) * (size_t)p->heads_kv);
+            scales_ok = scales_ok && own_scales[i];
+            scales[i].data = own_scales[i];
+            scales[i].stride_batch = z.rows * p->heads_kv;
+        }
+        if (!q || !k || !v || !o_local || !lse_local || !scales_ok)
             rc = fai_run_fail(a, "out of memory (this rank's %lld rows)", (long long)z.rows);
     }
     fai_npy_free(&in->q); /* the rank keeps its chunks only */
@@ -215,12 +227,15 @@ static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *
         t.lse = fai_run_lse_tensor(lse_local, p->heads_q, z.rows);
         t.alibi_slopes = p->alibi_slopes;
         t.sinks = p->sinks;
+        t.k_scale = scales[0];
+        t.v_scale = scales[1];
         if (fai_mpi_ring_attention(MPI_COMM_WORLD, &local, p->seq_q, &t, NULL) != FAI_OK)
             rc = fai_run_fail(a, "%s", fai_mpi_last_error());
     }
     if (!rc) rc = gather_rows(a, p, o_local, lse_local, rank, size, o, lse);
     if (!rc && rank == 0) rc = fai_run_write_outputs(a, p, o, lse);
     free(q), free(k), free(v), free(o_local), free(lse_local), free(o), free(lse);
+    free(own_scales[0]), free(own_scales[1]);
     return rc;
 }
 

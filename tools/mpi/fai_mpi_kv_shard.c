@@ -11,6 +11,42 @@ static int out_of_memory(fai_run_args *a, size_t bytes) {
     return fai_run_fail(a, "out of memory (a shard buffer of %zu bytes)", bytes);
 }
 
+/* The scales of a quantized K and V as the shard's tensors take them: shared with the whole
+ * when they are per kv head or per tensor; per token (stride_seq set), a buffer of `rows` rows of
+ * Hkv scales to fill, the shard's scales then laid out as [rows / rows_per_block,
+ * rows_per_block, Hkv]. Returns 0, or 2 when out of memory. */
+static int shard_scales(fai_run_args *a, const fai_run_problem *p, fai_mpi_kv_shard *s,
+                        int64_t rows, int64_t rows_per_block) {
+    const fai_scale *whole[2] = {&p->k_scale, &p->v_scale};
+    fai_scale *dst[2] = {&s->tensors.k_scale, &s->tensors.v_scale};
+    float **own[2] = {&s->k_scale, &s->v_scale};
+    for (int i = 0; i < 2; i++) {
+        *dst[i] = *whole[i];
+        if (!whole[i]->data || !whole[i]->stride_seq) continue;
+        const size_t bytes = sizeof(float) * (size_t)(rows * p->heads_kv);
+        *own[i] = fai_run_alloc(bytes);
+        if (!*own[i]) return out_of_memory(a, bytes);
+        dst[i]->data = *own[i];
+        dst[i]->stride_batch = rows_per_block * p->heads_kv;
+        dst[i]->stride_seq = p->heads_kv;
+        dst[i]->stride_head = 1;
+    }
+    return 0;
+}
+
+/* Copies `rows` rows of Hkv per-token scales from row `from` of the whole to row `to` of the
+ * shard, for K and V (those that have per-token scales). */
+static void copy_scale_rows(const fai_run_problem *p, fai_mpi_kv_shard *s, int64_t from, int64_t to,
+                            int64_t rows) {
+    const fai_scale *whole[2] = {&p->k_scale, &p->v_scale};
+    float *own[2] = {s->k_scale, s->v_scale};
+    const size_t row = (size_t)p->heads_kv;
+    for (int i = 0; i < 2; i++)
+        if (own[i])
+            memcpy(own[i] + (size_t)to * row, whole[i]->data + (size_t)from * row,
+                   sizeof(float) * (size_t)rows * row);
+}
+
 /* Keys [start, start + len) of Skv on every sequence; lengths clipped to the range. */
 static int shard_dense(fai_run_args *a, const fai_run_inputs *in, const fai_run_problem *p,
                        int rank, int ranks, fai_mpi_kv_shard *s, int64_t *lens) {
@@ -29,12 +65,14 @@ static int shard_dense(fai_run_args *a, const fai_run_inputs *in, const fai_run_
     s->k = fai_run_alloc(rows * k_row);
     s->v = fai_run_alloc(rows * v_row);
     if (!s->k || !s->v) return out_of_memory(a, rows * (k_row + v_row));
+    if (shard_scales(a, p, s, (int64_t)rows, len)) return 2;
     for (int64_t b = 0; b < p->batch; b++) {
         const size_t from = (size_t)(b * p->k_rows + start), to = (size_t)(b * len);
         memcpy((char *)s->k + to * k_row, (const char *)in->k.data + from * k_row,
                (size_t)len * k_row);
         memcpy((char *)s->v + to * v_row, (const char *)in->v.data + from * v_row,
                (size_t)len * v_row);
+        copy_scale_rows(p, s, (int64_t)from, (int64_t)to, len);
     }
     s->problem.seq_kv = len;
     s->problem.seqlens_kv = whole ? s->seqlens_kv : NULL;
@@ -85,13 +123,14 @@ static int shard_paged(fai_run_args *a, const fai_run_inputs *in, const fai_run_
     int rc = 0;
     if (!s->table || !s->k || !s->v) {
         rc = out_of_memory(a, (size_t)pages * (k_page + v_page));
-    } else {
+    } else if (!(rc = shard_scales(a, p, s, pages * ps, ps))) {
         for (int64_t g = 0; g < whole->num_pages; g++) {
             if (local_of[g] < 0) continue;
             memcpy((char *)s->k + (size_t)local_of[g] * k_page,
                    (const char *)in->k.data + (size_t)g * k_page, k_page);
             memcpy((char *)s->v + (size_t)local_of[g] * v_page,
                    (const char *)in->v.data + (size_t)g * v_page, v_page);
+            copy_scale_rows(p, s, g * ps, local_of[g] * ps, ps);
         }
     }
     free(first), free(count), free(local_of);
@@ -173,5 +212,6 @@ int fai_mpi_kv_shard_make(fai_run_args *a, fai_run_inputs *in, const fai_run_pro
 
 void fai_mpi_kv_shard_free(fai_mpi_kv_shard *s) {
     free(s->kv_start), free(s->seqlens_kv), free(s->table), free(s->k), free(s->v), free(s->mask);
+    free(s->k_scale), free(s->v_scale);
     memset(s, 0, sizeof *s);
 }

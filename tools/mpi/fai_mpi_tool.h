@@ -15,8 +15,9 @@ int fai_mpi_cmd_bench(int argc, char **argv); /* fai-mpi bench: steps timed and 
 int fai_mpi_tool_agree(int rc, fai_run_args *args);
 
 /* One rank's share of the keys of a `fai run` problem, K/V sharded by contiguous ranges of Skv
- * (dense) or of each sequence's pages (paged), with its own copy of K, V, the block table and the
- * mask columns of its keys. The whole K, V and mask are released once copied. */
+ * (dense) or of each sequence's pages (paged), with its own copy of K, V, the block table, the
+ * per-token scales of a quantized K and V (scales per kv head or per tensor are shared with the
+ * inputs) and the mask columns of its keys. The whole K, V and mask are released once copied. */
 typedef struct fai_mpi_kv_shard {
     fai_problem problem; /* the rank's problem: its lengths, pool, mask */
     fai_tensors tensors; /* q: the whole Q; k, v, block_table, mask: the shard's */
@@ -24,6 +25,7 @@ typedef struct fai_mpi_kv_shard {
     int32_t *seqlens_kv; /* [B]: the shard's lengths */
     int32_t *table;      /* paged: [B, pages_per_seq] */
     void *k, *v, *mask;
+    float *k_scale, *v_scale; /* per-token scales of the shard's keys, or NULL */
 } fai_mpi_kv_shard;
 
 /* Cuts this rank's shard out of the loaded inputs. Returns 0, or 2 with the failure in args. */
