@@ -291,6 +291,14 @@ typedef struct fai_problem {
      * sink): compute the parts without sinks, merge them, then add the sinks once with
      * fai_apply_sinks. 0 (the default): off. */
     int sinks;
+
+    /* Nonzero: fai_run does not read the scales of a quantized K/V (fai_scale) to check them
+     * before computing, which costs a pass over them (about 3 % of an int8 decode step). For
+     * callers whose scales come from fai_cache_write or are otherwise known to be finite and >
+     * 0: a bad scale then gives wrong values (NaN or Inf where it is NaN, 0 or Inf), never a read
+     * outside the scales the strides address. fai_check_tensors checks them regardless. 0 (the
+     * default): checked. */
+    int trust_scales;
 } fai_problem;
 
 /* Fills a problem with the defaults: every count 0, head_dim_v FAI_HEAD_DIM_V_DEFAULT (D),

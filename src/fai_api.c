@@ -136,7 +136,8 @@ static fai_status name_bad_scale(const fai_plan *plan, const fai_tensors *t, con
  * (checked before, unless the plan trusts it) as the kernel will read them. Keys whose scales
  * lie in one run (a page's or a sequence's rows of a [rows, Hkv] tensor) are checked as one. */
 static fai_status check_scales(const fai_plan *plan, const fai_tensors *t, const char *name,
-                               const fai_scale *scale, fai_dtype dtype, int64_t kv_rows) {
+                               const fai_scale *scale, fai_dtype dtype, int64_t kv_rows,
+                               int check_values) {
     const fai_problem *pb = &plan->pb;
     if (!fai_dtype_is_quantized(dtype)) {
         if (scale->data)
@@ -155,6 +156,7 @@ static fai_status check_scales(const fai_plan *plan, const fai_tensors *t, const
                          "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
                          ") must not be negative",
                          name, scale->stride_batch, scale->stride_seq, scale->stride_head);
+    if (!check_values) return FAI_OK;
     const int64_t heads = pb->heads_kv;
     /* the heads of a key, and the keys of a run, follow each other in memory */
     const int rows_contiguous = scale->stride_head == 1 && scale->stride_seq == heads;
@@ -183,7 +185,10 @@ static fai_status check_scales(const fai_plan *plan, const fai_tensors *t, const
     return FAI_OK;
 }
 
-static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table) {
+/* check_table, check_scales_too: whether the block table's entries and the quantized K/V's
+ * scales are read and checked (fai_run skips what the problem trusts). */
+static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table,
+                                   int check_scales_too) {
     const fai_problem *pb = &plan->pb;
     /* kv_rows: keys some query reads; K, V, the mask and the block table are needed only then */
     int64_t q_rows = 0, kv_rows = 0;
@@ -216,20 +221,20 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
         return fai__fail(FAI_ERR_INVALID_ARG, "block_table_stride = %" PRId64 " is negative",
                          t->block_table_stride);
     if (plan->paged && t->block_table && check_table) FAI_TRY(check_block_table(plan, t));
-    FAI_TRY(check_scales(plan, t, "k_scale", &t->k_scale, pb->k_dtype, kv_rows));
-    FAI_TRY(check_scales(plan, t, "v_scale", &t->v_scale, pb->v_dtype, kv_rows));
+    FAI_TRY(check_scales(plan, t, "k_scale", &t->k_scale, pb->k_dtype, kv_rows, check_scales_too));
+    FAI_TRY(check_scales(plan, t, "v_scale", &t->v_scale, pb->v_dtype, kv_rows, check_scales_too));
     return FAI_OK;
 }
 
 fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t) {
-    return validate_tensors(plan, t, !plan->pb.trust_block_table);
+    return validate_tensors(plan, t, !plan->pb.trust_block_table, !plan->pb.trust_scales);
 }
 
 fai_status fai_check_tensors(const fai_plan *plan, const fai_tensors *tensors) {
     fai__clear_error();
     if (!plan) return fai__fail(FAI_ERR_INVALID_ARG, "plan = NULL");
     if (!tensors) return fai__fail(FAI_ERR_INVALID_ARG, "tensors = NULL");
-    return validate_tensors(plan, tensors, 1);
+    return validate_tensors(plan, tensors, 1, 1);
 }
 
 typedef struct run_job {

@@ -907,6 +907,15 @@ TEST(run_quantized_scales) {
             k_scale[(3 * 4 + 3) * 2] = NAN; /* page 3 is sequence 0's third page: key 11 > 7 */
             CHECK(run_succeeds(&fx, &fx.t));
         }
+        /* a plan that trusts its scales runs without reading them first (a bad one then gives a
+         * NaN row, not an error); fai_check_tensors still checks them */
+        fai_plan_free(fx.plan);
+        fx.pb.trust_scales = 1;
+        REQUIRE(fai_plan_create(&fx.pb, &fx.plan) == FAI_OK);
+        k_scale[at] = NAN;
+        CHECK(fai_run(fx.plan, &fx.t, fx.ws, fx.ws_size) == FAI_OK);
+        CHECK(isnan(fx.o[(size_t)((5 + 0) * 4 + 2) * 6])); /* sequence 1 (Sq 5), head 2 of kv 1 */
+        CHECK(fai_check_tensors(fx.plan, &fx.t) == FAI_ERR_INVALID_ARG);
         fixture_free(&fx);
     }
     /* scales given to a float K or V are refused, not ignored */

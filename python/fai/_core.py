@@ -70,7 +70,9 @@ class Plan:
     Options as in attention(), plus mask_kind (None, 'keep', 'drop', 'add': the mask itself is
     given to run()), q_dtype, k_dtype, v_dtype (None: k_dtype), out_dtype, split ('auto',
     'units', 'greedy'), tile ((tile_q, tile_kv) overrides), trust_block_table (True: runs do
-    not check the block-table entries they read, which must then lie inside the pool), and
+    not check the block-table entries they read, which must then lie inside the pool),
+    trust_scales (True: runs do not check a quantized K/V's scales, which must then be finite
+    and > 0; a bad one gives wrong values, never a bad access), and
     q_positions / kv_positions (int32 [B], both or neither: the global positions of each
     sequence's first query and first key when K/V are a shard of a longer sequence; causal and
     window masks then compare global positions).
@@ -91,7 +93,7 @@ class Plan:
                  page_size=0, num_pages=0, pages_per_seq=0, threads=None, workers=None,
                  split="auto", tile=None, trust_block_table=False, q_positions=None,
                  kv_positions=None, round_p_bf16=False, softcap=None, alibi=False,
-                 sinks=False):
+                 sinks=False, trust_scales=False):
         self._handle = None
         pb = _lib.Problem()
         _lib.problem_init(ctypes.byref(pb))
@@ -167,6 +169,7 @@ class Plan:
         pb.num_pages = ints["num_pages"]
         pb.pages_per_seq = ints["pages_per_seq"]
         pb.trust_block_table = 1 if trust_block_table else 0
+        pb.trust_scales = 1 if trust_scales else 0
         pb.threads = _count(threads, "threads")
         pb.workers = _count(workers, "workers")
         if split not in _SPLITS:

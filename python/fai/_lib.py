@@ -78,6 +78,7 @@ class Problem(ctypes.Structure):
         ("softcap", ctypes.c_float),
         ("alibi", c_int),
         ("sinks", c_int),
+        ("trust_scales", c_int),
     ]
 
 

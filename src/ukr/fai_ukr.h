@@ -21,9 +21,7 @@
 #define FAI_MX_SUM_LANES 16
 
 /* How many K/V rows ahead of the one being computed the decode kernels prefetch. */
-#ifndef FAI_PREFETCH_ROWS
 #define FAI_PREFETCH_ROWS 16
-#endif
 
 /* The score modifiers of one tile (fai_problem.softcap and alibi), for the mods_ entries: each
  * score s of row r and key c becomes
