@@ -50,6 +50,25 @@ static inline fvec v_recip(fvec a) {
     return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(a, r, _mm512_set1_ps(1.0f)), r);
 }
 static inline float v_hsum(fvec v) { return _mm512_reduce_add_ps(v); }
+/* The sums of 16 vectors' lanes at once, out[k] = sum of v[k]: a tree of pairwise adds of
+ * interleaved halves (45 instructions, where 16 separate reductions take about 130). */
+#define FAI_SIMD_HSUM16 1
+static inline void v_hsum16(const fvec v[16], float out[16]) {
+    fvec pairs[8], quads[4], eights[2];
+    for (int k = 0; k < 8; k++) /* per 128-bit block: [a0+a2, b0+b2, a1+a3, b1+b3] */
+        pairs[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                                 _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 4; k++) { /* per block: the block's sums of 4 vectors */
+        const __m512d a = _mm512_castps_pd(pairs[2 * k]), b = _mm512_castps_pd(pairs[2 * k + 1]);
+        quads[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    for (int k = 0; k < 2; k++) /* blocks 0+1 and 2+3 of each of two */
+        eights[k] = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2 * k], quads[2 * k + 1], 0x88),
+                                  _mm512_shuffle_f32x4(quads[2 * k], quads[2 * k + 1], 0xDD));
+    v_store(out, _mm512_add_ps(_mm512_shuffle_f32x4(eights[0], eights[1], 0x88),
+                               _mm512_shuffle_f32x4(eights[0], eights[1], 0xDD)));
+}
 /* NaN in v may or may not show, by lane: the softmax keeps NaN out of the vectors it reduces */
 static inline float v_hmax(fvec v) { return _mm512_reduce_max_ps(v); }
 static inline fvec v_load_f16(const uint16_t *p) {
@@ -70,14 +89,15 @@ static inline fvec v_load_e5m2(const uint8_t *p) {
     const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
     return _mm512_cvtph_ps(_mm256_slli_epi16(bytes, 8));
 }
-/* W fp8 e4m3 values as f32 (exact): exponent and mantissa moved into a binary16, whose bias is 8
- * more, give 2^-8 of the value (subnormals included) and 2^8 scales it back; the NaN code
- * S.1111.111 comes out as +-480, which no e4m3 value is */
+/* W fp8 e4m3 values as f32 (exact): each byte into the upper half of a 16-bit lane, shifted
+ * right by one with the sign copied and that copy cleared, is a binary16 with e4m3's exponent and
+ * mantissa; its bias is 8 more, so it holds 2^-8 of the value (subnormals included) and 2^8
+ * scales it back. The NaN code S.1111.111 comes out as +-480, which no e4m3 value is. */
 static inline fvec v_load_e4m3(const uint8_t *p) {
-    const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
-    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(bytes, _mm256_set1_epi16(0x80)), 8);
-    const __m256i rest = _mm256_slli_epi16(_mm256_and_si256(bytes, _mm256_set1_epi16(0x7f)), 7);
-    const fvec v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, rest)), v_set1(256.0f));
+    const __m256i high = _mm256_slli_epi16(
+        _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p)), 8);
+    const __m256i half = _mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(-16385));
+    const fvec v = _mm512_mul_ps(_mm512_cvtph_ps(half), v_set1(256.0f));
     const __mmask16 nan = _mm512_cmp_ps_mask(_mm512_abs_ps(v), v_set1(480.0f), _CMP_EQ_OQ);
     return _mm512_mask_blend_ps(nan, v, v_set1(NAN));
 }

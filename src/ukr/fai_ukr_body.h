@@ -405,6 +405,18 @@ static inline void prefetch_row(const void *row, int64_t bytes) {
         __builtin_prefetch((const char *)row + offset, 0, 3);
 }
 
+/* The lane sums of a 4 x 4 block of accumulators, sums[r * 4 + c] of acc[r][c]: at once where
+ * the vocabulary can (FAI_SIMD_HSUM16), else one reduction each. */
+static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
+#if defined(FAI_SIMD_HSUM16)
+    v_hsum16(&acc[0][0], sums);
+#else
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++)
+            sums[r * 4 + c] = v_hsum(acc[r][c]);
+#endif
+}
+
 /* 4 keys x 4 query rows of dot products over d, in 16 vector accumulators, reduced at the end.
  * Edge blocks repeat a valid row or key and store only the valid results. The dtype is a
  * constant in each instance, so the load's branch folds away. */
@@ -448,9 +460,11 @@ static inline void prefetch_row(const void *row, int64_t bytes) {
                             acc[r][c] = v_fma(qv, kv[c], acc[r][c]);                               \
                     }                                                                              \
                 }                                                                                  \
+                float sums[16];                                                                    \
+                hsum_4x4(acc, sums);                                                               \
                 for (int c = 0; c < 4 && j0 + c < n; c++)                                          \
                     for (int r = 0; r < 4 && i0 + r < m; r++)                                      \
-                        s[(i0 + r) * ld_n + j0 + c] = v_hsum(acc[r][c]) * scale;                   \
+                        s[(i0 + r) * ld_n + j0 + c] = sums[r * 4 + c] * scale;                     \
             }                                                                                      \
         }                                                                                          \
         for (int64_t i = 0; i < m; i++) /* the padding keys: masked */                             \
