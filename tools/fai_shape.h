@@ -20,6 +20,7 @@ typedef struct fai_shape {
     /* score modifiers: --softcap C, --alibi (the standard slopes), --sinks (a sink per head) */
     float softcap;
     int alibi, sinks;
+    int head_major; /* --head-major: pages [num_pages, Hkv, page_size, D] (vLLM's blocks) */
 } fai_shape;
 
 /* The benchmark shapes of the design, then the model shapes, in order; the first
@@ -32,7 +33,8 @@ extern const int fai_shape_default_count;
 extern const fai_shape fai_shape_custom_base;
 
 /* Consumes the shape options in argv (a shape name, --b --hq --hkv --sq --skv --d --dv,
- * --causal, --causal-top-left, --window L,R, --page-size N, --round-p-bf16, --q-dtype, --kv-dtype,
+ * --causal, --causal-top-left, --window L,R, --page-size N, --head-major, --round-p-bf16,
+ * --q-dtype, --kv-dtype,
  * --out-dtype) starting from *shape: a shape name anywhere replaces *shape first, then the
  * flags change it (--d also sets Dv unless --dv is given). Options it does not know are left
  * for the caller: used[i] is set for every argument consumed. Returns 0, or -1 after printing
