@@ -49,15 +49,21 @@ void fai__kv_scales(const fai_plan *plan, const fai_tensors *t, const fai_scale 
             out[r] = value;
         return;
     }
-    if (plan->paged) {
+    if (plan->paged) { /* one table entry per page the keys cross, as fai__kv_rows */
         const int64_t page_size = plan->pb.page_size;
         const int64_t table_stride =
             t->block_table_stride ? t->block_table_stride : plan->pb.pages_per_seq;
         const int32_t *table = t->block_table + b * table_stride;
-        for (int64_t r = 0; r < count; r++) {
+        int64_t r = 0;
+        while (r < count) {
             const int64_t key = key_begin + r;
-            out[r] = data[(int64_t)table[key / page_size] * scale->stride_batch +
-                          (key % page_size) * scale->stride_seq];
+            const int64_t slot = key % page_size;
+            const int64_t run = page_size - slot < count - r ? page_size - slot : count - r;
+            const float *at = data + (int64_t)table[key / page_size] * scale->stride_batch +
+                              slot * scale->stride_seq;
+            for (int64_t k = 0; k < run; k++)
+                out[r + k] = at[k * scale->stride_seq];
+            r += run;
         }
         return;
     }
