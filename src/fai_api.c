@@ -174,7 +174,11 @@ static fai_status check_scales(const fai_plan *plan, const fai_tensors *t, const
                 ok = scales_ok(at, heads, scale->stride_head);
             else if (rows_contiguous)
                 ok = scales_ok(at, keys * heads, 1);
-            else {
+            else if (scale->stride_seq == 1) { /* head-major: each head's keys in a row */
+                ok = 1;
+                for (int64_t h = 0; h < heads; h++)
+                    ok &= scales_ok(at + h * scale->stride_head, keys, 1);
+            } else {
                 ok = 1;
                 for (int64_t k = 0; k < keys; k++)
                     ok &= scales_ok(at + k * scale->stride_seq, heads, scale->stride_head);
