@@ -182,6 +182,10 @@ fai_status fai__resolve_seqs(const fai_problem *pb, fai_seq *seqs);
 fai_status fai__build_units(fai_plan *plan);
 fai_status fai__split_units(fai_plan *plan);
 
+/* A tensor's strides: none negative, and the head dimension contiguous (stride_dim 0 or 1);
+ * the error names `name`. */
+fai_status fai__check_strides(const char *name, const fai_tensor *tensor);
+
 /* Run-time checks of the tensors against the plan (fai_api.c). */
 fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t);
 
