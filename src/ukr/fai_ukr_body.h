@@ -472,35 +472,31 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 s[i * ld_n + j] = -INFINITY;                                                       \
     }
 
-DEFINE_QK_ROWS(qk_rows_f32, FAI_DTYPE_F32)
-DEFINE_QK_ROWS(qk_rows_f16, FAI_DTYPE_F16)
-DEFINE_QK_ROWS(qk_rows_bf16, FAI_DTYPE_BF16)
-DEFINE_QK_ROWS(qk_rows_i8, FAI_DTYPE_I8)
-DEFINE_QK_ROWS(qk_rows_e4m3, FAI_DTYPE_E4M3)
-DEFINE_QK_ROWS(qk_rows_e5m2, FAI_DTYPE_E5M2)
+/* The K/V dtypes the row kernels are instantiated for: X(suffix, dtype). */
+#define FAI_KV_DTYPES(X)                                                                           \
+    X(f32, FAI_DTYPE_F32)                                                                          \
+    X(f16, FAI_DTYPE_F16)                                                                          \
+    X(bf16, FAI_DTYPE_BF16)                                                                        \
+    X(i8, FAI_DTYPE_I8)                                                                            \
+    X(e4m3, FAI_DTYPE_E4M3)                                                                        \
+    X(e5m2, FAI_DTYPE_E5M2)
 
+#define QK_ROWS_INSTANCE(SUFFIX, DTYPE) DEFINE_QK_ROWS(qk_rows_##SUFFIX, DTYPE)
+FAI_KV_DTYPES(QK_ROWS_INSTANCE)
+#undef QK_ROWS_INSTANCE
+
+typedef void (*qk_rows_fn)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
+                           const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
+                           float scale);
+
+/* The dtype is checked by the plan: every fai_dtype has its instance. */
 static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                          const void *const *k_rows, int64_t rows_ahead, fai_dtype k_dtype,
                          int64_t n, int64_t d, float scale) {
-    switch (k_dtype) {
-    case FAI_DTYPE_F16:
-        qk_rows_f16(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-        break;
-    case FAI_DTYPE_BF16:
-        qk_rows_bf16(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-        break;
-    case FAI_DTYPE_I8:
-        qk_rows_i8(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-        break;
-    case FAI_DTYPE_E4M3:
-        qk_rows_e4m3(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-        break;
-    case FAI_DTYPE_E5M2:
-        qk_rows_e5m2(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-        break;
-    default:
-        qk_rows_f32(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-    }
+#define QK_ROWS_ENTRY(SUFFIX, DTYPE) [DTYPE] = qk_rows_##SUFFIX,
+    static const qk_rows_fn by_dtype[] = {FAI_KV_DTYPES(QK_ROWS_ENTRY)};
+#undef QK_ROWS_ENTRY
+    by_dtype[k_dtype](s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
 }
 
 /* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
@@ -580,35 +576,21 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
         }                                                                                          \
     }
 
-DEFINE_PV_ROWS(pv_rows_f32, FAI_DTYPE_F32)
-DEFINE_PV_ROWS(pv_rows_f16, FAI_DTYPE_F16)
-DEFINE_PV_ROWS(pv_rows_bf16, FAI_DTYPE_BF16)
-DEFINE_PV_ROWS(pv_rows_i8, FAI_DTYPE_I8)
-DEFINE_PV_ROWS(pv_rows_e4m3, FAI_DTYPE_E4M3)
-DEFINE_PV_ROWS(pv_rows_e5m2, FAI_DTYPE_E5M2)
+#define PV_ROWS_INSTANCE(SUFFIX, DTYPE) DEFINE_PV_ROWS(pv_rows_##SUFFIX, DTYPE)
+FAI_KV_DTYPES(PV_ROWS_INSTANCE)
+#undef PV_ROWS_INSTANCE
+
+typedef void (*pv_rows_fn)(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
+                           const void *const *v_rows, int64_t rows_ahead, int64_t n, int64_t dv,
+                           int masked);
 
 static void pv_rows_simd(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
                          const void *const *v_rows, int64_t rows_ahead, fai_dtype v_dtype,
                          int64_t n, int64_t dv, int masked) {
-    switch (v_dtype) {
-    case FAI_DTYPE_F16:
-        pv_rows_f16(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-        break;
-    case FAI_DTYPE_BF16:
-        pv_rows_bf16(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-        break;
-    case FAI_DTYPE_I8:
-        pv_rows_i8(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-        break;
-    case FAI_DTYPE_E4M3:
-        pv_rows_e4m3(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-        break;
-    case FAI_DTYPE_E5M2:
-        pv_rows_e5m2(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-        break;
-    default:
-        pv_rows_f32(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-    }
+#define PV_ROWS_ENTRY(SUFFIX, DTYPE) [DTYPE] = pv_rows_##SUFFIX,
+    static const pv_rows_fn by_dtype[] = {FAI_KV_DTYPES(PV_ROWS_ENTRY)};
+#undef PV_ROWS_ENTRY
+    by_dtype[v_dtype](o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
 }
 
 /* The online softmax on row-major scores (decode tiles): one row at a time, W keys per vector;
