@@ -396,9 +396,15 @@ static void pv_simd(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, cons
 
 /* -- small Q tiles: K and V straight from their rows ---------------------------------------- */
 
-/* Rows FAI_PREFETCH_ROWS keys ahead are fetched while the current ones are computed: with
+/* Rows some keys ahead (prefetch_ahead) are fetched while the current ones are computed: with
  * paged K/V the next rows may sit on another page, where the hardware prefetchers cannot
  * follow. The row lists carry rows_ahead pointers past the tile for this. */
+
+/* How many rows of row_bytes ahead to prefetch (see FAI_PREFETCH_BYTES). */
+static inline int64_t prefetch_ahead(int64_t row_bytes) {
+    const int64_t rows = FAI_PREFETCH_BYTES / (row_bytes > 0 ? row_bytes : 1);
+    return rows < 16 ? 16 : rows > FAI_PREFETCH_ROWS ? FAI_PREFETCH_ROWS : rows;
+}
 
 static inline void prefetch_row(const void *row, int64_t bytes) {
     for (int64_t offset = 0; offset < bytes; offset += 64)
@@ -425,13 +431,14 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                      const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,          \
                      float scale) {                                                                \
         const int64_t row_bytes = row_bytes_of(d, DTYPE);                                          \
+        const int64_t ahead = prefetch_ahead(row_bytes);                                           \
         const int64_t full = d / W * W;                                                            \
         for (int64_t j0 = 0; j0 < n; j0 += 4) {                                                    \
             const void *key[4];                                                                    \
             for (int c = 0; c < 4; c++)                                                            \
                 key[c] = k_rows[j0 + c < n ? j0 + c : j0];                                         \
-            for (int c = 0; c < 4 && j0 + FAI_PREFETCH_ROWS + c < n + rows_ahead; c++)             \
-                prefetch_row(k_rows[j0 + FAI_PREFETCH_ROWS + c], row_bytes);                       \
+            for (int c = 0; c < 4 && j0 + ahead + c < n + rows_ahead; c++)                         \
+                prefetch_row(k_rows[j0 + ahead + c], row_bytes);                                   \
             for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
                 const float *query[4];                                                             \
                 for (int r = 0; r < 4; r++)                                                        \
@@ -507,6 +514,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
                             const void *const *v_rows, int64_t prefetch_end, int64_t n,            \
                             int64_t x0, int64_t dv) {                                              \
         const int64_t row_bytes = row_bytes_of(dv, DTYPE);                                         \
+        const int64_t ahead = prefetch_ahead(row_bytes);                                           \
         const float *o_row[4];                                                                     \
         for (int r = 0; r < 4; r++)                                                                \
             o_row[r] = o + (r < rows ? r : 0) * ld_o + x0;                                         \
@@ -515,8 +523,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             for (int c = 0; c < VECS; c++)                                                         \
                 acc[r][c] = v_load(o_row[r] + c * W);                                              \
         for (int64_t j = 0; j < n; j++) {                                                          \
-            if (x0 == 0 && j + FAI_PREFETCH_ROWS < prefetch_end)                                   \
-                prefetch_row(v_rows[j + FAI_PREFETCH_ROWS], row_bytes);                            \
+            if (x0 == 0 && j + ahead < prefetch_end) prefetch_row(v_rows[j + ahead], row_bytes);   \
             fvec values[VECS];                                                                     \
             for (int c = 0; c < VECS; c++)                                                         \
                 values[c] = TAIL ? load_row_tail(v_rows[j], x0, dv - x0, DTYPE)                    \
@@ -542,11 +549,12 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
                      const void *const *v_rows, int64_t rows_ahead, int64_t n, int64_t dv,         \
                      int masked) {                                                                 \
         const int64_t row_bytes = row_bytes_of(dv, DTYPE);                                         \
+        const int64_t ahead = prefetch_ahead(row_bytes);                                           \
         if (masked) {                                                                              \
             for (int64_t i = 0; i < m; i++)                                                        \
                 for (int64_t j = 0; j < n; j++) {                                                  \
-                    if (i == 0 && j + FAI_PREFETCH_ROWS < n + rows_ahead)                          \
-                        prefetch_row(v_rows[j + FAI_PREFETCH_ROWS], row_bytes);                    \
+                    if (i == 0 && j + ahead < n + rows_ahead)                                      \
+                        prefetch_row(v_rows[j + ahead], row_bytes);                                \
                     const float p_scalar = p[i * ld_n + j];                                        \
                     if (p_scalar == 0.0f) continue;                                                \
                     const fvec p_v = v_set1(p_scalar);                                             \
@@ -566,13 +574,13 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             float *o_block = o + i0 * ld_o;                                                        \
             const float *p_block = p + i0 * ld_n;                                                  \
             int64_t x0 = 0;                                                                        \
-            const int64_t ahead = n + rows_ahead;                                                  \
+            const int64_t list_end = n + rows_ahead;                                               \
             for (; x0 + 4 * W <= dv; x0 += 4 * W)                                                  \
-                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, ahead, n, x0, dv);         \
+                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, n, x0, dv);      \
             for (; x0 + W <= dv; x0 += W)                                                          \
-                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, ahead, n, x0, dv);          \
+                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, n, x0, dv);       \
             if (x0 < dv)                                                                           \
-                NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, ahead, n, x0, dv);         \
+                NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, n, x0, dv);      \
         }                                                                                          \
     }
 
