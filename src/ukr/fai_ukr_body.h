@@ -170,6 +170,32 @@ static inline int64_t row_bytes_of(int64_t elements, fai_dtype dtype) {
                                                                            : 1);
 }
 
+/* Q^T [d, ld_s] from m rows, PACK_Q_ROWS rows at a time: the rows converted with whole vectors
+ * into a small buffer (the reference converts element by element through a call), then each
+ * of its columns written as a contiguous run of Q^T. */
+#define PACK_Q_ROWS 16
+static void pack_q_simd(float *q_t, int64_t ld_s, const void *const *rows, int64_t m, int64_t d,
+                        fai_dtype dtype) {
+    float block[PACK_Q_ROWS][FAI_MAX_HEAD_DIM];
+    for (int64_t i0 = 0; i0 < ld_s; i0 += PACK_Q_ROWS) {
+        const int64_t count = ld_s - i0 < PACK_Q_ROWS ? ld_s - i0 : PACK_Q_ROWS;
+        for (int64_t i = 0; i < count; i++) {
+            int64_t x = 0;
+            if (i0 + i >= m) { /* the lanes past the rows */
+                memset(block[i], 0, (size_t)d * sizeof(float));
+                continue;
+            }
+            for (; x + W <= d; x += W)
+                v_store(block[i] + x, load_row_full(rows[i0 + i], x, dtype));
+            for (; x < d; x++)
+                block[i][x] = fai__load_element(rows[i0 + i], x, dtype);
+        }
+        for (int64_t x = 0; x < d; x++)
+            for (int64_t i = 0; i < count; i++)
+                q_t[x * ld_s + i0 + i] = block[i][x];
+    }
+}
+
 static int pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
                           int64_t dim, fai_dtype dtype) {
     /* x * 0 is 0 for finite x and NaN for Inf or NaN: one FMA per vector finds them */
@@ -665,6 +691,7 @@ static void init_simd_table(fai_cntx *cntx) {
     fai__cntx_init_ref(cntx);
     cntx->name = FAI_SIMD_NAME;
     cntx->simd_width = W;
+    cntx->pack_q = pack_q_simd;
     cntx->pack_rows = pack_rows_simd;
     cntx->qk = qk_simd;
     cntx->softmax = softmax_simd;
