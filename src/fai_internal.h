@@ -179,6 +179,10 @@ static inline int fai__mx_serves(const fai_plan *plan) {
 /* The tuning cache (fai_tuning.c): the plan's shape class, and the tuned tile for it. */
 void fai__tuning_class(fai_plan *plan, int64_t max_q, int64_t max_kv);
 int fai__tuning_lookup(const fai_plan *plan, int64_t *tile_q, int64_t *tile_kv);
+/* Bytes of a vector-table unit slot (Q^T, packed K and V, S^T, O) for a tile of `rows` rows and
+ * tile_kv keys, exactly as the workspace lays it out (fai_plan.c): the tile chooser's L2
+ * footprint. */
+int64_t fai__vector_slot_bytes(const fai_plan *plan, int64_t rows, int64_t tile_kv);
 /* The problem's checks (fai_validate.c). */
 fai_status fai__validate_problem(const fai_problem *pb);
 /* Dv and the scale a valid problem asks for, its defaults (fai.h) resolved. */

@@ -147,13 +147,29 @@ static void budget_mx(fai_plan *plan) {
     plan->tile_fits = plan->l2_bytes <= fai__cache_sizes()->l2 / 2;
 }
 
-static fai_status layout_workspace(fai_plan *plan) {
+/* The vector tables' leading dimensions of the plan's tile (its rows and keys padded to the
+ * vector width) and whether it is a decode tile. */
+static void set_vector_dims(fai_plan *plan) {
     const int64_t width = plan->cntx->simd_width;
     plan->ld_s = fai__ceil_div(plan->tile_rows, width) * width;
     plan->ld_o = fai__ceil_div(plan->head_dim_v, width) * width;
     plan->ld_q = fai__ceil_div(plan->pb.head_dim, width) * width;
     plan->direct_kv = fai__is_decode_tile(plan->tile_rows);
     plan->ld_n = fai__ceil_div(plan->tile_kv, width) * width;
+}
+
+int64_t fai__vector_slot_bytes(const fai_plan *plan, int64_t rows, int64_t tile_kv) {
+    fai_plan trial = *plan; /* only its tile, dimensions and layout change */
+    trial.tile_rows = rows;
+    trial.tile_kv = tile_kv;
+    set_vector_dims(&trial);
+    size_t offset = 0;
+    layout_vector_slot(&trial, &offset);
+    return (int64_t)offset;
+}
+
+static fai_status layout_workspace(fai_plan *plan) {
+    set_vector_dims(plan);
     plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
                     plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0;
     plan->mx = use_matrix_engine(plan);

@@ -26,17 +26,9 @@
  * the line into equal shares leaves each within 5 % of the mean. */
 #define MIN_TILES_PER_WORKER 20
 
-static size_t round_up(int64_t value, int64_t multiple) {
-    return (size_t)(fai__ceil_div(value, multiple) * multiple);
-}
-
-/* Bytes of one thread's packed tiles for a tile shape (as laid out by the plan). */
+/* Bytes of one thread's packed tiles for a tile shape, as the plan lays them out. */
 static int64_t slice_bytes(const fai_plan *plan, int64_t rows, int64_t tile_kv) {
-    const int64_t width = plan->cntx->simd_width;
-    const size_t d = (size_t)plan->pb.head_dim, ld_o = round_up(plan->head_dim_v, width);
-    const size_t ld_s = round_up(rows, width), keys = (size_t)tile_kv;
-    const size_t floats = d * ld_s + keys * d + keys * ld_o + keys * ld_s + (size_t)rows * ld_o;
-    return (int64_t)(floats * sizeof(float));
+    return fai__vector_slot_bytes(plan, rows, tile_kv);
 }
 
 static int64_t hot_bytes(const fai_plan *plan, int64_t tile_kv) {
