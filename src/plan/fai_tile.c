@@ -44,13 +44,31 @@ static int64_t stream_bytes(const fai_plan *plan, int64_t tile_kv) {
             plan->head_dim_v * (int64_t)fai_dtype_size(pb->v_dtype));
 }
 
+/* What the chooser aims at on a path: the rows of a prefill Q tile, and the L1d bytes its inner
+ * loops may keep hot. The vector tables leave a quarter of L1d to the S^T rows streaming
+ * through; the matrix engine, whose tiles stream from L1d and L2 themselves, keeps 64-row tiles
+ * of 128 keys (measured faster there than the vector tables' choice). */
+typedef struct tile_policy {
+    int64_t target_rows;
+    int64_t hot_budget;
+} tile_policy;
+
+static tile_policy policy_of(const fai_plan *plan) {
+    const int64_t l1d = fai__cache_sizes()->l1d;
+    tile_policy policy = {TARGET_TILE_ROWS, l1d / 4 * 3};
+    if (fai__mx_serves(plan)) {
+        policy.target_rows = TARGET_TILE_ROWS_MX;
+        policy.hot_budget = l1d;
+    }
+    return policy;
+}
+
 /* Whether a tile shape fits this core's cache budgets (see the top of this file). */
 static int fits_caches(const fai_plan *plan, int decode, int64_t rows, int64_t tile_kv) {
     const fai_cache_sizes *caches = fai__cache_sizes();
     if (decode) return stream_bytes(plan, tile_kv) <= caches->l2 / 4;
-    const int64_t hot_budget = fai__mx_serves(plan) ? caches->l1d : caches->l1d / 4 * 3;
     return slice_bytes(plan, rows, tile_kv) <= caches->l2 / 2 &&
-           hot_bytes(plan, tile_kv) <= hot_budget;
+           hot_bytes(plan, tile_kv) <= policy_of(plan).hot_budget;
 }
 
 void fai__choose_tile(fai_plan *plan) {
@@ -71,8 +89,7 @@ void fai__choose_tile(fai_plan *plan) {
 
     int64_t tile_q = tuned ? (tuned_q < max_q ? tuned_q : max_q > 0 ? max_q : 1) : pb->tile_q;
     if (tile_q == 0) {
-        tile_q =
-            (fai__mx_serves(plan) ? TARGET_TILE_ROWS_MX : TARGET_TILE_ROWS) / plan->group_slice;
+        tile_q = policy_of(plan).target_rows / plan->group_slice;
         if (tile_q < 1) tile_q = 1;
         if (tile_q > max_q) tile_q = max_q > 0 ? max_q : 1;
     }
