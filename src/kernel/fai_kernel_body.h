@@ -53,13 +53,16 @@ typedef struct unit_scratch {
     float *k_scales;   /* quantized K: [ld_n] the tile's keys' scales */
     float *v_scales;   /* quantized V: [ld_n] likewise */
     const void **row_ptrs;
-    unsigned char *kv_cache; /* the thread's packed K/V cache (slot 0 only), or NULL */
-    int *mx_q_finite;        /* the matrix engine: 0 when the unit's Q holds Inf or NaN */
-    float *mx_row_sums;      /* and its rows' running sums [ld_s, FAI_MX_SUM_LANES] */
+    const fai_run_rows *rows; /* the run's tensors, resolved (kv/fai_kv.h) */
+    unsigned char *kv_cache;  /* the thread's packed K/V cache (slot 0 only), or NULL */
+    int *mx_q_finite;         /* the matrix engine: 0 when the unit's Q holds Inf or NaN */
+    float *mx_row_sums;       /* and its rows' running sums [ld_s, FAI_MX_SUM_LANES] */
 } unit_scratch;
 
-static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws) {
+static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws,
+                                  const fai_run_rows *rows) {
     unit_scratch sc;
+    sc.rows = rows;
     sc.q_tile = (float *)(ws + plan->ws.q_tile);
     sc.k_tile = (float *)(ws + plan->ws.k_tile);
     sc.v_tile = (float *)(ws + plan->ws.v_tile);
@@ -258,11 +261,11 @@ static unsigned char *kv_cache_find(const fai_plan *plan, const unit_scratch *sc
  * A unit reads its Q rows and writes its O rows once, straight from memory, at its start and
  * end; the worker asks for the next unit's Q and this unit's O a share per kv tile, so that the
  * misses overlap the tiles' compute instead of stalling the packing and the store. */
-static void prefetch_unit_rows(const fai_plan *plan, const fai_tensor *tensor, const fai_unit *unit,
-                               int64_t part, int64_t parts, int64_t row_bytes) {
+static void prefetch_unit_rows(const fai_rows *tensor, const fai_unit *unit, int64_t part,
+                               int64_t parts, int64_t row_bytes) {
     const int64_t rows = unit->q_len * unit->heads;
     for (int64_t r = part * rows / parts; r < (part + 1) * rows / parts; r++) {
-        const char *row = fai__q_row(plan, tensor, unit->batch, unit->q_begin + r / unit->heads,
+        const char *row = fai__q_row(tensor, unit->batch, unit->q_begin + r / unit->heads,
                                      unit->head_q_begin + r % unit->heads);
         for (int64_t offset = 0; offset < row_bytes; offset += 64)
             __builtin_prefetch(row + offset, 0, 2);
@@ -271,12 +274,13 @@ static void prefetch_unit_rows(const fai_plan *plan, const fai_tensor *tensor, c
 
 /* The prefetches of kv tile `tile` of `tiles` of a unit, with `next` the worker's next unit (or
  * NULL). */
-static void prefetch_rows_for_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+static void prefetch_rows_for_tile(const fai_plan *plan, const fai_tensors *t,
+                                   const fai_run_rows *rows, const fai_unit *unit,
                                    const fai_unit *next, int64_t tile, int64_t tiles) {
     if (next && next->q_len > 0)
-        prefetch_unit_rows(plan, &t->q, next, tile, tiles,
+        prefetch_unit_rows(&rows->q, next, tile, tiles,
                            plan->pb.head_dim * (int64_t)fai_dtype_size(t->q.dtype));
-    prefetch_unit_rows(plan, &t->o, unit, tile, tiles,
+    prefetch_unit_rows(&rows->o, unit, tile, tiles,
                        plan->head_dim_v * (int64_t)fai_dtype_size(t->o.dtype));
 }
 
@@ -304,20 +308,20 @@ static fai_score_mods tile_mods(const fai_plan *plan, const fai_unit *unit, cons
 
 /* A quantized K's (V's) scales of the keys [key_begin, key_begin + n) of the unit's kv head into
  * the scratch, and 1 for the keys after n up to ld_n (padding that P holds 0 for). */
-static void gather_scales(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
-                          const fai_scale *scale, int64_t key_begin, int64_t n, float *out) {
-    fai__kv_scales(plan, t, scale, unit->batch, unit->head_kv, key_begin, n, out);
+static void gather_scales(const fai_plan *plan, const fai_unit *unit, const fai_rows *scale,
+                          int64_t key_begin, int64_t n, float *out) {
+    fai__kv_scales(scale, unit->batch, unit->head_kv, key_begin, n, out);
     for (int64_t j = n; j < plan->ld_n; j++)
         out[j] = 1.0f;
 }
 
 #include "kernel/fai_kernel_mx.h"
 
-static void write_zero_row(const fai_plan *plan, const fai_tensors *t, int64_t b, int64_t i,
-                           int64_t head_q) {
-    void *o_row = fai__q_row(plan, &t->o, b, i, head_q);
+static void write_zero_row(const fai_plan *plan, const fai_tensors *t, const fai_run_rows *rows,
+                           int64_t b, int64_t i, int64_t head_q) {
+    void *o_row = fai__q_row(&rows->o, b, i, head_q);
     memset(o_row, 0, (size_t)plan->head_dim_v * fai_dtype_size(t->o.dtype));
-    if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = -INFINITY;
+    if (t->lse.data) *fai__lse_at(&rows->lse, b, i, head_q) = -INFINITY;
 }
 
 /* Step 1 of a unit: its Q tile (the whole GQA group), converted once, and an empty state. */
@@ -330,7 +334,7 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
 
     for (int64_t r = 0; r < rows; r++)
         sc->row_ptrs[r] =
-            fai__q_row(plan, &t->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
+            fai__q_row(&sc->rows->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
     if (plan->mx)
         mx_pack_q_blocks(plan, sc, rows, t->q.dtype);
     else if (plan->direct_kv)
@@ -395,12 +399,12 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
          * hidden behind this tile's compute */
         const int64_t next = key_begin + tile_kv;
         const int64_t next_n = seq->kv_len - next < tile_kv ? seq->kv_len - next : tile_kv;
-        fai__kv_prefetch(plan, t, &t->k, b, unit->head_kv, next, next_n,
+        fai__kv_prefetch(&sc->rows->k, b, unit->head_kv, next, next_n,
                          d * (int64_t)fai_dtype_size(t->k.dtype));
-        fai__kv_prefetch(plan, t, &t->v, b, unit->head_kv, next, next_n,
+        fai__kv_prefetch(&sc->rows->v, b, unit->head_kv, next, next_n,
                          dv * (int64_t)fai_dtype_size(t->v.dtype));
     }
-    fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
+    fai__kv_rows(&sc->rows->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
     FAI_LAP(FAI_STAGE_PACK_KV);
     if (plan->direct_kv) {
         cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
@@ -414,7 +418,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         cntx->qk(sc->s_tile, ld_s, sc->q_tile, k_packed, n, d, plan->scale);
     }
     if (plan->k_scaled) { /* S = scale (Q K_q^T) k_scale, K_q the quantized values */
-        gather_scales(plan, t, unit, &t->k_scale, key_begin, n, sc->k_scales);
+        gather_scales(plan, unit, &sc->rows->k_scale, key_begin, n, sc->k_scales);
         if (plan->direct_kv)
             cntx->scale_keys_rows(sc->s_tile, plan->ld_n, rows, n, sc->k_scales);
         else
@@ -442,7 +446,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     }
     FAI_LAP(FAI_STAGE_SOFTMAX);
     if (plan->v_scaled) { /* P V = (P v_scale) V_q, after P joined the row sums */
-        gather_scales(plan, t, unit, &t->v_scale, key_begin, n, sc->v_scales);
+        gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
         if (plan->direct_kv)
             cntx->scale_keys_rows(sc->s_tile, plan->ld_n, rows, n, sc->v_scales);
         else
@@ -452,7 +456,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     FAI_LAP(FAI_STAGE_RESCALE);
 
     if (!from_cache)
-        fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
+        fai__kv_rows(&sc->rows->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
     if (plan->direct_kv) {
         FAI_LAP(FAI_STAGE_PACK_KV);
         cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, ahead,
@@ -501,8 +505,8 @@ static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_un
         const float sink = plan->pb.sinks ? t->sinks[head_q] : -INFINITY;
         /* a row saw nothing only if its max is still -inf; a NaN it saw stays NaN */
         if (max == -INFINITY) {
-            write_zero_row(plan, t, b, i, head_q);
-            if (t->lse.data && sink > -INFINITY) *fai__lse_at(plan, &t->lse, b, i, head_q) = sink;
+            write_zero_row(plan, t, sc->rows, b, i, head_q);
+            if (t->lse.data && sink > -INFINITY) *fai__lse_at(&sc->rows->lse, b, i, head_q) = sink;
             continue;
         }
         float mul = 1.0f / sum, lse = max + logf(sum);
@@ -513,13 +517,13 @@ static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_un
             mul = kept / total;
             lse = top + logf(total);
         }
-        plan->cntx->store_row(fai__q_row(plan, &t->o, b, i, head_q), t->o.dtype,
+        plan->cntx->store_row(fai__q_row(&sc->rows->o, b, i, head_q), t->o.dtype,
                               sc->o_acc + r * plan->ld_o, plan->head_dim_v, mul);
-        if (t->lse.data) *fai__lse_at(plan, &t->lse, b, i, head_q) = lse;
+        if (t->lse.data) *fai__lse_at(&sc->rows->lse, b, i, head_q) = lse;
     }
     for (int64_t i = unit->pad_begin; i < unit->pad_end; i++)
         for (int64_t g = 0; g < heads; g++)
-            write_zero_row(plan, t, b, i, unit->head_q_begin + g);
+            write_zero_row(plan, t, sc->rows, b, i, unit->head_q_begin + g);
     FAI_LAP(FAI_STAGE_STORE);
 }
 
@@ -600,10 +604,12 @@ static inline void kernel_run_worker(const fai_plan *plan, const fai_tensors *t,
                                      int64_t worker_index, unsigned char *ws,
                                      unsigned char *ws_base) {
     FAI_LAP_START();
+    fai_run_rows rows;
+    fai__rows_resolve(plan, t, &rows);
     unit_scratch slots[FAI_LOCKSTEP_UNITS];
     const int64_t slot_count = fai__slots_per_thread(plan);
     for (int64_t k = 0; k < slot_count; k++)
-        slots[k] = carve_scratch(plan, ws + (size_t)k * plan->ws.slot);
+        slots[k] = carve_scratch(plan, ws + (size_t)k * plan->ws.slot, &rows);
     if (plan->kv_cache_tiles > 0) {
         slots[0].kv_cache = ws + plan->ws.kv_cache;
         ((kv_cache_head *)slots[0].kv_cache)->batch = -1; /* nothing packed for this run yet */
@@ -640,7 +646,7 @@ static inline void kernel_run_worker(const fai_plan *plan, const fai_tensors *t,
             else
                 for (int64_t tile = 0; tile < unit->kv_tiles; tile++) {
                     if (count == 1)
-                        prefetch_rows_for_tile(plan, t, unit, next, tile, unit->kv_tiles);
+                        prefetch_rows_for_tile(plan, t, &rows, unit, next, tile, unit->kv_tiles);
                     for (int64_t k = 0; k < count; k++)
                         run_tile(plan, t, &plan->units[u + k], tile, &slots[k]);
                 }

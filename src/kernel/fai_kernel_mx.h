@@ -79,10 +79,10 @@ static mx_tile mx_prepare(const fai_plan *plan, const fai_tensors *t, const fai_
     }
     /* K is checked where Inf or NaN could meet a part of 0 (see mx_qk_exact); V always, as a
      * tile product would turn an Inf P carries into NaN (see mx_pv_sparse) */
-    fai__kv_rows(plan, t, &t->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+    fai__kv_rows(&sc->rows->k, b, unit->head_kv, key_begin, n, sc->row_ptrs);
     const int k_finite = cntx->mx_pack_k(k, plan->mx_k_parts, sc->row_ptrs, n, mt.n_pad, d, d_pad,
                                          t->k.dtype, mx_qk_has_parts(plan) || state);
-    fai__kv_rows(plan, t, &t->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
+    fai__kv_rows(&sc->rows->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
     const int v_finite =
         cntx->mx_pack_v(v, plan->mx_v_parts, sc->row_ptrs, n, mt.n_pad, dv, plan->ld_o, t->v.dtype);
     mt.state = KV_PACKED | (k_finite ? 0 : KV_K_NONFINITE) | (v_finite ? 0 : KV_V_NONFINITE);
@@ -190,13 +190,14 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
         const int current = (int)((tile - tile_begin) & 1);
         const int has_next = tile + 1 < tile_end;
         if (next)
-            prefetch_rows_for_tile(plan, t, unit, next, tile - tile_begin, tile_end - tile_begin);
+            prefetch_rows_for_tile(plan, t, sc->rows, unit, next, tile - tile_begin,
+                                   tile_end - tile_begin);
         if (has_next) tiles[1 - current] = mx_prepare(plan, t, unit, tile + 1, 1 - current, sc);
         const tile_extent *e = &tiles[current].extent;
         if (plan->k_scaled)
-            gather_scales(plan, t, unit, &t->k_scale, e->key_begin, e->n, sc->k_scales);
+            gather_scales(plan, unit, &sc->rows->k_scale, e->key_begin, e->n, sc->k_scales);
         if (plan->v_scaled)
-            gather_scales(plan, t, unit, &t->v_scale, e->key_begin, e->n, sc->v_scales);
+            gather_scales(plan, unit, &sc->rows->v_scale, e->key_begin, e->n, sc->v_scales);
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++) {
             mx_softmax_pv_block(plan, t, unit, sc, &tiles[current], block, rows);
