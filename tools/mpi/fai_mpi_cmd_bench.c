@@ -82,7 +82,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
             o->json = 1;
         } else if (!strcmp(arg, "--runs") || dst) {
             const int64_t min = !strcmp(arg, "--workers") ? 0 : 1;
-            if (i + 1 >= argc || fai_parse_int64(argv[i + 1], min, MAX_RUNS * 1000, &value) ||
+            if (i + 1 >= argc || ft_parse_int64(argv[i + 1], min, MAX_RUNS * 1000, &value) ||
                 (!dst && value > MAX_RUNS)) {
                 if (rank_ == 0)
                     fprintf(stderr, "fai-mpi bench: %s %s: expected an integer >= %lld\n", arg,
@@ -159,7 +159,7 @@ static double time_ring_exchange(size_t bytes, int steps, int runs) {
     }
     free(out);
     free(in);
-    return fai_median(times, runs);
+    return ft_median(times, runs);
 }
 
 static void calibrate(link_model *link) {
@@ -185,17 +185,17 @@ static void record_run(run_samples *s, int r, double step_seconds, const fai_mpi
 
 /* The medians over the runs into the result. */
 static void summarize_runs(run_samples *s, int runs, bench_result *res) {
-    res->step = fai_median(s->step, runs), res->compute = fai_median(s->compute, runs);
-    res->wait = fai_median(s->wait, runs), res->exchange = fai_median(s->exchange, runs);
-    res->merge = fai_median(s->merge, runs);
+    res->step = ft_median(s->step, runs), res->compute = ft_median(s->compute, runs);
+    res->wait = ft_median(s->wait, runs), res->exchange = ft_median(s->exchange, runs);
+    res->merge = ft_median(s->merge, runs);
 }
 
 /* -- decode: K/V sharded, the same Q -------------------------------------------------------------
  */
 
 typedef struct decode_setup {
-    fai_shape shape;     /* the rank's shard as a shape: skv = its keys */
-    fai_shape_data data; /* its problem and tensors (paged with a shuffled table) */
+    ft_shape shape;     /* the rank's shard as a shape: skv = its keys */
+    ft_shape_data data; /* its problem and tensors (paged with a shuffled table) */
     int32_t *kv_start, *q_start;
     int64_t seq_kv; /* the whole sequence */
     float *part;    /* an f32 partial O and LSE, and R of them to merge */
@@ -203,7 +203,7 @@ typedef struct decode_setup {
     size_t part_floats;
 } decode_setup;
 
-static int make_decode(const fai_shape *single, const bench_options *o, decode_setup *d) {
+static int make_decode(const ft_shape *single, const bench_options *o, decode_setup *d) {
     memset(d, 0, sizeof *d);
     d->shape = *single;
     d->seq_kv = single->skv * o->scale;
@@ -215,7 +215,7 @@ static int make_decode(const fai_shape *single, const bench_options *o, decode_s
     int64_t keys = pages * ps;
     if (start + keys > d->seq_kv) keys = d->seq_kv > start ? d->seq_kv - start : 0;
     d->shape.skv = keys;
-    if (fai_shape_data_create(&d->shape, 1234, &d->data)) return -1;
+    if (ft_shape_data_create(&d->shape, 1234, &d->data)) return -1;
     d->data.problem.threads = o->threads, d->data.problem.workers = o->workers;
     d->kv_start = calloc((size_t)single->b, sizeof(int32_t));
     d->q_start = calloc((size_t)single->b, sizeof(int32_t));
@@ -232,7 +232,7 @@ static int make_decode(const fai_shape *single, const bench_options *o, decode_s
 }
 
 static void free_decode(decode_setup *d) {
-    fai_shape_data_free(&d->data);
+    ft_shape_data_free(&d->data);
     free(d->kv_start), free(d->q_start), free(d->part), free(d->parts);
 }
 
@@ -263,12 +263,12 @@ static double time_local_shard(decode_setup *d, int runs) {
     }
     free(ws);
     fai_plan_free(plan);
-    return fai_median(times, runs);
+    return ft_median(times, runs);
 }
 
 /* The merge of R parts into O alone, as the library lays them out. */
 static double time_merge(decode_setup *d, int runs) {
-    const fai_shape *s = &d->shape;
+    const ft_shape *s = &d->shape;
     const int64_t dv = s->dv, rows = s->b * s->sq * s->hq;
     fai_tensor *views = calloc((size_t)(2 * ranks_), sizeof(fai_tensor));
     for (int p = 0; p < ranks_; p++) {
@@ -287,7 +287,7 @@ static double time_merge(decode_setup *d, int runs) {
         times[r] = mean_over_ranks(MPI_Wtime() - t0);
     }
     free(views);
-    return fai_median(times, runs);
+    return ft_median(times, runs);
 }
 
 /* The exchange of fai_mpi_attention alone: the agreements and the allgather of the partials. */
@@ -304,10 +304,10 @@ static double time_decode_exchange(decode_setup *d, int runs) {
                       MPI_FLOAT, MPI_COMM_WORLD);
         times[r] = max_over_ranks(MPI_Wtime() - t0);
     }
-    return fai_median(times, runs);
+    return ft_median(times, runs);
 }
 
-static int bench_decode(const fai_shape *single, const bench_options *o, const link_model *link,
+static int bench_decode(const ft_shape *single, const bench_options *o, const link_model *link,
                         bench_result *res) {
     decode_setup d;
     if (!all_ranks_ok(make_decode(single, o, &d) == 0)) {
@@ -343,17 +343,17 @@ static int bench_decode(const fai_shape *single, const bench_options *o, const l
 /* -- ring prefill -------------------------------------------------------------------------------
  */
 
-static int bench_ring(const fai_shape *single, const bench_options *o, const link_model *link,
+static int bench_ring(const ft_shape *single, const bench_options *o, const link_model *link,
                       bench_result *res) {
     const int64_t seq = single->sq * o->scale;
     fai_mpi_zigzag z;
     if (fai_mpi_zigzag_layout(seq, ranks_, rank_, &z) != FAI_OK) return -1;
-    fai_shape shape = *single;
+    ft_shape shape = *single;
     shape.sq = shape.skv = z.rows;
     shape.page_size = 0;
-    fai_shape_data data;
-    if (!all_ranks_ok(fai_shape_data_create(&shape, 99 + (uint64_t)rank_, &data) == 0)) {
-        fai_shape_data_free(&data);
+    ft_shape_data data;
+    if (!all_ranks_ok(ft_shape_data_create(&shape, 99 + (uint64_t)rank_, &data) == 0)) {
+        ft_shape_data_free(&data);
         return -1;
     }
     data.problem.threads = o->threads, data.problem.workers = o->workers;
@@ -388,7 +388,7 @@ static int bench_ring(const fai_shape *single, const bench_options *o, const lin
         (ranks_ - 1) * fmax(per_step, transfer) + per_step + res->model_merge + res->model_comm;
     /* the part of the transfers no compute hid, in the model */
     res->model_comm += (ranks_ - 1) * fmax(0.0, transfer - per_step);
-    fai_shape_data_free(&data);
+    ft_shape_data_free(&data);
     return failed ? -1 : 0;
 }
 
@@ -452,13 +452,13 @@ static void print_result(const bench_result *r, const bench_options *o, const li
            r->exchange * 1e3, r->merge * 1e3, overlap, r->model * 1e3, r->model / r->step);
 }
 
-static const fai_shape *single_node_shape(const char *name) {
-    for (int s = 0; s < fai_shape_count; s++)
-        if (!strcmp(fai_shape_table[s].name, name)) return &fai_shape_table[s];
+static const ft_shape *single_node_shape(const char *name) {
+    for (int s = 0; s < ft_shape_count; s++)
+        if (!strcmp(ft_shape_table[s].name, name)) return &ft_shape_table[s];
     return NULL;
 }
 
-int fai_mpi_cmd_bench(int argc, char **argv) {
+int ft_mpi_cmd_bench(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks_);
     bench_options o;
@@ -473,7 +473,7 @@ int fai_mpi_cmd_bench(int argc, char **argv) {
     if (rank_ == 0 && !o.json) print_header(&o, &link);
     int failed = 0;
     for (int s = 0; s < o.count; s++) {
-        const fai_shape *single = single_node_shape(o.names[s]);
+        const ft_shape *single = single_node_shape(o.names[s]);
         bench_result res;
         memset(&res, 0, sizeof res);
         res.shape = o.names[s];

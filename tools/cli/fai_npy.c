@@ -1,0 +1,699 @@
+/* .npy reader and writer.
+ *
+ * A .npy file is: the magic "\x93NUMPY", a major and a minor version byte, the header length
+ * (uint16 little-endian for 1.0, uint32 for 2.0 and 3.0), the header - a Python dict literal
+ * with the keys 'descr', 'fortran_order' and 'shape', padded with spaces and ended by a newline -
+ * and then the raw C-order payload. The header is parsed by a small scanner that never looks
+ * past the header's declared end, which itself is checked against the buffer length first. */
+#include "fai_npy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define NPY_ALIGN 64
+#define SHOWN_CHARS 40 /* longest piece of header text quoted in a message */
+#define SHOWN_PATH 400 /* longest file name quoted in a message */
+
+static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+
+size_t ft_npy_dtype_size(ft_npy_dtype dtype) {
+    switch (dtype) {
+    case FT_NPY_F32:
+        return 4;
+    case FT_NPY_F16:
+        return 2;
+    case FT_NPY_U16:
+        return 2;
+    case FT_NPY_BOOL:
+        return 1;
+    case FT_NPY_U8:
+        return 1;
+    case FT_NPY_I32:
+        return 4;
+    case FT_NPY_I8:
+        return 1;
+    }
+    return 0;
+}
+
+const char *ft_npy_dtype_descr(ft_npy_dtype dtype) {
+    switch (dtype) {
+    case FT_NPY_F32:
+        return "<f4";
+    case FT_NPY_F16:
+        return "<f2";
+    case FT_NPY_U16:
+        return "<u2";
+    case FT_NPY_BOOL:
+        return "|b1";
+    case FT_NPY_U8:
+        return "|u1";
+    case FT_NPY_I32:
+        return "<i4";
+    case FT_NPY_I8:
+        return "|i1";
+    }
+    return "?";
+}
+
+const char *ft_npy_dtype_name(ft_npy_dtype dtype) {
+    switch (dtype) {
+    case FT_NPY_F32:
+        return "float32";
+    case FT_NPY_F16:
+        return "float16";
+    case FT_NPY_U16:
+        return "uint16";
+    case FT_NPY_BOOL:
+        return "bool";
+    case FT_NPY_U8:
+        return "uint8";
+    case FT_NPY_I32:
+        return "int32";
+    case FT_NPY_I8:
+        return "int8";
+    }
+    return "?";
+}
+
+/* -- messages ---------------------------------------------------------------------------------- */
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Copies untrusted bytes into a message: printable ASCII only (others become '?'), cut with
+ * "..." to fit dst. */
+static void show(char *dst, size_t dstlen, const char *src, size_t n) {
+    if (dstlen < 4) {
+        if (dstlen) dst[0] = '\0';
+        return;
+    }
+    const size_t room = dstlen - 1;
+    const size_t keep = n <= room ? n : room - 3;
+    for (size_t i = 0; i < keep; i++) {
+        const unsigned char c = (unsigned char)src[i];
+        dst[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    size_t o = keep;
+    if (keep < n)
+        for (int k = 0; k < 3; k++)
+            dst[o++] = '.';
+    dst[o] = '\0';
+}
+
+/* Length of [p, end) without the trailing padding, for quoting the rest of a header. */
+static size_t trimmed(const char *p, const char *end) {
+    while (end > p && (end[-1] == ' ' || end[-1] == '\n' || end[-1] == '\r' || end[-1] == '\t' ||
+                       end[-1] == '\0'))
+        end--;
+    return (size_t)(end - p);
+}
+
+void ft_npy_format_shape(char *buf, size_t buflen, int rank, const int64_t *shape) {
+    size_t o = 0;
+    if (!buf || !buflen) return;
+    buf[0] = '\0';
+    int n = snprintf(buf, buflen, "(");
+    if (n < 0) return;
+    o = (size_t)n;
+    for (int i = 0; i < rank && o < buflen; i++) {
+        n = snprintf(buf + o, buflen - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+        if (n < 0) return;
+        o += (size_t)n;
+    }
+    if (o < buflen) snprintf(buf + o, buflen - o, rank == 1 ? ",)" : ")");
+}
+
+/* -- header scanner ---------------------------------------------------------------------------- */
+
+typedef struct scanner {
+    const char *p, *end;
+} scanner;
+
+static void skip_space(scanner *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+        s->p++;
+}
+
+/* A quoted Python string without escapes; str and len point into the header. */
+static int scan_string(scanner *s, const char **str, size_t *len, char *err, size_t errlen) {
+    const char quote = *s->p;
+    const char *start = ++s->p;
+    while (s->p < s->end && *s->p != quote) {
+        if (*s->p == '\\') return fail(err, errlen, "header: escaped strings are not supported");
+        s->p++;
+    }
+    if (s->p >= s->end) return fail(err, errlen, "header: unterminated string");
+    *str = start;
+    *len = (size_t)(s->p - start);
+    s->p++;
+    return 0;
+}
+
+static int scan_word(scanner *s, const char *word) {
+    const size_t n = strlen(word);
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0) return 0;
+    const char *after = s->p + n;
+    if (after < s->end && ((*after >= 'a' && *after <= 'z') || (*after >= 'A' && *after <= 'Z') ||
+                           (*after >= '0' && *after <= '9') || *after == '_'))
+        return 0;
+    s->p = after;
+    return 1;
+}
+
+typedef struct header {
+    ft_npy_dtype dtype;
+    int rank;
+    int64_t shape[FT_NPY_MAX_RANK];
+    int negative;       /* some dimension is negative */
+    size_t data_offset; /* where the payload starts */
+    size_t count, nbytes;
+} header;
+
+static int is_little_endian(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+static int parse_descr(const char *str, size_t len, header *h, char *err, size_t errlen) {
+    char shown[SHOWN_CHARS + 1];
+    show(shown, sizeof shown, str, len);
+    char order = '\0';
+    const char *code = str;
+    size_t clen = len;
+    if (clen && (code[0] == '<' || code[0] == '>' || code[0] == '|' || code[0] == '=')) {
+        order = code[0];
+        code++;
+        clen--;
+    }
+    static const struct {
+        const char *code;
+        ft_npy_dtype dtype;
+    } known[] = {{"f4", FT_NPY_F32}, {"f2", FT_NPY_F16}, {"u2", FT_NPY_U16}, {"b1", FT_NPY_BOOL},
+                 {"u1", FT_NPY_U8},  {"i4", FT_NPY_I32}, {"i1", FT_NPY_I8}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        if (clen != 2 || memcmp(code, known[i].code, 2) != 0) continue;
+        const ft_npy_dtype dt = known[i].dtype;
+        if (ft_npy_dtype_size(dt) > 1) {
+            if (order == '>' || ((order == '=' || order == '\0') && !is_little_endian()))
+                return fail(err, errlen,
+                            "dtype '%s' is big-endian; only little-endian arrays are supported",
+                            shown);
+            if (order == '|') return fail(err, errlen, "dtype '%s' has no byte order", shown);
+        }
+        h->dtype = dt;
+        return 0;
+    }
+    if (clen >= 1 && code[0] == 'O')
+        return fail(err, errlen, "dtype '%s' is an object array; only numeric arrays are supported",
+                    shown);
+    return fail(err, errlen,
+                "unsupported dtype '%s' (expected float32 '<f4', float16 '<f2', uint16 '<u2', "
+                "bool '|b1', uint8 '|u1', int8 '|i1' or int32 '<i4')",
+                shown);
+}
+
+/* The tuple after 'shape': '(' [int {',' int}] [','] ')'. Ints may carry Python 2's 'L'. */
+static int parse_shape(scanner *s, header *h, char *err, size_t errlen) {
+    const char *start = s->p;
+    if (s->p >= s->end || *s->p != '(') return fail(err, errlen, "header: 'shape' is not a tuple");
+    s->p++;
+    h->rank = 0;
+    int dims = 0;
+    for (;;) {
+        skip_space(s);
+        if (s->p >= s->end) return fail(err, errlen, "header: unterminated 'shape' tuple");
+        if (*s->p == ')') {
+            s->p++;
+            break;
+        }
+        int neg = 0;
+        if (*s->p == '-' || *s->p == '+') {
+            neg = *s->p == '-';
+            s->p++;
+        }
+        const char *digits = s->p;
+        uint64_t v = 0;
+        int overflow = 0;
+        while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
+            const unsigned d = (unsigned)(*s->p - '0');
+            if (v > ((uint64_t)INT64_MAX - d) / 10) overflow = 1;
+            if (!overflow) v = v * 10 + d;
+            s->p++;
+        }
+        if (s->p == digits) {
+            char shown[SHOWN_CHARS + 1];
+            show(shown, sizeof shown, start, trimmed(start, s->end));
+            return fail(err, errlen, "header: 'shape' %s is not a tuple of integers", shown);
+        }
+        if (overflow) {
+            char shown[SHOWN_CHARS + 1];
+            show(shown, sizeof shown, digits - neg, (size_t)(s->p - digits) + (size_t)neg);
+            return fail(err, errlen, "shape dimension %s does not fit in 64 bits", shown);
+        }
+        if (s->p < s->end && (*s->p == 'L' || *s->p == 'l')) s->p++;
+        if (dims >= FT_NPY_MAX_RANK) {
+            /* count the remaining dimensions for the message, without storing them */
+            dims++;
+        } else {
+            h->shape[dims++] = neg ? -(int64_t)v : (int64_t)v;
+        }
+        if (neg && v) h->negative = 1;
+        skip_space(s);
+        if (s->p >= s->end) return fail(err, errlen, "header: unterminated 'shape' tuple");
+        if (*s->p == ',') {
+            s->p++;
+        } else if (*s->p != ')') {
+            char shown[SHOWN_CHARS + 1];
+            show(shown, sizeof shown, start, trimmed(start, s->end));
+            return fail(err, errlen, "header: 'shape' %s is not a tuple of integers", shown);
+        }
+    }
+    if (dims > FT_NPY_MAX_RANK)
+        return fail(err, errlen, "shape has rank %d; at most %d dimensions are supported", dims,
+                    FT_NPY_MAX_RANK);
+    h->rank = dims;
+    return 0;
+}
+
+enum { KEY_DESCR = 1, KEY_FORTRAN = 2, KEY_SHAPE = 4 };
+
+static int parse_dict(const char *text, size_t len, header *h, char *err, size_t errlen) {
+    scanner s = {text, text + len};
+    int seen = 0;
+    skip_space(&s);
+    if (s.p >= s.end || *s.p != '{') {
+        char shown[SHOWN_CHARS + 1];
+        show(shown, sizeof shown, text, trimmed(text, text + len));
+        return fail(err, errlen, "header is not a dict: '%s'", shown);
+    }
+    s.p++;
+    for (;;) {
+        skip_space(&s);
+        if (s.p >= s.end) return fail(err, errlen, "header: unterminated dict");
+        if (*s.p == '}') {
+            s.p++;
+            break;
+        }
+        if (*s.p != '\'' && *s.p != '"') {
+            char shown[SHOWN_CHARS + 1];
+            show(shown, sizeof shown, s.p, trimmed(s.p, s.end));
+            return fail(err, errlen, "header: expected a quoted key at '%s'", shown);
+        }
+        const char *key = NULL;
+        size_t klen = 0;
+        if (scan_string(&s, &key, &klen, err, errlen)) return -1;
+        int which = 0;
+        if (klen == 5 && !memcmp(key, "descr", 5))
+            which = KEY_DESCR;
+        else if (klen == 13 && !memcmp(key, "fortran_order", 13))
+            which = KEY_FORTRAN;
+        else if (klen == 5 && !memcmp(key, "shape", 5))
+            which = KEY_SHAPE;
+        char kshown[SHOWN_CHARS + 1];
+        show(kshown, sizeof kshown, key, klen);
+        if (!which) return fail(err, errlen, "header: unknown key '%s'", kshown);
+        if (seen & which) return fail(err, errlen, "header: key '%s' appears twice", kshown);
+        seen |= which;
+        skip_space(&s);
+        if (s.p >= s.end || *s.p != ':')
+            return fail(err, errlen, "header: expected ':' after '%s'", kshown);
+        s.p++;
+        skip_space(&s);
+        if (s.p >= s.end) return fail(err, errlen, "header: '%s' has no value", kshown);
+        if (which == KEY_DESCR) {
+            if (*s.p == '[')
+                return fail(err, errlen, "structured dtypes are not supported ('descr' is a list)");
+            if (*s.p != '\'' && *s.p != '"')
+                return fail(err, errlen, "header: 'descr' is not a string");
+            const char *str = NULL;
+            size_t slen = 0;
+            if (scan_string(&s, &str, &slen, err, errlen)) return -1;
+            if (parse_descr(str, slen, h, err, errlen)) return -1;
+        } else if (which == KEY_FORTRAN) {
+            if (scan_word(&s, "True"))
+                return fail(err, errlen,
+                            "Fortran-order arrays are not supported (fortran_order is True)");
+            if (!scan_word(&s, "False"))
+                return fail(err, errlen, "header: 'fortran_order' is not True or False");
+        } else {
+            if (parse_shape(&s, h, err, errlen)) return -1;
+        }
+        skip_space(&s);
+        if (s.p >= s.end) return fail(err, errlen, "header: unterminated dict");
+        if (*s.p == ',') {
+            s.p++;
+        } else if (*s.p != '}') {
+            char shown[SHOWN_CHARS + 1];
+            show(shown, sizeof shown, s.p, trimmed(s.p, s.end));
+            return fail(err, errlen, "header: expected ',' or '}' at '%s'", shown);
+        }
+    }
+    /* padding: spaces and the final newline (some writers pad with NUL bytes) */
+    while (s.p < s.end &&
+           (*s.p == ' ' || *s.p == '\t' || *s.p == '\n' || *s.p == '\r' || *s.p == '\0'))
+        s.p++;
+    if (s.p < s.end) {
+        char shown[SHOWN_CHARS + 1];
+        show(shown, sizeof shown, s.p, trimmed(s.p, s.end));
+        return fail(err, errlen, "header: unexpected text after the dict: '%s'", shown);
+    }
+    if (!(seen & KEY_DESCR)) return fail(err, errlen, "header has no 'descr'");
+    if (!(seen & KEY_FORTRAN)) return fail(err, errlen, "header has no 'fortran_order'");
+    if (!(seen & KEY_SHAPE)) return fail(err, errlen, "header has no 'shape'");
+    return 0;
+}
+
+/* Validates a whole file image: preamble, header, shape and payload length. */
+static int parse_head(const unsigned char *buf, size_t len, header *h, char *err, size_t errlen) {
+    memset(h, 0, sizeof *h);
+    if (len == 0) return fail(err, errlen, "empty file (0 bytes)");
+    const size_t m = len < sizeof npy_magic ? len : sizeof npy_magic;
+    if (memcmp(buf, npy_magic, m) != 0) return fail(err, errlen, "not a .npy file (bad magic)");
+    if (len < 8)
+        return fail(err, errlen, "truncated file (%zu bytes) ends inside the preamble", len);
+    const unsigned major = buf[6], minor = buf[7];
+    if (!((major == 1 || major == 2 || major == 3) && minor == 0))
+        return fail(err, errlen, "unsupported .npy format version %u.%u (1.0, 2.0, 3.0 known)",
+                    major, minor);
+    const size_t pre = major == 1 ? 10 : 12;
+    if (len < pre)
+        return fail(err, errlen, "truncated file (%zu bytes) ends inside the preamble", len);
+    size_t hlen = (size_t)buf[8] | (size_t)buf[9] << 8;
+    if (major != 1) hlen |= (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+    if (hlen > len - pre)
+        return fail(err, errlen,
+                    "truncated header: header length %zu runs past the end of the file (%zu "
+                    "bytes)",
+                    hlen, len);
+    if (parse_dict((const char *)buf + pre, hlen, h, err, errlen)) return -1;
+
+    char shape_text[FT_NPY_MAX_RANK * 22 + 8];
+    ft_npy_format_shape(shape_text, sizeof shape_text, h->rank, h->shape);
+    if (h->negative) return fail(err, errlen, "shape %s has a negative dimension", shape_text);
+    /* the product of the nonzero dimensions must fit, so that no size derived from the shape
+     * can overflow even when a zero makes the array empty */
+    const size_t esize = ft_npy_dtype_size(h->dtype);
+    uint64_t prod = 1;
+    int zero = 0;
+    for (int i = 0; i < h->rank; i++) {
+        const uint64_t d = (uint64_t)h->shape[i];
+        if (d == 0) {
+            zero = 1;
+            continue;
+        }
+        if (prod > (uint64_t)INT64_MAX / d)
+            return fail(err, errlen, "shape %s has too many elements (the size overflows)",
+                        shape_text);
+        prod *= d;
+    }
+    if (prod > (uint64_t)INT64_MAX / esize || prod > (uint64_t)SIZE_MAX / esize)
+        return fail(err, errlen, "shape %s has too many elements (the size overflows)", shape_text);
+    h->count = zero ? 0 : (size_t)prod;
+    h->nbytes = h->count * esize;
+    h->data_offset = pre + hlen;
+    return 0;
+}
+
+/* Whether buf[0, len) holds the whole payload the header announces. */
+static int check_payload(const header *h, size_t len, char *err, size_t errlen) {
+    const size_t avail = len - h->data_offset;
+    if (avail >= h->nbytes) return 0;
+    char shape_text[FT_NPY_MAX_RANK * 22 + 8];
+    ft_npy_format_shape(shape_text, sizeof shape_text, h->rank, h->shape);
+    return fail(err, errlen,
+                "truncated data: shape %s of %s needs %zu bytes after the header, the file has "
+                "%zu",
+                shape_text, ft_npy_dtype_name(h->dtype), h->nbytes, avail);
+}
+
+/* The end of the header as a preamble in buf[0, len) declares it, or 0 when buf does not hold a
+ * preamble of a known version (parse_head then says why). */
+static size_t declared_header_end(const unsigned char *buf, size_t len) {
+    if (len < 10 || memcmp(buf, npy_magic, sizeof npy_magic) != 0 || buf[7] != 0) return 0;
+    if (buf[6] == 1) return 10 + ((size_t)buf[8] | (size_t)buf[9] << 8);
+    if ((buf[6] != 2 && buf[6] != 3) || len < 12) return 0;
+    return 12 +
+           ((size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24);
+}
+
+static void *alloc_aligned(size_t n) {
+    size_t r = n ? n : 1;
+    if (r > SIZE_MAX - (NPY_ALIGN - 1)) return NULL;
+    r = (r + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
+    return aligned_alloc(NPY_ALIGN, r);
+}
+
+static void fill(ft_npy *out, const header *h) {
+    out->dtype = h->dtype;
+    out->rank = h->rank;
+    for (int i = 0; i < h->rank; i++)
+        out->shape[i] = h->shape[i];
+    out->count = h->count;
+    out->nbytes = h->nbytes;
+}
+
+int ft_npy_parse(const void *buf, size_t len, ft_npy *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!buf && len) return fail(err, errlen, "no buffer");
+    header h;
+    if (parse_head((const unsigned char *)buf, len, &h, err, errlen) ||
+        check_payload(&h, len, err, errlen))
+        return -1;
+    void *mem = alloc_aligned(h.nbytes);
+    if (!mem) return fail(err, errlen, "out of memory for %zu bytes", h.nbytes);
+    if (h.nbytes) memcpy(mem, (const unsigned char *)buf + h.data_offset, h.nbytes);
+    fill(out, &h);
+    out->buffer = mem;
+    out->data = mem;
+    return 0;
+}
+
+void ft_npy_free(ft_npy *array) {
+    if (!array) return;
+    free(array->buffer);
+    memset(array, 0, sizeof *array);
+}
+
+/* -- files ------------------------------------------------------------------------------------- */
+
+/* A growing, aligned read buffer. */
+typedef struct reader {
+    int fd;
+    size_t hint; /* a regular file's size: the buffer may grow to it at once */
+    unsigned char *buf;
+    size_t cap, len;
+    int error; /* errno of a failed read or allocation */
+} reader;
+
+/* Reads until the buffer holds `want` bytes or the file ends. The buffer grows to at most twice
+ * what has arrived (or the file's size) and never past `want`, so a stream is read, and memory
+ * taken, no further than the array it holds. Returns 0, or -1 with r->error set. */
+static int fill_to(reader *r, size_t want) {
+    while (r->len < want) {
+        if (r->len == r->cap) {
+            size_t cap = r->cap > SIZE_MAX / 2 ? SIZE_MAX : r->cap * 2;
+            if (cap < 4096) cap = 4096;
+            if (cap < r->hint) cap = r->hint;
+            if (cap > want) cap = want;
+            unsigned char *bigger = alloc_aligned(cap);
+            if (!bigger) {
+                r->error = ENOMEM;
+                return -1;
+            }
+            if (r->len) memcpy(bigger, r->buf, r->len);
+            free(r->buf);
+            r->buf = bigger;
+            r->cap = cap;
+        }
+        const ssize_t n = read(r->fd, r->buf + r->len, r->cap - r->len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            r->error = errno;
+            return -1;
+        }
+        if (n == 0) break;
+        r->len += (size_t)n;
+    }
+    return 0;
+}
+
+int ft_npy_load(const char *path, ft_npy *out, char *err, size_t errlen) {
+    char where[SHOWN_PATH + 1];
+    memset(out, 0, sizeof *out);
+    show(where, sizeof where, path ? path : "", path ? strlen(path) : 0);
+    if (!path) return fail(err, errlen, "no file name");
+    const int fd = open(path, O_RDONLY);
+    if (fd < 0) return fail(err, errlen, "%s: cannot open: %s", where, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        const int e = errno;
+        close(fd);
+        return fail(err, errlen, "%s: cannot stat: %s", where, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return fail(err, errlen, "%s: is a directory", where);
+    }
+    /* the preamble, then the header it declares, then the payload the header declares: a pipe
+     * or a device is read no further than one array, and one that holds none is refused after
+     * its first bytes */
+    reader r = {fd, S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size : 0, NULL, 0, 0, 0};
+    header h;
+    int rc = fill_to(&r, 12);
+    const size_t header_end = rc ? 0 : declared_header_end(r.buf, r.len);
+    if (!rc && header_end) rc = fill_to(&r, header_end);
+    if (!rc && header_end && !parse_head(r.buf, r.len, &h, NULL, 0))
+        rc =
+            fill_to(&r, h.nbytes <= SIZE_MAX - h.data_offset ? h.data_offset + h.nbytes : SIZE_MAX);
+    close(fd);
+    if (rc) {
+        free(r.buf);
+        return fail(err, errlen, "%s: cannot read: %s", where, strerror(r.error));
+    }
+    char why[512];
+    if (parse_head(r.buf, r.len, &h, why, sizeof why) ||
+        check_payload(&h, r.len, why, sizeof why)) {
+        free(r.buf);
+        return fail(err, errlen, "%s: %s", where, why);
+    }
+    unsigned char *buf = r.buf;
+    /* keep the file's buffer; move the payload to its aligned start if the header's length is
+     * not a multiple of the alignment (numpy's own files always are) */
+    if (h.data_offset % NPY_ALIGN) memmove(buf, buf + h.data_offset, h.nbytes);
+    fill(out, &h);
+    out->buffer = buf;
+    out->data = h.data_offset % NPY_ALIGN ? buf : buf + h.data_offset;
+    return 0;
+}
+
+/* -- writer ------------------------------------------------------------------------------------ */
+
+static int write_full(int fd, const void *data, size_t n) {
+    const unsigned char *p = data;
+    while (n) {
+        const ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
+                      const void *data, char *tmp_path, size_t tmp_len, char *err, size_t errlen) {
+    char where[SHOWN_PATH + 1];
+    show(where, sizeof where, path ? path : "", path ? strlen(path) : 0);
+    if (tmp_path && tmp_len) tmp_path[0] = '\0';
+    if (!path || !*path) return fail(err, errlen, "no output file name");
+    if (rank < 0 || rank > FT_NPY_MAX_RANK || (rank && !shape))
+        return fail(err, errlen, "%s: rank %d is out of range", where, rank);
+    const size_t esize = ft_npy_dtype_size(dtype);
+    if (!esize) return fail(err, errlen, "%s: unknown dtype %d", where, (int)dtype);
+    uint64_t count = 1;
+    int zero = 0;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] < 0) return fail(err, errlen, "%s: negative dimension", where);
+        if (shape[i] == 0) {
+            zero = 1;
+            continue;
+        }
+        if (count > (uint64_t)INT64_MAX / (uint64_t)shape[i])
+            return fail(err, errlen, "%s: size overflows", where);
+        count *= (uint64_t)shape[i];
+    }
+    if (count > SIZE_MAX / esize) return fail(err, errlen, "%s: size overflows", where);
+    const size_t nbytes = zero ? 0 : (size_t)count * esize;
+    if (nbytes && !data) return fail(err, errlen, "%s: no data", where);
+
+    /* header: the dict as numpy writes it, padded so the payload starts on a 64-byte boundary */
+    char hdr[512];
+    char shape_text[FT_NPY_MAX_RANK * 22 + 8];
+    ft_npy_format_shape(shape_text, sizeof shape_text, rank, shape);
+    int n = snprintf(hdr + 10, sizeof hdr - 10,
+                     "{'descr': '%s', 'fortran_order': False, "
+                     "'shape': %s, }",
+                     ft_npy_dtype_descr(dtype), shape_text);
+    if (n < 0 || (size_t)n + 10 + 1 + NPY_ALIGN > sizeof hdr)
+        return fail(err, errlen, "%s: header too long", where);
+    size_t total = 10 + (size_t)n + 1;
+    total = (total + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
+    memset(hdr + 10 + n, ' ', total - 10 - (size_t)n);
+    hdr[total - 1] = '\n';
+    memcpy(hdr, npy_magic, 6);
+    hdr[6] = 1;
+    hdr[7] = 0;
+    hdr[8] = (char)((total - 10) & 0xff);
+    hdr[9] = (char)((total - 10) >> 8);
+
+    /* temporary file next to the target: "<dir>/.<name>.XXXXXX" */
+    const char *slash = strrchr(path, '/');
+    const size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+    const char *base = slash ? slash + 1 : path;
+    if (!*base) return fail(err, errlen, "%s: names a directory, not a file", where);
+    const size_t need = dirlen + 1 + strlen(base) + 8 + 1;
+    if (!tmp_path || tmp_len < need) return fail(err, errlen, "%s: path too long", where);
+    memcpy(tmp_path, path, dirlen);
+    snprintf(tmp_path + dirlen, tmp_len - dirlen, ".%s.XXXXXX", base);
+    const int fd = mkstemp(tmp_path);
+    if (fd < 0) {
+        const int e = errno;
+        tmp_path[0] = '\0';
+        return fail(err, errlen, "%s: cannot create a file in its directory: %s", where,
+                    strerror(e));
+    }
+    const mode_t mask = umask(0);
+    umask(mask);
+    int e = 0;
+    if (fchmod(fd, (mode_t)0666 & ~mask) != 0) e = errno;
+    if (!e && write_full(fd, hdr, total) != 0) e = errno;
+    if (!e && nbytes && write_full(fd, data, nbytes) != 0) e = errno;
+    if (close(fd) != 0 && !e) e = errno;
+    if (e) {
+        unlink(tmp_path);
+        tmp_path[0] = '\0';
+        return fail(err, errlen, "%s: cannot write: %s", where, strerror(e));
+    }
+    return 0;
+}
+
+int ft_npy_commit(const char *tmp_path, const char *path, char *err, size_t errlen) {
+    if (rename(tmp_path, path) != 0) {
+        const int e = errno;
+        char where[SHOWN_PATH + 1];
+        show(where, sizeof where, path, strlen(path));
+        unlink(tmp_path);
+        return fail(err, errlen, "%s: cannot replace: %s", where, strerror(e));
+    }
+    return 0;
+}
+
+void ft_npy_discard(const char *tmp_path) {
+    if (tmp_path && *tmp_path) unlink(tmp_path);
+}
+
+int ft_npy_save(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
+                const void *data, char *err, size_t errlen) {
+    char tmp[4096];
+    if (ft_npy_write_temp(path, dtype, rank, shape, data, tmp, sizeof tmp, err, errlen)) return -1;
+    return ft_npy_commit(tmp, path, err, errlen);
+}
