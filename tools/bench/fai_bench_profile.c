@@ -56,16 +56,21 @@ void ft_bench_profile_print(const ft_bench_profile *p, double plain_median_ms) {
            p->median_ms, plain_median_ms > 0 ? p->median_ms / plain_median_ms : 0.0);
 }
 
-void ft_bench_profile_json(const ft_bench_profile *p, double plain_median_ms) {
+void ft_bench_profile_json(ft_json *json, const ft_bench_profile *p, double plain_median_ms) {
     const double total = stage_total(p);
-    printf(", \"profile\": {\"runs\": %lld, \"stage_share\": {", (long long)p->runs);
+    ft_json_object(json, "profile");
+    ft_json_int(json, "runs", (long long)p->runs);
+    ft_json_object(json, "stage_share");
     for (int s = 0; s < FAI_STAGE_COUNT; s++)
-        printf("%s\"%s\": %.5f", s ? ", " : "", fai_stage_name((fai_stage)s),
-               p->stage_seconds[s] / total);
-    printf("}, \"thread_busy\": [");
+        ft_json_number(json, fai_stage_name((fai_stage)s), "%.5f", p->stage_seconds[s] / total);
+    ft_json_end(json);
+    ft_json_array(json, "thread_busy");
     for (int64_t t = 0; t < p->threads; t++)
-        printf("%s%.5f", t ? ", " : "",
-               p->wall_seconds > 0 ? p->busy_seconds[t] / p->wall_seconds : 0.0);
-    printf("], \"median_ms\": %.5f, \"overhead\": %.5f}", p->median_ms,
-           plain_median_ms > 0 ? p->median_ms / plain_median_ms : 0.0);
+        ft_json_number(json, NULL, "%.5f",
+                       p->wall_seconds > 0 ? p->busy_seconds[t] / p->wall_seconds : 0.0);
+    ft_json_end(json);
+    ft_json_number(json, "median_ms", "%.5f", p->median_ms);
+    ft_json_number(json, "overhead", "%.5f",
+                   plain_median_ms > 0 ? p->median_ms / plain_median_ms : 0.0);
+    ft_json_end(json);
 }

@@ -4,6 +4,7 @@
 #define FAI_BENCH_PROFILE_H
 
 #include "fai.h"
+#include "fai_json.h"
 
 #include <stdint.h>
 
@@ -19,9 +20,9 @@ typedef struct ft_bench_profile {
 fai_status ft_bench_profile_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
                                 size_t workspace_bytes, int64_t runs, ft_bench_profile *out);
 
-/* The profile as text lines under a table row (indented), or as JSON members (starting with a
- * comma) of the row's object. plain_median_ms: the same plan's median without timers. */
+/* The profile as text lines under a table row (indented), or as the member "profile" of the
+ * row's JSON object. plain_median_ms: the same plan's median without timers. */
 void ft_bench_profile_print(const ft_bench_profile *profile, double plain_median_ms);
-void ft_bench_profile_json(const ft_bench_profile *profile, double plain_median_ms);
+void ft_bench_profile_json(ft_json *json, const ft_bench_profile *profile, double plain_median_ms);
 
 #endif

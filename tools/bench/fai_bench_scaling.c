@@ -1,5 +1,6 @@
 /* `fai bench --scaling`: interleaved rounds, and the median of the per-round speedups. */
 #include "fai_bench_scaling.h"
+#include "fai_json.h"
 #include "fai_stats.h"
 
 #include <stdio.h>
@@ -36,16 +37,22 @@ static void print_result(const ft_shape *shape, int64_t base_threads, int64_t th
     const double read =
         peak && base_peak->read_gbps > 0 ? peak->read_gbps / base_peak->read_gbps : 0.0;
     if (json) {
-        printf("{\"shape\": \"%s\", \"scaling_threads\": %lld, \"over_threads\": %lld, "
-               "\"rounds\": %lld, \"speedup_median\": %.4f, \"speedup_q1\": %.4f, "
-               "\"speedup_q3\": %.4f",
-               shape->name, (long long)threads, (long long)base_threads, (long long)rounds, median,
-               low, high);
-        if (peak)
-            printf(", \"fp32_peak_speedup\": %.4f, \"read_speedup\": %.4f, "
-                   "\"of_read_speedup\": %.4f",
-                   fp32, read, read > 0 ? median / read : 0.0);
-        printf("}\n");
+        ft_json out;
+        ft_json_init(&out, stdout, 0);
+        ft_json_object(&out, NULL);
+        ft_json_string(&out, "shape", shape->name);
+        ft_json_int(&out, "scaling_threads", (long long)threads);
+        ft_json_int(&out, "over_threads", (long long)base_threads);
+        ft_json_int(&out, "rounds", (long long)rounds);
+        ft_json_number(&out, "speedup_median", "%.4f", median);
+        ft_json_number(&out, "speedup_q1", "%.4f", low);
+        ft_json_number(&out, "speedup_q3", "%.4f", high);
+        if (peak) {
+            ft_json_number(&out, "fp32_peak_speedup", "%.4f", fp32);
+            ft_json_number(&out, "read_speedup", "%.4f", read);
+            ft_json_number(&out, "of_read_speedup", "%.4f", read > 0 ? median / read : 0.0);
+        }
+        ft_json_end(&out);
         return;
     }
     printf("scaling %-6s %lld threads over %lld: %.2fx (median of %lld interleaved rounds, "

@@ -2,6 +2,7 @@
  * that the time is the pool's hand-over and not the work. */
 #define _POSIX_C_SOURCE 200809L
 #include "fai_bench_wake.h"
+#include "fai_json.h"
 #include "fai_stats.h"
 
 #include <stdio.h>
@@ -96,12 +97,19 @@ int ft_bench_wake(fai_pool *pool, int64_t threads, int rounds, int json) {
                 fai_last_error());
         return -1;
     }
-    if (json)
-        printf("{\"wake\": true, \"threads\": %lld, \"rounds\": %d, \"after_run_us\": %.2f, "
-               "\"after_idle_us\": %.2f, \"one_thread_after_run_us\": %.2f, "
-               "\"one_thread_after_idle_us\": %.2f}\n",
-               (long long)threads, rounds, hot, cold, alone_hot, alone_cold);
-    else
+    if (json) {
+        ft_json out;
+        ft_json_init(&out, stdout, 0);
+        ft_json_object(&out, NULL);
+        ft_json_bool(&out, "wake", 1);
+        ft_json_int(&out, "threads", (long long)threads);
+        ft_json_int(&out, "rounds", rounds);
+        ft_json_number(&out, "after_run_us", "%.2f", hot);
+        ft_json_number(&out, "after_idle_us", "%.2f", cold);
+        ft_json_number(&out, "one_thread_after_run_us", "%.2f", alone_hot);
+        ft_json_number(&out, "one_thread_after_idle_us", "%.2f", alone_cold);
+        ft_json_end(&out);
+    } else
         printf("wake   %lld threads, tiny decode (median of %d): right after a run %.1f us, "
                "after %ld ms idle %.1f us; on the calling thread alone %.1f us and %.1f us\n",
                (long long)threads, rounds, hot, IDLE_NANOSECONDS / 1000000, cold, alone_hot,

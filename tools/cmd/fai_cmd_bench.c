@@ -9,6 +9,7 @@
 #include "fai_bench_scaling.h"
 #include "fai_bench_wake.h"
 #include "fai_cmd.h"
+#include "fai_json.h"
 #include "fai_oracle.h"
 #include "fai_peak.h"
 #include "fai_shape.h"
@@ -410,37 +411,43 @@ static const char *causal_name(fai_causal causal) {
 }
 
 /* A JSON number: non-finite values (an empty shape's rate) become null. */
-static void json_number(const char *key, double value) {
-    if (isfinite(value))
-        printf(", \"%s\": %.6g", key, value);
-    else
-        printf(", \"%s\": null", key);
+static void json_number(ft_json *json, const char *key, double value) {
+    ft_json_number(json, key, "%.6g", value);
 }
 
-static void json_shape_fields(const ft_shape *shape) {
-    printf("{\"shape\": \"%s\", \"q_dtype\": \"%s\", \"kv_dtype\": \"%s\", \"out_dtype\": \"%s\", "
-           "\"b\": %lld, \"hq\": %lld, \"hkv\": %lld, \"sq\": %lld, \"skv\": %lld, \"d\": %lld, "
-           "\"dv\": %lld, \"causal\": \"%s\", \"window_left\": %lld, \"window_right\": %lld, "
-           "\"page_size\": %lld, \"softcap\": %g, \"alibi\": %s, \"sinks\": %s",
-           shape->name, fai_dtype_name(shape->q_dtype), fai_dtype_name(shape->kv_dtype),
-           fai_dtype_name(shape->out_dtype), (long long)shape->b, (long long)shape->hq,
-           (long long)shape->hkv, (long long)shape->sq, (long long)shape->skv, (long long)shape->d,
-           (long long)shape->dv, causal_name(shape->causal), (long long)shape->window_left,
-           (long long)shape->window_right, (long long)shape->page_size, (double)shape->softcap,
-           shape->alibi ? "true" : "false", shape->sinks ? "true" : "false");
+static void json_shape_fields(ft_json *json, const ft_shape *shape) {
+    ft_json_string(json, "shape", shape->name);
+    ft_json_string(json, "q_dtype", fai_dtype_name(shape->q_dtype));
+    ft_json_string(json, "kv_dtype", fai_dtype_name(shape->kv_dtype));
+    ft_json_string(json, "out_dtype", fai_dtype_name(shape->out_dtype));
+    ft_json_int(json, "b", shape->b);
+    ft_json_int(json, "hq", shape->hq);
+    ft_json_int(json, "hkv", shape->hkv);
+    ft_json_int(json, "sq", shape->sq);
+    ft_json_int(json, "skv", shape->skv);
+    ft_json_int(json, "d", shape->d);
+    ft_json_int(json, "dv", shape->dv);
+    ft_json_string(json, "causal", causal_name(shape->causal));
+    ft_json_int(json, "window_left", shape->window_left);
+    ft_json_int(json, "window_right", shape->window_right);
+    ft_json_int(json, "page_size", shape->page_size);
+    ft_json_number(json, "softcap", "%g", (double)shape->softcap);
+    ft_json_bool(json, "alibi", shape->alibi);
+    ft_json_bool(json, "sinks", shape->sinks);
 }
 
-static void json_peak_ratios(const ft_shape *shape, const bench_result *r, const ft_peak *p) {
-    json_number("peak_fp32_gflops", p->fp32_gflops);
-    json_number("fp32_peak_ratio", gflops(r) / p->fp32_gflops);
-    if (p->bf16_gflops > 0) json_number("peak_bf16_gflops", p->bf16_gflops);
+static void json_peak_ratios(ft_json *json, const ft_shape *shape, const bench_result *r,
+                             const ft_peak *p) {
+    json_number(json, "peak_fp32_gflops", p->fp32_gflops);
+    json_number(json, "fp32_peak_ratio", gflops(r) / p->fp32_gflops);
+    if (p->bf16_gflops > 0) json_number(json, "peak_bf16_gflops", p->bf16_gflops);
     if (p->bf16_gflops > 0 && is_all_bf16(shape))
-        json_number("bf16_peak_ratio", gflops(r) / p->bf16_gflops);
-    if (p->amx_gflops > 0) json_number("peak_amx_gflops", p->amx_gflops);
+        json_number(json, "bf16_peak_ratio", gflops(r) / p->bf16_gflops);
+    if (p->amx_gflops > 0) json_number(json, "peak_amx_gflops", p->amx_gflops);
     if (p->amx_gflops > 0 && !strcmp(r->info.isa, "amx") && !is_decode(shape))
-        json_number("amx_peak_ratio", gflops(r) / p->amx_gflops);
-    json_number("peak_read_gbps", p->read_gbps);
-    if (is_decode(shape)) json_number("bw_ratio", kv_gbps(r) / p->read_gbps);
+        json_number(json, "amx_peak_ratio", gflops(r) / p->amx_gflops);
+    json_number(json, "peak_read_gbps", p->read_gbps);
+    if (is_decode(shape)) json_number(json, "bw_ratio", kv_gbps(r) / p->read_gbps);
 }
 
 static int baseline_ok(const bench_check *check) {
@@ -449,50 +456,56 @@ static int baseline_ok(const bench_check *check) {
 
 /* The baseline's keys: its times and rate (the same useful FLOPs as fai's), fai's speedup over
  * it (baseline median / fai median), its score matrix and its agreement with fai. */
-static void json_baseline(const bench_result *r, const baseline_result *base,
+static void json_baseline(ft_json *json, const bench_result *r, const baseline_result *base,
                           const bench_check *check, const ft_peak *peak) {
-    json_number("baseline_median_ms", base->median_ms);
-    json_number("baseline_min_ms", base->min_ms);
-    json_number("baseline_max_ms", base->max_ms);
-    json_number("baseline_gflops", r->flops / base->median_ms * 1e-6);
+    json_number(json, "baseline_median_ms", base->median_ms);
+    json_number(json, "baseline_min_ms", base->min_ms);
+    json_number(json, "baseline_max_ms", base->max_ms);
+    json_number(json, "baseline_gflops", r->flops / base->median_ms * 1e-6);
     if (peak)
-        json_number("baseline_fp32_peak_ratio",
+        json_number(json, "baseline_fp32_peak_ratio",
                     r->flops / base->median_ms * 1e-6 / peak->fp32_gflops);
-    json_number("speedup_vs_baseline", base->median_ms / r->median_ms);
-    printf(", \"baseline_gemm_flops\": %.0f, \"baseline_score_bytes\": %.0f", base->gemm_flops,
-           base->score_bytes);
-    json_number("baseline_max_diff", check->baseline_diff);
-    json_number("baseline_tolerance", check->baseline_tolerance);
-    printf(", \"baseline_check\": \"%s\", \"baseline_blas\": \"%s\"",
-           baseline_ok(check) ? "ok" : "failed", ft_baseline_blas());
+    json_number(json, "speedup_vs_baseline", base->median_ms / r->median_ms);
+    ft_json_number(json, "baseline_gemm_flops", "%.0f", base->gemm_flops);
+    ft_json_number(json, "baseline_score_bytes", "%.0f", base->score_bytes);
+    json_number(json, "baseline_max_diff", check->baseline_diff);
+    json_number(json, "baseline_tolerance", check->baseline_tolerance);
+    ft_json_string(json, "baseline_check", baseline_ok(check) ? "ok" : "failed");
+    ft_json_string(json, "baseline_blas", ft_baseline_blas());
 }
 
 static void print_json(const ft_shape *shape, const bench_result *r, const bench_check *check,
                        const bench_options *opt, const ft_peak *peak, const baseline_result *base) {
-    json_shape_fields(shape);
-    printf(", \"threads\": %lld, \"workers\": %lld, \"runs\": %lld, \"warmup\": %lld",
-           (long long)r->threads, (long long)r->info.workers, (long long)opt->runs,
-           (long long)opt->warmup);
-    json_number("median_ms", r->median_ms);
-    json_number("min_ms", r->min_ms);
-    json_number("max_ms", r->max_ms);
-    json_number("gflops", gflops(r));
-    json_number("kv_gbps", kv_gbps(r));
-    printf(", \"flops\": %.0f, \"kv_bytes\": %.0f", r->flops, r->kv_bytes); /* exact counts */
-    printf(", \"workspace_bytes\": %zu, \"isa\": \"%s\", \"tile_q\": %lld, \"tile_kv\": %lld",
-           r->info.workspace_bytes, r->info.isa, (long long)r->info.tile_q,
-           (long long)r->info.tile_kv);
-    json_number("imbalance", r->info.imbalance);
-    json_number("check_us", r->check_us);
-    json_number("check_ratio", r->check_us * 1e-3 / r->median_ms);
-    json_number("max_err", check->max_err);
-    json_number("tolerance", check->tolerance);
-    printf(", \"checked_threads\": %lld, \"check\": \"%s\"", (long long)check->threads,
-           check->max_err <= check->tolerance ? "ok" : "failed");
-    if (peak) json_peak_ratios(shape, r, peak);
-    if (base) json_baseline(r, base, check, peak);
-    if (opt->profile) ft_bench_profile_json(&r->profile, r->median_ms);
-    printf("}\n");
+    ft_json json;
+    ft_json_init(&json, stdout, 0);
+    ft_json_object(&json, NULL);
+    json_shape_fields(&json, shape);
+    ft_json_int(&json, "threads", r->threads);
+    ft_json_int(&json, "workers", r->info.workers);
+    ft_json_int(&json, "runs", opt->runs);
+    ft_json_int(&json, "warmup", opt->warmup);
+    json_number(&json, "median_ms", r->median_ms);
+    json_number(&json, "min_ms", r->min_ms);
+    json_number(&json, "max_ms", r->max_ms);
+    json_number(&json, "gflops", gflops(r));
+    json_number(&json, "kv_gbps", kv_gbps(r));
+    ft_json_number(&json, "flops", "%.0f", r->flops); /* exact counts */
+    ft_json_number(&json, "kv_bytes", "%.0f", r->kv_bytes);
+    ft_json_int(&json, "workspace_bytes", (long long)r->info.workspace_bytes);
+    ft_json_string(&json, "isa", r->info.isa);
+    ft_json_int(&json, "tile_q", r->info.tile_q);
+    ft_json_int(&json, "tile_kv", r->info.tile_kv);
+    json_number(&json, "imbalance", r->info.imbalance);
+    json_number(&json, "check_us", r->check_us);
+    json_number(&json, "check_ratio", r->check_us * 1e-3 / r->median_ms);
+    json_number(&json, "max_err", check->max_err);
+    json_number(&json, "tolerance", check->tolerance);
+    ft_json_int(&json, "checked_threads", check->threads);
+    ft_json_string(&json, "check", check->max_err <= check->tolerance ? "ok" : "failed");
+    if (peak) json_peak_ratios(&json, shape, r, peak);
+    if (base) json_baseline(&json, r, base, check, peak);
+    if (opt->profile) ft_bench_profile_json(&json, &r->profile, r->median_ms);
+    ft_json_end(&json);
 }
 
 static void print_table_header(int baseline) {
@@ -542,17 +555,22 @@ static void print_row(const ft_shape *shape, const bench_result *r, const bench_
 
 static void print_peaks(const bench_options *opt, const ft_peak *peaks) {
     if (opt->json) {
-        printf("{\"peaks\": [");
+        ft_json json;
+        ft_json_init(&json, stdout, 0);
+        ft_json_object(&json, NULL);
+        ft_json_array(&json, "peaks");
         for (int t = 0; t < opt->thread_count; t++) {
-            printf("%s{\"threads\": %lld, \"isa\": \"%s\"", t ? ", " : "",
-                   (long long)peaks[t].threads, ft_peak_isa());
-            json_number("peak_fp32_gflops", peaks[t].fp32_gflops);
-            if (ft_peak_has_bf16()) json_number("peak_bf16_gflops", peaks[t].bf16_gflops);
-            if (ft_peak_has_amx()) json_number("peak_amx_gflops", peaks[t].amx_gflops);
-            json_number("peak_read_gbps", peaks[t].read_gbps);
-            printf("}");
+            ft_json_object(&json, NULL);
+            ft_json_int(&json, "threads", peaks[t].threads);
+            ft_json_string(&json, "isa", ft_peak_isa());
+            json_number(&json, "peak_fp32_gflops", peaks[t].fp32_gflops);
+            if (ft_peak_has_bf16()) json_number(&json, "peak_bf16_gflops", peaks[t].bf16_gflops);
+            if (ft_peak_has_amx()) json_number(&json, "peak_amx_gflops", peaks[t].amx_gflops);
+            json_number(&json, "peak_read_gbps", peaks[t].read_gbps);
+            ft_json_end(&json);
         }
-        printf("]}\n");
+        ft_json_end(&json);
+        ft_json_end(&json);
         return;
     }
     printf("machine peaks, measured now (median of 5 passes; fp32 FMA and read probes: %s)\n",

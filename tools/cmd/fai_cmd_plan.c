@@ -5,6 +5,7 @@
 #include "fai_budget.h"
 #include "fai_cmd.h"
 #include "fai_hw.h"
+#include "fai_json.h"
 #include "fai_oracle.h"
 #include "fai_shape.h"
 
@@ -272,39 +273,48 @@ static void print_plan_text(const fai_plan *plan, const fai_plan_info *info) {
     }
 }
 
-static void print_worker_weights_json(const fai_plan *plan, int64_t workers) {
-    printf("[");
+static void json_worker_weights(ft_json *json, const char *key, const fai_plan *plan,
+                                int64_t workers) {
+    ft_json_array(json, key);
     for (int64_t w = 0; w < workers; w++) {
         fai_worker_range range;
         fai_plan_get_worker(plan, w, &range);
-        printf("%s%lld", w ? ", " : "", (long long)range.weight);
+        ft_json_int(json, NULL, range.weight);
     }
-    printf("]");
+    ft_json_end(json);
 }
 
-/* The keys of `fai plan --json`, without the braces (--hw adds its keys after them). */
-static void print_plan_json_fields(const ft_shape *shape, const fai_plan *plan,
-                                   const fai_plan_info *info, fai_split strategy) {
-    printf("\"shape\": \"%s\", \"tile_q\": %lld, \"tile_kv\": %lld, \"tile_rows\": %lld, "
-           "\"units\": %lld, \"workers\": %lld, \"threads\": %lld, \"total_weight\": %lld, "
-           "\"imbalance\": %.6f, \"split_kv\": %s, \"split_units\": %lld, \"partials\": %lld, "
-           "\"strategy\": \"%s\", \"workspace_bytes\": %zu, \"isa\": \"%s\", "
-           "\"tile_source\": \"%s\", \"tile_class\": \"%s\", \"worker_weights\": ",
-           shape->name, (long long)info->tile_q, (long long)info->tile_kv,
-           (long long)info->tile_rows, (long long)info->units, (long long)info->workers,
-           (long long)info->threads, (long long)info->total_weight, info->imbalance,
-           info->split_kv ? "true" : "false", (long long)info->split_units,
-           (long long)info->partials, strategy_name(strategy), info->workspace_bytes, info->isa,
-           info->tile_source, info->tile_class);
-    print_worker_weights_json(plan, info->workers);
-    printf(", \"worker_units\": [");
+/* The keys of `fai plan --json`, in an object the caller opened (--hw adds its keys after). */
+static void json_plan_fields(ft_json *json, const ft_shape *shape, const fai_plan *plan,
+                             const fai_plan_info *info, fai_split strategy) {
+    ft_json_string(json, "shape", shape->name);
+    ft_json_int(json, "tile_q", info->tile_q);
+    ft_json_int(json, "tile_kv", info->tile_kv);
+    ft_json_int(json, "tile_rows", info->tile_rows);
+    ft_json_int(json, "units", info->units);
+    ft_json_int(json, "workers", info->workers);
+    ft_json_int(json, "threads", info->threads);
+    ft_json_int(json, "total_weight", info->total_weight);
+    ft_json_number(json, "imbalance", "%.6f", info->imbalance);
+    ft_json_bool(json, "split_kv", info->split_kv);
+    ft_json_int(json, "split_units", info->split_units);
+    ft_json_int(json, "partials", info->partials);
+    ft_json_string(json, "strategy", strategy_name(strategy));
+    ft_json_int(json, "workspace_bytes", (long long)info->workspace_bytes);
+    ft_json_string(json, "isa", info->isa);
+    ft_json_string(json, "tile_source", info->tile_source);
+    ft_json_string(json, "tile_class", info->tile_class);
+    json_worker_weights(json, "worker_weights", plan, info->workers);
+    ft_json_array(json, "worker_units");
     for (int64_t w = 0; w < info->workers; w++) {
         fai_worker_range range;
         fai_plan_get_worker(plan, w, &range);
-        printf("%s[%lld, %lld]", w ? ", " : "", (long long)range.unit_begin,
-               (long long)range.unit_end);
+        ft_json_array(json, NULL);
+        ft_json_int(json, NULL, range.unit_begin);
+        ft_json_int(json, NULL, range.unit_end);
+        ft_json_end(json);
     }
-    printf("]");
+    ft_json_end(json);
 }
 
 static int run_plain(const ft_shape *shape, const plan_options *options, int32_t *seqlens_kv) {
@@ -315,9 +325,11 @@ static int run_plain(const ft_shape *shape, const plan_options *options, int32_t
     fai_plan_info info;
     fai_plan_get_info(plan, &info);
     if (options->json) {
-        printf("{");
-        print_plan_json_fields(shape, plan, &info, options->strategy);
-        printf("}\n");
+        ft_json json;
+        ft_json_init(&json, stdout, 0);
+        ft_json_object(&json, NULL);
+        json_plan_fields(&json, shape, plan, &info, options->strategy);
+        ft_json_end(&json);
     } else {
         print_shape_line(shape);
         print_plan_text(plan, &info);
@@ -351,18 +363,20 @@ static void print_candidates_text(const candidate_list *list, const plan_options
         printf("            (the given tile is not among them)\n");
 }
 
-static void print_candidates_json(const candidate_list *list, const char *first_key,
-                                  const char *second_key) {
-    printf(", \"candidates\": [");
+static void json_candidates(ft_json *json, const candidate_list *list, const char *first_key,
+                            const char *second_key) {
+    ft_json_array(json, "candidates");
     for (int c = 0; c < list->count; c++) {
         const candidate *item = &list->items[c];
-        printf("%s{\"tile_q\": %lld, \"tile_kv\": %lld, \"tile_d\": %lld, \"%s\": %lld, "
-               "\"%s\": %lld}",
-               c ? ", " : "", (long long)item->tile_q, (long long)item->tile_kv,
-               (long long)item->tile_d, first_key, (long long)item->first_bytes, second_key,
-               (long long)item->second_bytes);
+        ft_json_object(json, NULL);
+        ft_json_int(json, "tile_q", item->tile_q);
+        ft_json_int(json, "tile_kv", item->tile_kv);
+        ft_json_int(json, "tile_d", item->tile_d);
+        ft_json_int(json, first_key, item->first_bytes);
+        ft_json_int(json, second_key, item->second_bytes);
+        ft_json_end(json);
     }
-    printf("]");
+    ft_json_end(json);
 }
 
 /* "fits yes", or "fits no:" and each buffer that overflows on a line of its own. */
@@ -380,16 +394,16 @@ static void print_fits_text(int fits, const char *reason) {
     }
 }
 
-static void print_fits_json(int fits, const char *reason) {
-    printf(", \"fits\": %s", fits ? "true" : "false");
-    if (!fits) printf(", \"reason\": \"%s\"", reason);
+static void json_fits(ft_json *json, int fits, const char *reason) {
+    ft_json_bool(json, "fits", fits);
+    if (!fits) ft_json_string(json, "reason", reason);
 }
 
-static void print_greedy_json(const fai_plan *greedy, const fai_plan_info *info) {
-    printf(", \"greedy_units\": %lld, \"greedy_total_weight\": %lld, \"greedy_imbalance\": %.6f, "
-           "\"greedy_worker_weights\": ",
-           (long long)info->units, (long long)info->total_weight, info->imbalance);
-    print_worker_weights_json(greedy, info->workers);
+static void json_greedy(ft_json *json, const fai_plan *greedy, const fai_plan_info *info) {
+    ft_json_int(json, "greedy_units", info->units);
+    ft_json_int(json, "greedy_total_weight", info->total_weight);
+    ft_json_number(json, "greedy_imbalance", "%.6f", info->imbalance);
+    json_worker_weights(json, "greedy_worker_weights", greedy, info->workers);
 }
 
 /* -- NPU profiles: the seed's resource table ------------------------------------------------- */
@@ -559,32 +573,46 @@ static void print_npu_json(const plan_options *options, const ft_shape *shape, i
     fai_plan_info info, greedy_info;
     fai_plan_get_info(plan, &info);
     fai_plan_get_info(greedy, &greedy_info);
-    printf("{");
-    print_plan_json_fields(shape, plan, &info, options->strategy);
-    printf(", \"hw\": \"%s\", \"hw_kind\": \"npu\", \"aic\": %lld, \"aiv\": %lld, "
-           "\"cv_ratio\": %lld, \"tile_d\": %lld, \"input_bytes\": %lld, \"task_num\": %lld, "
-           "\"mm1_result_size\": %lld, \"mm2_result_size\": %lld, \"share_ub_size\": %lld, "
-           "\"mm2_left_size\": %lld",
-           hw->name, (long long)hw->matrix_cores, (long long)hw->vector_cores,
-           (long long)hw->cv_ratio, (long long)options->tile_d, (long long)input_bytes,
-           (long long)options->task_num, (long long)budget->mm1_result_size,
-           (long long)budget->mm2_result_size, (long long)budget->share_ub_size,
-           (long long)budget->mm2_left_size);
-    printf(", \"ub_items\": {\"s_buffers\": %lld, \"otmp_buffers\": %lld, \"softmax_state\": %lld, "
-           "\"p_buffers\": %lld, \"mask\": %lld, \"share\": %lld, \"o_accumulator\": %lld}, "
-           "\"l1_items\": {\"p_buffers\": %lld, \"qkv_tiles\": %lld}",
-           (long long)budget->ub_s_buffers, (long long)budget->ub_otmp_buffers,
-           (long long)budget->ub_softmax_state, (long long)budget->ub_p_buffers,
-           (long long)budget->ub_mask, (long long)budget->ub_share,
-           (long long)budget->ub_o_accumulator, (long long)budget->l1_p_buffers,
-           (long long)budget->l1_qkv_tiles);
-    for (int i = 0; i < FT_BUDGET_BUFFERS; i++)
-        printf(", \"%s_bytes\": %lld, \"%s_capacity\": %lld", buffers[i].key,
-               (long long)buffers[i].bytes, buffers[i].key, (long long)buffers[i].capacity);
-    print_fits_json(fits, reason);
-    print_candidates_json(list, "ub_bytes", "l1_bytes");
-    print_greedy_json(greedy, &greedy_info);
-    printf("}\n");
+    ft_json json;
+    ft_json_init(&json, stdout, 0);
+    ft_json_object(&json, NULL);
+    json_plan_fields(&json, shape, plan, &info, options->strategy);
+    ft_json_string(&json, "hw", hw->name);
+    ft_json_string(&json, "hw_kind", "npu");
+    ft_json_int(&json, "aic", hw->matrix_cores);
+    ft_json_int(&json, "aiv", hw->vector_cores);
+    ft_json_int(&json, "cv_ratio", hw->cv_ratio);
+    ft_json_int(&json, "tile_d", options->tile_d);
+    ft_json_int(&json, "input_bytes", input_bytes);
+    ft_json_int(&json, "task_num", options->task_num);
+    ft_json_int(&json, "mm1_result_size", budget->mm1_result_size);
+    ft_json_int(&json, "mm2_result_size", budget->mm2_result_size);
+    ft_json_int(&json, "share_ub_size", budget->share_ub_size);
+    ft_json_int(&json, "mm2_left_size", budget->mm2_left_size);
+    ft_json_object(&json, "ub_items");
+    ft_json_int(&json, "s_buffers", budget->ub_s_buffers);
+    ft_json_int(&json, "otmp_buffers", budget->ub_otmp_buffers);
+    ft_json_int(&json, "softmax_state", budget->ub_softmax_state);
+    ft_json_int(&json, "p_buffers", budget->ub_p_buffers);
+    ft_json_int(&json, "mask", budget->ub_mask);
+    ft_json_int(&json, "share", budget->ub_share);
+    ft_json_int(&json, "o_accumulator", budget->ub_o_accumulator);
+    ft_json_end(&json);
+    ft_json_object(&json, "l1_items");
+    ft_json_int(&json, "p_buffers", budget->l1_p_buffers);
+    ft_json_int(&json, "qkv_tiles", budget->l1_qkv_tiles);
+    ft_json_end(&json);
+    for (int i = 0; i < FT_BUDGET_BUFFERS; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s_bytes", buffers[i].key);
+        ft_json_int(&json, key, buffers[i].bytes);
+        snprintf(key, sizeof key, "%s_capacity", buffers[i].key);
+        ft_json_int(&json, key, buffers[i].capacity);
+    }
+    json_fits(&json, fits, reason);
+    json_candidates(&json, list, "ub_bytes", "l1_bytes");
+    json_greedy(&json, greedy, &greedy_info);
+    ft_json_end(&json);
 }
 
 static int run_npu(const ft_shape *shape, plan_options *options, int32_t *seqlens_kv) {
@@ -704,18 +732,23 @@ static int run_host(const ft_shape *shape, const plan_options *options, int32_t 
     shown.tile_kv = info.tile_kv;
     if (options->json) {
         const ft_hw *hw = &options->hw;
-        printf("{");
-        print_plan_json_fields(shape, plan, &info, options->strategy);
-        printf(", \"hw\": \"host\", \"hw_kind\": \"cpu\", \"cpus\": %lld, \"tile_d\": %lld, "
-               "\"l1d_bytes\": %lld, \"l1d_capacity\": %lld, \"l2_bytes\": %lld, "
-               "\"l2_capacity\": %lld, \"l3_capacity\": %lld",
-               (long long)hw->matrix_cores, (long long)shape->d, (long long)info.l1d_bytes,
-               (long long)info.l1d_capacity, (long long)info.l2_bytes, (long long)info.l2_capacity,
-               (long long)hw->l3_bytes);
-        print_fits_json(fits, reason);
-        print_candidates_json(&list, "l1d_bytes", "l2_bytes");
-        print_greedy_json(greedy, &greedy_info);
-        printf("}\n");
+        ft_json json;
+        ft_json_init(&json, stdout, 0);
+        ft_json_object(&json, NULL);
+        json_plan_fields(&json, shape, plan, &info, options->strategy);
+        ft_json_string(&json, "hw", "host");
+        ft_json_string(&json, "hw_kind", "cpu");
+        ft_json_int(&json, "cpus", hw->matrix_cores);
+        ft_json_int(&json, "tile_d", shape->d);
+        ft_json_int(&json, "l1d_bytes", info.l1d_bytes);
+        ft_json_int(&json, "l1d_capacity", info.l1d_capacity);
+        ft_json_int(&json, "l2_bytes", info.l2_bytes);
+        ft_json_int(&json, "l2_capacity", info.l2_capacity);
+        ft_json_int(&json, "l3_capacity", hw->l3_bytes);
+        json_fits(&json, fits, reason);
+        json_candidates(&json, &list, "l1d_bytes", "l2_bytes");
+        json_greedy(&json, greedy, &greedy_info);
+        ft_json_end(&json);
     } else {
         print_host_text(&shown, shape, &info, fits, reason, &list, plan, greedy);
     }

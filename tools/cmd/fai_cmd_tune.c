@@ -6,6 +6,7 @@
  * few fastest and the planner's own choice meet again in interleaved rounds, so that a burst of
  * noise hits them alike, and the winner is the best median of those rounds. */
 #include "fai_cmd.h"
+#include "fai_json.h"
 #include "fai_stats.h"
 #include "fai_shape.h"
 
@@ -194,22 +195,40 @@ static void print_report(const ft_shape *shape, const tile_timing *list, int mea
                          const tune_options *opt) {
     const double speedup = heuristic->final_ms / best->final_ms;
     if (opt->json) {
-        printf("{\"shape\":\"%s\",\"threads\":%lld,\"candidates\":%d,\"measured\":%d,"
-               "\"heuristic_tile\":[%lld,%lld],\"heuristic_ms\":%.4f,"
-               "\"tuned_tile\":[%lld,%lld],\"tuned_ms\":%.4f,\"speedup\":%.4f,"
-               "\"stored\":%s,\"cache\":\"%s\",\"tile_source\":\"%s\",\"tile_class\":\"%s\","
-               "\"timings\":[",
-               shape->name, (long long)opt->threads, listed, measured, (long long)heuristic->tile_q,
-               (long long)heuristic->tile_kv, heuristic->final_ms, (long long)best->tile_q,
-               (long long)best->tile_kv, best->final_ms, speedup, stored ? "true" : "false", path,
-               after->tile_source, after->tile_class);
+        ft_json json;
+        ft_json_init(&json, stdout, 1);
+        ft_json_object(&json, NULL);
+        ft_json_string(&json, "shape", shape->name);
+        ft_json_int(&json, "threads", opt->threads);
+        ft_json_int(&json, "candidates", listed);
+        ft_json_int(&json, "measured", measured);
+        ft_json_array(&json, "heuristic_tile");
+        ft_json_int(&json, NULL, heuristic->tile_q);
+        ft_json_int(&json, NULL, heuristic->tile_kv);
+        ft_json_end(&json);
+        ft_json_number(&json, "heuristic_ms", "%.4f", heuristic->final_ms);
+        ft_json_array(&json, "tuned_tile");
+        ft_json_int(&json, NULL, best->tile_q);
+        ft_json_int(&json, NULL, best->tile_kv);
+        ft_json_end(&json);
+        ft_json_number(&json, "tuned_ms", "%.4f", best->final_ms);
+        ft_json_number(&json, "speedup", "%.4f", speedup);
+        ft_json_bool(&json, "stored", stored);
+        ft_json_string(&json, "cache", path);
+        ft_json_string(&json, "tile_source", after->tile_source);
+        ft_json_string(&json, "tile_class", after->tile_class);
+        ft_json_array(&json, "timings");
         for (int c = 0; c < measured; c++) {
-            printf("%s{\"tile_q\":%lld,\"tile_kv\":%lld,\"first_ms\":%.4f", c ? "," : "",
-                   (long long)list[c].tile_q, (long long)list[c].tile_kv, list[c].first_ms);
-            if (c < finalists) printf(",\"final_ms\":%.4f", list[c].final_ms);
-            printf(",\"heuristic\":%s}", list[c].heuristic ? "true" : "false");
+            ft_json_object(&json, NULL);
+            ft_json_int(&json, "tile_q", list[c].tile_q);
+            ft_json_int(&json, "tile_kv", list[c].tile_kv);
+            ft_json_number(&json, "first_ms", "%.4f", list[c].first_ms);
+            if (c < finalists) ft_json_number(&json, "final_ms", "%.4f", list[c].final_ms);
+            ft_json_bool(&json, "heuristic", list[c].heuristic);
+            ft_json_end(&json);
         }
-        printf("]}\n");
+        ft_json_end(&json);
+        ft_json_end(&json);
         return;
     }
     printf("shape %s on %lld threads: %d candidate tiles fit the caches, %d measured\n",

@@ -14,6 +14,7 @@
  *           C: the run's own fai time, k: the bytes of one K/V block
  * and prints it beside the measured step. Figures are medians over --runs of each run's value;
  * the step is the slowest rank's, the parts are averaged over the ranks. */
+#include "fai_json.h"
 #include "fai_mpi_tool.h"
 #include "fai_stats.h"
 #include "fai_shape.h"
@@ -404,14 +405,11 @@ static double overlap_of(const bench_result *r) {
     return hidden < 0 ? 0.0 : hidden > 1 ? 1.0 : hidden;
 }
 
-/* The overlap as text: a percentage (or a fraction in JSON), or `none` when there is none. */
-static void format_overlap(const bench_result *r, int json, const char *none, char *text,
-                           size_t size) {
+/* The overlap as text: a percentage, or "-" when there is none. */
+static void format_overlap(const bench_result *r, char *text, size_t size) {
     const double overlap = overlap_of(r);
     if (isnan(overlap))
-        snprintf(text, size, "%s", none);
-    else if (json)
-        snprintf(text, size, "%.3f", overlap);
+        snprintf(text, size, "-");
     else
         snprintf(text, size, "%.0f%%", 100.0 * overlap);
 }
@@ -427,25 +425,37 @@ static void print_header(const bench_options *o, const link_model *link) {
 }
 
 static void print_result(const bench_result *r, const bench_options *o, const link_model *link) {
-    char overlap[16];
-    format_overlap(r, o->json, o->json ? "null" : "-", overlap, sizeof overlap);
     if (o->json) {
-        printf("{\"shape\": \"%s\", \"kind\": \"%s\", \"ranks\": %d, \"threads\": %lld, "
-               "\"runs\": %d, \"seq_kv\": %lld, \"seq_kv_per_rank\": %lld, \"steps\": %lld, "
-               "\"bytes_sent_per_step\": %.0f, \"median_ms\": %.4f, \"compute_ms\": %.4f, "
-               "\"wait_ms\": %.4f, \"exchange_ms\": %.4f, \"merge_ms\": %.4f, "
-               "\"comm_alone_ms\": %.4f, "
-               "\"overlap\": %s, \"model_ms\": %.4f, \"model_compute_ms\": %.4f, "
-               "\"model_comm_ms\": %.4f, \"model_merge_ms\": %.4f, \"latency_us\": %.3f, "
-               "\"bandwidth_gbps\": %.4f}\n",
-               r->shape, r->kind, ranks_, (long long)o->threads, o->runs, (long long)r->seq_kv,
-               (long long)r->seq_kv_rank, (long long)r->steps, r->bytes_per_step, r->step * 1e3,
-               r->compute * 1e3, r->wait * 1e3, r->exchange * 1e3, r->merge * 1e3,
-               r->comm_alone * 1e3, overlap, r->model * 1e3, r->model_compute * 1e3,
-               r->model_comm * 1e3, r->model_merge * 1e3, link->latency * 1e6,
-               link->bandwidth / 1e9);
+        ft_json json;
+        ft_json_init(&json, stdout, 0);
+        ft_json_object(&json, NULL);
+        ft_json_string(&json, "shape", r->shape);
+        ft_json_string(&json, "kind", r->kind);
+        ft_json_int(&json, "ranks", ranks_);
+        ft_json_int(&json, "threads", o->threads);
+        ft_json_int(&json, "runs", o->runs);
+        ft_json_int(&json, "seq_kv", r->seq_kv);
+        ft_json_int(&json, "seq_kv_per_rank", r->seq_kv_rank);
+        ft_json_int(&json, "steps", r->steps);
+        ft_json_number(&json, "bytes_sent_per_step", "%.0f", r->bytes_per_step);
+        ft_json_number(&json, "median_ms", "%.4f", r->step * 1e3);
+        ft_json_number(&json, "compute_ms", "%.4f", r->compute * 1e3);
+        ft_json_number(&json, "wait_ms", "%.4f", r->wait * 1e3);
+        ft_json_number(&json, "exchange_ms", "%.4f", r->exchange * 1e3);
+        ft_json_number(&json, "merge_ms", "%.4f", r->merge * 1e3);
+        ft_json_number(&json, "comm_alone_ms", "%.4f", r->comm_alone * 1e3);
+        ft_json_number(&json, "overlap", "%.3f", overlap_of(r)); /* null when not defined */
+        ft_json_number(&json, "model_ms", "%.4f", r->model * 1e3);
+        ft_json_number(&json, "model_compute_ms", "%.4f", r->model_compute * 1e3);
+        ft_json_number(&json, "model_comm_ms", "%.4f", r->model_comm * 1e3);
+        ft_json_number(&json, "model_merge_ms", "%.4f", r->model_merge * 1e3);
+        ft_json_number(&json, "latency_us", "%.3f", link->latency * 1e6);
+        ft_json_number(&json, "bandwidth_gbps", "%.4f", link->bandwidth / 1e9);
+        ft_json_end(&json);
         return;
     }
+    char overlap[16];
+    format_overlap(r, overlap, sizeof overlap);
     printf("%-5s %-6s %9lld %9lld %9.1f KB | %9.3f %9.3f %9.3f %9.3f %9.3f %8s | %9.3f %6.2fx\n",
            r->shape, r->kind, (long long)r->seq_kv, (long long)r->seq_kv_rank,
            r->bytes_per_step / 1024.0, r->step * 1e3, r->compute * 1e3, r->wait * 1e3,
