@@ -4,8 +4,10 @@
  * (uint16 little-endian for 1.0, uint32 for 2.0 and 3.0), the header - a Python dict literal
  * with the keys 'descr', 'fortran_order' and 'shape', padded with spaces and ended by a newline -
  * and then the raw C-order payload. The header is parsed by a small scanner that never looks
- * past the header's declared end, which itself is checked against the buffer length first. */
+ * past the header's declared end (fai_npy_header.c), which itself is checked against the buffer
+ * length first. */
 #include "fai_npy.h"
+#include "fai_npy_header.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +20,6 @@
 #include <unistd.h>
 
 #define NPY_ALIGN 64
-#define SHOWN_CHARS 40 /* longest piece of header text quoted in a message */
 #define SHOWN_PATH 400 /* longest file name quoted in a message */
 
 static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
@@ -85,7 +86,7 @@ const char *ft_npy_dtype_name(ft_npy_dtype dtype) {
 
 /* -- messages ---------------------------------------------------------------------------------- */
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
+int ft_npy_fail(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {
         va_list ap;
         va_start(ap, fmt);
@@ -97,7 +98,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
 
 /* Copies untrusted bytes into a message: printable ASCII only (others become '?'), cut with
  * "..." to fit dst. */
-static void show(char *dst, size_t dstlen, const char *src, size_t n) {
+void ft_npy_show(char *dst, size_t dstlen, const char *src, size_t n) {
     if (dstlen < 4) {
         if (dstlen) dst[0] = '\0';
         return;
@@ -116,7 +117,7 @@ static void show(char *dst, size_t dstlen, const char *src, size_t n) {
 }
 
 /* Length of [p, end) without the trailing padding, for quoting the rest of a header. */
-static size_t trimmed(const char *p, const char *end) {
+size_t ft_npy_trimmed(const char *p, const char *end) {
     while (end > p && (end[-1] == ' ' || end[-1] == '\n' || end[-1] == '\r' || end[-1] == '\t' ||
                        end[-1] == '\0'))
         end--;
@@ -138,275 +139,36 @@ void ft_npy_format_shape(char *buf, size_t buflen, int rank, const int64_t *shap
     if (o < buflen) snprintf(buf + o, buflen - o, rank == 1 ? ",)" : ")");
 }
 
-/* -- header scanner ---------------------------------------------------------------------------- */
-
-typedef struct scanner {
-    const char *p, *end;
-} scanner;
-
-static void skip_space(scanner *s) {
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
-        s->p++;
-}
-
-/* A quoted Python string without escapes; str and len point into the header. */
-static int scan_string(scanner *s, const char **str, size_t *len, char *err, size_t errlen) {
-    const char quote = *s->p;
-    const char *start = ++s->p;
-    while (s->p < s->end && *s->p != quote) {
-        if (*s->p == '\\') return fail(err, errlen, "header: escaped strings are not supported");
-        s->p++;
-    }
-    if (s->p >= s->end) return fail(err, errlen, "header: unterminated string");
-    *str = start;
-    *len = (size_t)(s->p - start);
-    s->p++;
-    return 0;
-}
-
-static int scan_word(scanner *s, const char *word) {
-    const size_t n = strlen(word);
-    if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0) return 0;
-    const char *after = s->p + n;
-    if (after < s->end && ((*after >= 'a' && *after <= 'z') || (*after >= 'A' && *after <= 'Z') ||
-                           (*after >= '0' && *after <= '9') || *after == '_'))
-        return 0;
-    s->p = after;
-    return 1;
-}
-
-typedef struct header {
-    ft_npy_dtype dtype;
-    int rank;
-    int64_t shape[FT_NPY_MAX_RANK];
-    int negative;       /* some dimension is negative */
-    size_t data_offset; /* where the payload starts */
-    size_t count, nbytes;
-} header;
-
-static int is_little_endian(void) {
-    const uint16_t one = 1;
-    unsigned char b;
-    memcpy(&b, &one, 1);
-    return b == 1;
-}
-
-static int parse_descr(const char *str, size_t len, header *h, char *err, size_t errlen) {
-    char shown[SHOWN_CHARS + 1];
-    show(shown, sizeof shown, str, len);
-    char order = '\0';
-    const char *code = str;
-    size_t clen = len;
-    if (clen && (code[0] == '<' || code[0] == '>' || code[0] == '|' || code[0] == '=')) {
-        order = code[0];
-        code++;
-        clen--;
-    }
-    static const struct {
-        const char *code;
-        ft_npy_dtype dtype;
-    } known[] = {{"f4", FT_NPY_F32}, {"f2", FT_NPY_F16}, {"u2", FT_NPY_U16}, {"b1", FT_NPY_BOOL},
-                 {"u1", FT_NPY_U8},  {"i4", FT_NPY_I32}, {"i1", FT_NPY_I8}};
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
-        if (clen != 2 || memcmp(code, known[i].code, 2) != 0) continue;
-        const ft_npy_dtype dt = known[i].dtype;
-        if (ft_npy_dtype_size(dt) > 1) {
-            if (order == '>' || ((order == '=' || order == '\0') && !is_little_endian()))
-                return fail(err, errlen,
-                            "dtype '%s' is big-endian; only little-endian arrays are supported",
-                            shown);
-            if (order == '|') return fail(err, errlen, "dtype '%s' has no byte order", shown);
-        }
-        h->dtype = dt;
-        return 0;
-    }
-    if (clen >= 1 && code[0] == 'O')
-        return fail(err, errlen, "dtype '%s' is an object array; only numeric arrays are supported",
-                    shown);
-    return fail(err, errlen,
-                "unsupported dtype '%s' (expected float32 '<f4', float16 '<f2', uint16 '<u2', "
-                "bool '|b1', uint8 '|u1', int8 '|i1' or int32 '<i4')",
-                shown);
-}
-
-/* The tuple after 'shape': '(' [int {',' int}] [','] ')'. Ints may carry Python 2's 'L'. */
-static int parse_shape(scanner *s, header *h, char *err, size_t errlen) {
-    const char *start = s->p;
-    if (s->p >= s->end || *s->p != '(') return fail(err, errlen, "header: 'shape' is not a tuple");
-    s->p++;
-    h->rank = 0;
-    int dims = 0;
-    for (;;) {
-        skip_space(s);
-        if (s->p >= s->end) return fail(err, errlen, "header: unterminated 'shape' tuple");
-        if (*s->p == ')') {
-            s->p++;
-            break;
-        }
-        int neg = 0;
-        if (*s->p == '-' || *s->p == '+') {
-            neg = *s->p == '-';
-            s->p++;
-        }
-        const char *digits = s->p;
-        uint64_t v = 0;
-        int overflow = 0;
-        while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
-            const unsigned d = (unsigned)(*s->p - '0');
-            if (v > ((uint64_t)INT64_MAX - d) / 10) overflow = 1;
-            if (!overflow) v = v * 10 + d;
-            s->p++;
-        }
-        if (s->p == digits) {
-            char shown[SHOWN_CHARS + 1];
-            show(shown, sizeof shown, start, trimmed(start, s->end));
-            return fail(err, errlen, "header: 'shape' %s is not a tuple of integers", shown);
-        }
-        if (overflow) {
-            char shown[SHOWN_CHARS + 1];
-            show(shown, sizeof shown, digits - neg, (size_t)(s->p - digits) + (size_t)neg);
-            return fail(err, errlen, "shape dimension %s does not fit in 64 bits", shown);
-        }
-        if (s->p < s->end && (*s->p == 'L' || *s->p == 'l')) s->p++;
-        if (dims >= FT_NPY_MAX_RANK) {
-            /* count the remaining dimensions for the message, without storing them */
-            dims++;
-        } else {
-            h->shape[dims++] = neg ? -(int64_t)v : (int64_t)v;
-        }
-        if (neg && v) h->negative = 1;
-        skip_space(s);
-        if (s->p >= s->end) return fail(err, errlen, "header: unterminated 'shape' tuple");
-        if (*s->p == ',') {
-            s->p++;
-        } else if (*s->p != ')') {
-            char shown[SHOWN_CHARS + 1];
-            show(shown, sizeof shown, start, trimmed(start, s->end));
-            return fail(err, errlen, "header: 'shape' %s is not a tuple of integers", shown);
-        }
-    }
-    if (dims > FT_NPY_MAX_RANK)
-        return fail(err, errlen, "shape has rank %d; at most %d dimensions are supported", dims,
-                    FT_NPY_MAX_RANK);
-    h->rank = dims;
-    return 0;
-}
-
-enum { KEY_DESCR = 1, KEY_FORTRAN = 2, KEY_SHAPE = 4 };
-
-static int parse_dict(const char *text, size_t len, header *h, char *err, size_t errlen) {
-    scanner s = {text, text + len};
-    int seen = 0;
-    skip_space(&s);
-    if (s.p >= s.end || *s.p != '{') {
-        char shown[SHOWN_CHARS + 1];
-        show(shown, sizeof shown, text, trimmed(text, text + len));
-        return fail(err, errlen, "header is not a dict: '%s'", shown);
-    }
-    s.p++;
-    for (;;) {
-        skip_space(&s);
-        if (s.p >= s.end) return fail(err, errlen, "header: unterminated dict");
-        if (*s.p == '}') {
-            s.p++;
-            break;
-        }
-        if (*s.p != '\'' && *s.p != '"') {
-            char shown[SHOWN_CHARS + 1];
-            show(shown, sizeof shown, s.p, trimmed(s.p, s.end));
-            return fail(err, errlen, "header: expected a quoted key at '%s'", shown);
-        }
-        const char *key = NULL;
-        size_t klen = 0;
-        if (scan_string(&s, &key, &klen, err, errlen)) return -1;
-        int which = 0;
-        if (klen == 5 && !memcmp(key, "descr", 5))
-            which = KEY_DESCR;
-        else if (klen == 13 && !memcmp(key, "fortran_order", 13))
-            which = KEY_FORTRAN;
-        else if (klen == 5 && !memcmp(key, "shape", 5))
-            which = KEY_SHAPE;
-        char kshown[SHOWN_CHARS + 1];
-        show(kshown, sizeof kshown, key, klen);
-        if (!which) return fail(err, errlen, "header: unknown key '%s'", kshown);
-        if (seen & which) return fail(err, errlen, "header: key '%s' appears twice", kshown);
-        seen |= which;
-        skip_space(&s);
-        if (s.p >= s.end || *s.p != ':')
-            return fail(err, errlen, "header: expected ':' after '%s'", kshown);
-        s.p++;
-        skip_space(&s);
-        if (s.p >= s.end) return fail(err, errlen, "header: '%s' has no value", kshown);
-        if (which == KEY_DESCR) {
-            if (*s.p == '[')
-                return fail(err, errlen, "structured dtypes are not supported ('descr' is a list)");
-            if (*s.p != '\'' && *s.p != '"')
-                return fail(err, errlen, "header: 'descr' is not a string");
-            const char *str = NULL;
-            size_t slen = 0;
-            if (scan_string(&s, &str, &slen, err, errlen)) return -1;
-            if (parse_descr(str, slen, h, err, errlen)) return -1;
-        } else if (which == KEY_FORTRAN) {
-            if (scan_word(&s, "True"))
-                return fail(err, errlen,
-                            "Fortran-order arrays are not supported (fortran_order is True)");
-            if (!scan_word(&s, "False"))
-                return fail(err, errlen, "header: 'fortran_order' is not True or False");
-        } else {
-            if (parse_shape(&s, h, err, errlen)) return -1;
-        }
-        skip_space(&s);
-        if (s.p >= s.end) return fail(err, errlen, "header: unterminated dict");
-        if (*s.p == ',') {
-            s.p++;
-        } else if (*s.p != '}') {
-            char shown[SHOWN_CHARS + 1];
-            show(shown, sizeof shown, s.p, trimmed(s.p, s.end));
-            return fail(err, errlen, "header: expected ',' or '}' at '%s'", shown);
-        }
-    }
-    /* padding: spaces and the final newline (some writers pad with NUL bytes) */
-    while (s.p < s.end &&
-           (*s.p == ' ' || *s.p == '\t' || *s.p == '\n' || *s.p == '\r' || *s.p == '\0'))
-        s.p++;
-    if (s.p < s.end) {
-        char shown[SHOWN_CHARS + 1];
-        show(shown, sizeof shown, s.p, trimmed(s.p, s.end));
-        return fail(err, errlen, "header: unexpected text after the dict: '%s'", shown);
-    }
-    if (!(seen & KEY_DESCR)) return fail(err, errlen, "header has no 'descr'");
-    if (!(seen & KEY_FORTRAN)) return fail(err, errlen, "header has no 'fortran_order'");
-    if (!(seen & KEY_SHAPE)) return fail(err, errlen, "header has no 'shape'");
-    return 0;
-}
-
-/* Validates a whole file image: preamble, header, shape and payload length. */
-static int parse_head(const unsigned char *buf, size_t len, header *h, char *err, size_t errlen) {
+static int parse_head(const unsigned char *buf, size_t len, ft_npy_header *h, char *err,
+                      size_t errlen) {
     memset(h, 0, sizeof *h);
-    if (len == 0) return fail(err, errlen, "empty file (0 bytes)");
+    if (len == 0) return ft_npy_fail(err, errlen, "empty file (0 bytes)");
     const size_t m = len < sizeof npy_magic ? len : sizeof npy_magic;
-    if (memcmp(buf, npy_magic, m) != 0) return fail(err, errlen, "not a .npy file (bad magic)");
+    if (memcmp(buf, npy_magic, m) != 0)
+        return ft_npy_fail(err, errlen, "not a .npy file (bad magic)");
     if (len < 8)
-        return fail(err, errlen, "truncated file (%zu bytes) ends inside the preamble", len);
+        return ft_npy_fail(err, errlen, "truncated file (%zu bytes) ends inside the preamble", len);
     const unsigned major = buf[6], minor = buf[7];
     if (!((major == 1 || major == 2 || major == 3) && minor == 0))
-        return fail(err, errlen, "unsupported .npy format version %u.%u (1.0, 2.0, 3.0 known)",
-                    major, minor);
+        return ft_npy_fail(err, errlen,
+                           "unsupported .npy format version %u.%u (1.0, 2.0, 3.0 known)", major,
+                           minor);
     const size_t pre = major == 1 ? 10 : 12;
     if (len < pre)
-        return fail(err, errlen, "truncated file (%zu bytes) ends inside the preamble", len);
+        return ft_npy_fail(err, errlen, "truncated file (%zu bytes) ends inside the preamble", len);
     size_t hlen = (size_t)buf[8] | (size_t)buf[9] << 8;
     if (major != 1) hlen |= (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
     if (hlen > len - pre)
-        return fail(err, errlen,
-                    "truncated header: header length %zu runs past the end of the file (%zu "
-                    "bytes)",
-                    hlen, len);
-    if (parse_dict((const char *)buf + pre, hlen, h, err, errlen)) return -1;
+        return ft_npy_fail(err, errlen,
+                           "truncated header: header length %zu runs past the end of the file (%zu "
+                           "bytes)",
+                           hlen, len);
+    if (ft_npy_parse_dict((const char *)buf + pre, hlen, h, err, errlen)) return -1;
 
     char shape_text[FT_NPY_MAX_RANK * 22 + 8];
     ft_npy_format_shape(shape_text, sizeof shape_text, h->rank, h->shape);
-    if (h->negative) return fail(err, errlen, "shape %s has a negative dimension", shape_text);
+    if (h->negative)
+        return ft_npy_fail(err, errlen, "shape %s has a negative dimension", shape_text);
     /* the product of the nonzero dimensions must fit, so that no size derived from the shape
      * can overflow even when a zero makes the array empty */
     const size_t esize = ft_npy_dtype_size(h->dtype);
@@ -419,12 +181,13 @@ static int parse_head(const unsigned char *buf, size_t len, header *h, char *err
             continue;
         }
         if (prod > (uint64_t)INT64_MAX / d)
-            return fail(err, errlen, "shape %s has too many elements (the size overflows)",
-                        shape_text);
+            return ft_npy_fail(err, errlen, "shape %s has too many elements (the size overflows)",
+                               shape_text);
         prod *= d;
     }
     if (prod > (uint64_t)INT64_MAX / esize || prod > (uint64_t)SIZE_MAX / esize)
-        return fail(err, errlen, "shape %s has too many elements (the size overflows)", shape_text);
+        return ft_npy_fail(err, errlen, "shape %s has too many elements (the size overflows)",
+                           shape_text);
     h->count = zero ? 0 : (size_t)prod;
     h->nbytes = h->count * esize;
     h->data_offset = pre + hlen;
@@ -432,15 +195,16 @@ static int parse_head(const unsigned char *buf, size_t len, header *h, char *err
 }
 
 /* Whether buf[0, len) holds the whole payload the header announces. */
-static int check_payload(const header *h, size_t len, char *err, size_t errlen) {
+static int check_payload(const ft_npy_header *h, size_t len, char *err, size_t errlen) {
     const size_t avail = len - h->data_offset;
     if (avail >= h->nbytes) return 0;
     char shape_text[FT_NPY_MAX_RANK * 22 + 8];
     ft_npy_format_shape(shape_text, sizeof shape_text, h->rank, h->shape);
-    return fail(err, errlen,
-                "truncated data: shape %s of %s needs %zu bytes after the header, the file has "
-                "%zu",
-                shape_text, ft_npy_dtype_name(h->dtype), h->nbytes, avail);
+    return ft_npy_fail(
+        err, errlen,
+        "truncated data: shape %s of %s needs %zu bytes after the header, the file has "
+        "%zu",
+        shape_text, ft_npy_dtype_name(h->dtype), h->nbytes, avail);
 }
 
 /* The end of the header as a preamble in buf[0, len) declares it, or 0 when buf does not hold a
@@ -460,7 +224,7 @@ static void *alloc_aligned(size_t n) {
     return aligned_alloc(NPY_ALIGN, r);
 }
 
-static void fill(ft_npy *out, const header *h) {
+static void fill(ft_npy *out, const ft_npy_header *h) {
     out->dtype = h->dtype;
     out->rank = h->rank;
     for (int i = 0; i < h->rank; i++)
@@ -471,13 +235,13 @@ static void fill(ft_npy *out, const header *h) {
 
 int ft_npy_parse(const void *buf, size_t len, ft_npy *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (!buf && len) return fail(err, errlen, "no buffer");
-    header h;
+    if (!buf && len) return ft_npy_fail(err, errlen, "no buffer");
+    ft_npy_header h;
     if (parse_head((const unsigned char *)buf, len, &h, err, errlen) ||
         check_payload(&h, len, err, errlen))
         return -1;
     void *mem = alloc_aligned(h.nbytes);
-    if (!mem) return fail(err, errlen, "out of memory for %zu bytes", h.nbytes);
+    if (!mem) return ft_npy_fail(err, errlen, "out of memory for %zu bytes", h.nbytes);
     if (h.nbytes) memcpy(mem, (const unsigned char *)buf + h.data_offset, h.nbytes);
     fill(out, &h);
     out->buffer = mem;
@@ -537,25 +301,25 @@ static int fill_to(reader *r, size_t want) {
 int ft_npy_load(const char *path, ft_npy *out, char *err, size_t errlen) {
     char where[SHOWN_PATH + 1];
     memset(out, 0, sizeof *out);
-    show(where, sizeof where, path ? path : "", path ? strlen(path) : 0);
-    if (!path) return fail(err, errlen, "no file name");
+    ft_npy_show(where, sizeof where, path ? path : "", path ? strlen(path) : 0);
+    if (!path) return ft_npy_fail(err, errlen, "no file name");
     const int fd = open(path, O_RDONLY);
-    if (fd < 0) return fail(err, errlen, "%s: cannot open: %s", where, strerror(errno));
+    if (fd < 0) return ft_npy_fail(err, errlen, "%s: cannot open: %s", where, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         const int e = errno;
         close(fd);
-        return fail(err, errlen, "%s: cannot stat: %s", where, strerror(e));
+        return ft_npy_fail(err, errlen, "%s: cannot stat: %s", where, strerror(e));
     }
     if (S_ISDIR(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: is a directory", where);
+        return ft_npy_fail(err, errlen, "%s: is a directory", where);
     }
     /* the preamble, then the header it declares, then the payload the header declares: a pipe
      * or a device is read no further than one array, and one that holds none is refused after
      * its first bytes */
     reader r = {fd, S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size : 0, NULL, 0, 0, 0};
-    header h;
+    ft_npy_header h;
     int rc = fill_to(&r, 12);
     const size_t header_end = rc ? 0 : declared_header_end(r.buf, r.len);
     if (!rc && header_end) rc = fill_to(&r, header_end);
@@ -565,13 +329,13 @@ int ft_npy_load(const char *path, ft_npy *out, char *err, size_t errlen) {
     close(fd);
     if (rc) {
         free(r.buf);
-        return fail(err, errlen, "%s: cannot read: %s", where, strerror(r.error));
+        return ft_npy_fail(err, errlen, "%s: cannot read: %s", where, strerror(r.error));
     }
     char why[512];
     if (parse_head(r.buf, r.len, &h, why, sizeof why) ||
         check_payload(&h, r.len, why, sizeof why)) {
         free(r.buf);
-        return fail(err, errlen, "%s: %s", where, why);
+        return ft_npy_fail(err, errlen, "%s: %s", where, why);
     }
     unsigned char *buf = r.buf;
     /* keep the file's buffer; move the payload to its aligned start if the header's length is
@@ -602,28 +366,28 @@ static int write_full(int fd, const void *data, size_t n) {
 int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
                       const void *data, char *tmp_path, size_t tmp_len, char *err, size_t errlen) {
     char where[SHOWN_PATH + 1];
-    show(where, sizeof where, path ? path : "", path ? strlen(path) : 0);
+    ft_npy_show(where, sizeof where, path ? path : "", path ? strlen(path) : 0);
     if (tmp_path && tmp_len) tmp_path[0] = '\0';
-    if (!path || !*path) return fail(err, errlen, "no output file name");
+    if (!path || !*path) return ft_npy_fail(err, errlen, "no output file name");
     if (rank < 0 || rank > FT_NPY_MAX_RANK || (rank && !shape))
-        return fail(err, errlen, "%s: rank %d is out of range", where, rank);
+        return ft_npy_fail(err, errlen, "%s: rank %d is out of range", where, rank);
     const size_t esize = ft_npy_dtype_size(dtype);
-    if (!esize) return fail(err, errlen, "%s: unknown dtype %d", where, (int)dtype);
+    if (!esize) return ft_npy_fail(err, errlen, "%s: unknown dtype %d", where, (int)dtype);
     uint64_t count = 1;
     int zero = 0;
     for (int i = 0; i < rank; i++) {
-        if (shape[i] < 0) return fail(err, errlen, "%s: negative dimension", where);
+        if (shape[i] < 0) return ft_npy_fail(err, errlen, "%s: negative dimension", where);
         if (shape[i] == 0) {
             zero = 1;
             continue;
         }
         if (count > (uint64_t)INT64_MAX / (uint64_t)shape[i])
-            return fail(err, errlen, "%s: size overflows", where);
+            return ft_npy_fail(err, errlen, "%s: size overflows", where);
         count *= (uint64_t)shape[i];
     }
-    if (count > SIZE_MAX / esize) return fail(err, errlen, "%s: size overflows", where);
+    if (count > SIZE_MAX / esize) return ft_npy_fail(err, errlen, "%s: size overflows", where);
     const size_t nbytes = zero ? 0 : (size_t)count * esize;
-    if (nbytes && !data) return fail(err, errlen, "%s: no data", where);
+    if (nbytes && !data) return ft_npy_fail(err, errlen, "%s: no data", where);
 
     /* header: the dict as numpy writes it, padded so the payload starts on a 64-byte boundary */
     char hdr[512];
@@ -634,7 +398,7 @@ int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int6
                      "'shape': %s, }",
                      ft_npy_dtype_descr(dtype), shape_text);
     if (n < 0 || (size_t)n + 10 + 1 + NPY_ALIGN > sizeof hdr)
-        return fail(err, errlen, "%s: header too long", where);
+        return ft_npy_fail(err, errlen, "%s: header too long", where);
     size_t total = 10 + (size_t)n + 1;
     total = (total + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
     memset(hdr + 10 + n, ' ', total - 10 - (size_t)n);
@@ -649,17 +413,17 @@ int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int6
     const char *slash = strrchr(path, '/');
     const size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
     const char *base = slash ? slash + 1 : path;
-    if (!*base) return fail(err, errlen, "%s: names a directory, not a file", where);
+    if (!*base) return ft_npy_fail(err, errlen, "%s: names a directory, not a file", where);
     const size_t need = dirlen + 1 + strlen(base) + 8 + 1;
-    if (!tmp_path || tmp_len < need) return fail(err, errlen, "%s: path too long", where);
+    if (!tmp_path || tmp_len < need) return ft_npy_fail(err, errlen, "%s: path too long", where);
     memcpy(tmp_path, path, dirlen);
     snprintf(tmp_path + dirlen, tmp_len - dirlen, ".%s.XXXXXX", base);
     const int fd = mkstemp(tmp_path);
     if (fd < 0) {
         const int e = errno;
         tmp_path[0] = '\0';
-        return fail(err, errlen, "%s: cannot create a file in its directory: %s", where,
-                    strerror(e));
+        return ft_npy_fail(err, errlen, "%s: cannot create a file in its directory: %s", where,
+                           strerror(e));
     }
     const mode_t mask = umask(0);
     umask(mask);
@@ -671,7 +435,7 @@ int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int6
     if (e) {
         unlink(tmp_path);
         tmp_path[0] = '\0';
-        return fail(err, errlen, "%s: cannot write: %s", where, strerror(e));
+        return ft_npy_fail(err, errlen, "%s: cannot write: %s", where, strerror(e));
     }
     return 0;
 }
@@ -680,9 +444,9 @@ int ft_npy_commit(const char *tmp_path, const char *path, char *err, size_t errl
     if (rename(tmp_path, path) != 0) {
         const int e = errno;
         char where[SHOWN_PATH + 1];
-        show(where, sizeof where, path, strlen(path));
+        ft_npy_show(where, sizeof where, path, strlen(path));
         unlink(tmp_path);
-        return fail(err, errlen, "%s: cannot replace: %s", where, strerror(e));
+        return ft_npy_fail(err, errlen, "%s: cannot replace: %s", where, strerror(e));
     }
     return 0;
 }
