@@ -26,13 +26,7 @@ fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t hea
     return tensor;
 }
 
-static fai_status check_tensor(const char *name, const fai_tensor *tensor, fai_dtype dtype,
-                               int needed) {
-    if (!needed) return FAI_OK;
-    if (!tensor->data) return fai__fail(FAI_ERR_INVALID_ARG, "%s.data = NULL", name);
-    if (tensor->dtype != dtype)
-        return fai__fail(FAI_ERR_INVALID_ARG, "%s.dtype = %s does not match the plan's %s", name,
-                         fai_dtype_name(tensor->dtype), fai_dtype_name(dtype));
+fai_status fai__check_strides(const char *name, const fai_tensor *tensor) {
     if (tensor->stride_dim != 0 && tensor->stride_dim != 1)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "%s.stride_dim = %" PRId64 ": the head dimension must be contiguous (1)",
@@ -43,6 +37,16 @@ static fai_status check_tensor(const char *name, const fai_tensor *tensor, fai_d
                          ") must not be negative",
                          name, tensor->stride_batch, tensor->stride_seq, tensor->stride_head);
     return FAI_OK;
+}
+
+static fai_status check_tensor(const char *name, const fai_tensor *tensor, fai_dtype dtype,
+                               int needed) {
+    if (!needed) return FAI_OK;
+    if (!tensor->data) return fai__fail(FAI_ERR_INVALID_ARG, "%s.data = NULL", name);
+    if (tensor->dtype != dtype)
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s.dtype = %s does not match the plan's %s", name,
+                         fai_dtype_name(tensor->dtype), fai_dtype_name(dtype));
+    return fai__check_strides(name, tensor);
 }
 
 /* A per-head array of a modifier: given exactly when the problem asks for it, and every value
@@ -174,7 +178,11 @@ static fai_status check_scales(const fai_plan *plan, const fai_tensors *t, const
                 ok = scales_ok(at, heads, scale->stride_head);
             else if (rows_contiguous)
                 ok = scales_ok(at, keys * heads, 1);
-            else {
+            else if (scale->stride_seq == 1) { /* head-major: each head's keys in a row */
+                ok = 1;
+                for (int64_t h = 0; h < heads; h++)
+                    ok &= scales_ok(at + h * scale->stride_head, keys, 1);
+            } else {
                 ok = 1;
                 for (int64_t k = 0; k < keys; k++)
                     ok &= scales_ok(at + k * scale->stride_seq, heads, scale->stride_head);

@@ -63,6 +63,7 @@ typedef struct fai_band {
     int64_t kv_len;
 } fai_band;
 
+/* (fai_band.c) */
 fai_band fai__band_of(const fai_problem *pb, const fai_seq *seq);
 int64_t fai__band_lo(const fai_band *band, int64_t i); /* clipped to >= 0 */
 int64_t fai__band_hi(const fai_band *band, int64_t i); /* clipped to <= kv_len - 1 */
@@ -150,6 +151,9 @@ struct fai_plan {
 /* Q tiles of at most this many rows (decode: one position times the GQA group) stream K and V
  * rows straight from memory: packing them would cost more than the few rows that reuse them. */
 #define FAI_DIRECT_KV_MAX_ROWS 8
+/* Whether a Q tile of `rows` rows is a decode tile (the tile chooser and the workspace layout
+ * decide by this one rule). */
+static inline int fai__is_decode_tile(int64_t rows) { return rows <= FAI_DIRECT_KV_MAX_ROWS; }
 /* Decode units of one sequence run in lockstep up to this many at a time (each its own scratch
  * slot), so that a token's K/V of all kv heads is streamed together. */
 #define FAI_LOCKSTEP_UNITS 8
@@ -175,12 +179,18 @@ static inline int fai__mx_serves(const fai_plan *plan) {
 /* The tuning cache (fai_tuning.c): the plan's shape class, and the tuned tile for it. */
 void fai__tuning_class(fai_plan *plan, int64_t max_q, int64_t max_kv);
 int fai__tuning_lookup(const fai_plan *plan, int64_t *tile_q, int64_t *tile_kv);
+/* The problem's checks (fai_validate.c). */
 fai_status fai__validate_problem(const fai_problem *pb);
 /* Dv and the scale a valid problem asks for, its defaults (fai.h) resolved. */
 void fai__problem_defaults(const fai_problem *pb, int64_t *head_dim_v, float *scale);
+/* Each sequence's lengths, first rows and diagonal (fai_seqs.c). */
 fai_status fai__resolve_seqs(const fai_problem *pb, fai_seq *seqs);
 fai_status fai__build_units(fai_plan *plan);
 fai_status fai__split_units(fai_plan *plan);
+
+/* A tensor's strides: none negative, and the head dimension contiguous (stride_dim 0 or 1);
+ * the error names `name`. */
+fai_status fai__check_strides(const char *name, const fai_tensor *tensor);
 
 /* Run-time checks of the tensors against the plan (fai_api.c). */
 fai_status fai__validate_tensors(const fai_plan *plan, const fai_tensors *t);

@@ -191,25 +191,24 @@ def _view(obj, name, want, last_contiguous=True, writable=False):
     return _from_numpy(arr, name, want, last_contiguous, writable)
 
 
-def _want_float(name):
+def _want_dtypes(name, accepted, expected):
+    """A check for _view: a dtype in `accepted` is read as it is, float64 as float32."""
     def want(dtype):
-        if dtype in _FLOAT_DTYPES:
+        if dtype in accepted:
             return dtype
         if dtype == "float64":
             return "float32"
-        _fail(f"{name} has dtype {dtype}; expected {_FLOAT_NAMES}")
+        _fail(f"{name} has dtype {dtype}; expected {expected}")
     return want
+
+
+def _want_float(name):
+    return _want_dtypes(name, _FLOAT_DTYPES, _FLOAT_NAMES)
 
 
 def _want_kv(name):
     """K or V: a float dtype (float64 read as float32) or a quantized one, read as it is."""
-    def want(dtype):
-        if dtype in _FAI_DTYPES:
-            return dtype
-        if dtype == "float64":
-            return "float32"
-        _fail(f"{name} has dtype {dtype}; expected {_KV_NAMES}")
-    return want
+    return _want_dtypes(name, _FAI_DTYPES, _KV_NAMES)
 
 
 def _want_exact(name, allowed, convert_to=None):
@@ -223,15 +222,19 @@ def _want_exact(name, allowed, convert_to=None):
 
 
 _BYTE_MASK = ("bool", "uint8", "int8")
-_FLOAT_OR_INT = ("float16", "float32", "float64", "bfloat16")
+_FLOATS = ("float16", "float32", "float64", "bfloat16")
 
 
-def _want_add_mask(dtype):
-    if dtype == "float32":
-        return dtype
-    if dtype in _FLOAT_OR_INT:
-        return "float32"
-    _fail(f"mask_add has dtype {dtype}; expected a float dtype (it is used as float32)")
+def _want_f32(name, expected):
+    """A check for _view: any float dtype, used as float32."""
+    def want(dtype):
+        if dtype in _FLOATS:
+            return "float32"
+        _fail(f"{name} has dtype {dtype}; expected {expected}")
+    return want
+
+
+_want_add_mask = _want_f32("mask_add", "a float dtype (it is used as float32)")
 
 
 def _want_int32(name):

@@ -184,12 +184,30 @@ class _CacheMemory:
         self._finalizer.atexit = False
 
 
-def empty_cache(shape, dtype, *, threads=None):
+def empty_cache(shape, dtype, *, threads=None, torch=False):
     """A zeroed numpy array of `shape` and `dtype` (any numpy dtype, or a name: "float16",
     "bfloat16", "int8", "float8_e4m3fn" / "e4m3", "float8_e5m2" / "e5m2", ...) on memory from
     fai_cache_alloc: aligned to 2 MiB, transparent huge pages asked for, first touched by the
     threads of libfai's default pool (threads: a pool of that many). The memory is released
-    when the array and every view of it are gone."""
+    when the array and every view of it are gone. torch=True: a torch tensor over the same
+    memory (of the torch dtype of the same name), which keeps it alive likewise."""
+    array = _empty_cache_array(shape, dtype, threads)
+    return _as_torch(array) if torch else array
+
+
+def _as_torch(array):
+    """A torch tensor over a numpy array's memory: through its bytes, since torch does not take
+    ml_dtypes' arrays (bfloat16, float8) from numpy."""
+    import torch
+    name = array.dtype.name
+    target = getattr(torch, name, None)
+    if target is None or not isinstance(target, torch.dtype):
+        _fail(f"dtype {name} has no torch counterpart")
+    raw = torch.from_numpy(array.reshape(-1).view(np.uint8))
+    return raw.view(target).reshape(array.shape)
+
+
+def _empty_cache_array(shape, dtype, threads):
     alloc = _require(_lib.cache_alloc, "fai_cache_alloc")
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)

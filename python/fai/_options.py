@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from . import _lib
-from ._arrays import _QUANT_DTYPES, _is_torch, _view
+from ._arrays import _QUANT_DTYPES, _is_torch, _view, _want_f32
 from ._errors import _fail
 
 
@@ -103,19 +103,6 @@ def _head_values(values, name, heads):
 
 # -- scales of a quantized K or V -------------------------------------------------------------------
 
-_SCALE_FLOATS = ("float16", "float32", "float64", "bfloat16")
-
-
-def _want_scale(name):
-    def want(dtype):
-        if dtype == "float32":
-            return dtype
-        if dtype in _SCALE_FLOATS:
-            return "float32"
-        _fail(f"{name} has dtype {dtype}; expected float32 scales")
-    return want
-
-
 def _scale_forms(lead, labels):
     """The shapes a K's (V's) scales may take, for messages."""
     return (f"per token [{', '.join(labels)}] = {list(lead)}, per kv head [{lead[-1]}], or one "
@@ -143,7 +130,7 @@ def _kv_scale(scale, name, kv, lead, labels, axes):
     if isinstance(scale, (int, float)):
         with np.errstate(over="ignore"):  # libfai names a scale that is not finite
             scale = np.asarray(scale, dtype=np.float32)
-    view = _view(scale, name, _want_scale(name), last_contiguous=False)
+    view = _view(scale, name, _want_f32(name, "float32 scales"), last_contiguous=False)
     shape = view.shape
     if view.ndim > len(lead) or any(d not in (1, w) for d, w in zip(shape[::-1], lead[::-1])):
         _fail(f"{name} has shape {list(shape)}; expected a shape that broadcasts to {tensor}'s "

@@ -196,3 +196,38 @@ def test_quantized_kv_tensors(dtype):
     close(o, sdpa64(q, k64, v64, attn_mask=mask))
     with pytest.raises(fai.FaiError, match="k has dtype .*: k_scale is required"):
         fai.attention(q, k, vc, v_scale=vs)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8", "float8_e4m3fn"])
+def test_empty_cache_as_torch_tensor(dtype):
+    """fai.empty_cache(torch=True): a torch tensor of the same-named dtype over the cache's
+    memory (2 MiB aligned, zeroed), which fai reads in place."""
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
+        pytest.skip(f"this torch has no {dtype}")
+    shape = (4, 16, 2, 64)
+    cache = fai.empty_cache(shape, dtype, torch=True)
+    assert isinstance(cache, torch.Tensor) and cache.dtype == getattr(torch, dtype)
+    assert tuple(cache.shape) == shape and cache.is_contiguous()
+    assert cache.data_ptr() % (2 << 20) == 0
+    assert not cache.view(torch.uint8).any()
+
+
+def test_empty_cache_torch_int8_keys_attend():
+    """An int8 K cache from fai.empty_cache(torch=True), filled with codes, attended through
+    torch tensors against float64 on the dequantized values."""
+    rng = np.random.default_rng(5)
+    b, s, hq, hkv, d = 1, 40, 4, 2, 32
+    k_cache = fai.empty_cache((b, s, hkv, d), "int8", torch=True)
+    codes = rng.integers(-127, 128, size=(b, s, hkv, d), dtype=np.int8)
+    k_cache.copy_(torch.from_numpy(codes))
+    k_scale = np.full((hkv,), 1.0 / 127, dtype=np.float32)
+    q = rng.standard_normal((b, 1, hq, d), dtype=np.float32)
+    v = rng.standard_normal((b, s, hkv, d), dtype=np.float32)
+    o = fai.attention(torch.from_numpy(q), k_cache, torch.from_numpy(v), k_scale=k_scale)
+    k = codes.astype(np.float64) * k_scale[None, None, :, None]
+    logits = np.einsum("bqhd,bshd->bhqs", q.astype(np.float64),
+                       np.repeat(k, hq // hkv, axis=2)) / np.sqrt(d)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = np.einsum("bhqs,bshd->bqhd", p, np.repeat(v.astype(np.float64), hq // hkv, axis=2))
+    np.testing.assert_allclose(o.numpy(), want, rtol=1e-4, atol=1e-5)

@@ -1,4 +1,4 @@
-/* CPU feature detection, run once and cached. */
+/* What this CPU is: its features, its caches and its model name, each read once and cached. */
 /* syscall(2) for the AMX permission request */
 #define _DEFAULT_SOURCE
 #include "arch/fai_cpuid.h"
@@ -126,4 +126,40 @@ static void request_amx(void) {
 int fai__amx_enable(void) {
     pthread_once(&amx_once, request_amx);
     return amx_permitted;
+}
+
+/* The CPU's model name as /proc/cpuinfo gives it (x86: "model name"; Arm: implementer and
+ * part), read once; tabs and newlines would break the file format and are replaced. */
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static char cpu_model[128] = "unknown";
+
+static void read_cpu_model(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256], implementer[32] = "", part[32] = "";
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        char *value = colon + 1;
+        while (*value == ' ' || *value == '\t')
+            value++;
+        value[strcspn(value, "\n")] = '\0';
+        if (strncmp(line, "model name", 10) == 0) {
+            snprintf(cpu_model, sizeof cpu_model, "%s", value);
+            break;
+        }
+        if (strncmp(line, "CPU implementer", 15) == 0)
+            snprintf(implementer, sizeof implementer, "%s", value);
+        if (strncmp(line, "CPU part", 8) == 0) snprintf(part, sizeof part, "%s", value);
+    }
+    fclose(f);
+    if (strcmp(cpu_model, "unknown") == 0 && implementer[0])
+        snprintf(cpu_model, sizeof cpu_model, "arm implementer %s part %s", implementer, part);
+    for (char *c = cpu_model; *c; c++)
+        if (*c == '\t' || *c == '\n') *c = ' ';
+}
+
+const char *fai__cpu_model(void) {
+    pthread_once(&cpu_once, read_cpu_model);
+    return cpu_model;
 }

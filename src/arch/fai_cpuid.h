@@ -28,4 +28,9 @@ typedef struct fai_cache_sizes {
 
 const fai_cache_sizes *fai__cache_sizes(void);
 
+/* The CPU's model name as /proc/cpuinfo gives it (x86: "model name"; Arm: implementer and part),
+ * read once, with tabs and newlines replaced (it keys the tuning cache's lines); "unknown" where
+ * the OS does not say. */
+const char *fai__cpu_model(void);
+
 #endif

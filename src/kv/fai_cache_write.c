@@ -79,16 +79,7 @@ static fai_status check_tensor(const char *name, const fai_tensor *tensor, int s
     if (src && fai_dtype_is_quantized(tensor->dtype))
         return fai__fail(FAI_ERR_INVALID_ARG, "%s.dtype = %s is not f32, f16 or bf16", name,
                          fai_dtype_name(tensor->dtype));
-    if (tensor->stride_dim != 0 && tensor->stride_dim != 1)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "%s.stride_dim = %" PRId64 ": the head dimension must be contiguous (1)",
-                         name, tensor->stride_dim);
-    if (tensor->stride_batch < 0 || tensor->stride_seq < 0 || tensor->stride_head < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
-                         ") must not be negative",
-                         name, tensor->stride_batch, tensor->stride_seq, tensor->stride_head);
-    return FAI_OK;
+    return fai__check_strides(name, tensor);
 }
 
 /* Whether the last element of counts[i] indices along strides[i] (i < 3), plus `tail` elements,

@@ -5,6 +5,19 @@ static const unsigned char *element_at(const fai_tensor *tensor, int64_t offset)
     return (const unsigned char *)tensor->data + offset * (int64_t)fai_dtype_size(tensor->dtype);
 }
 
+/* The run of keys from `key` on that share a page, at most `left` of them: their page in the
+ * pool (through sequence b's block-table row) and the first key's slot in it. One table lookup
+ * and one division per page, not per key. */
+static int64_t page_run(const fai_plan *plan, const fai_tensors *t, int64_t b, int64_t key,
+                        int64_t left, int64_t *page, int64_t *slot) {
+    const int64_t page_size = plan->pb.page_size;
+    const int64_t table_stride =
+        t->block_table_stride ? t->block_table_stride : plan->pb.pages_per_seq;
+    *page = t->block_table[b * table_stride + key / page_size];
+    *slot = key % page_size;
+    return page_size - *slot < left ? page_size - *slot : left;
+}
+
 /* One address computation per page (or per tile when dense), then a byte stride per row. */
 void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *tensor, int64_t b,
                   int64_t h, int64_t key_begin, int64_t count, const void **rows) {
@@ -12,22 +25,15 @@ void fai__kv_rows(const fai_plan *plan, const fai_tensors *t, const fai_tensor *
     const int64_t row_step = tensor->stride_seq * element;
     const unsigned char *data = tensor->data;
     if (plan->paged) {
-        const int64_t page_size = plan->pb.page_size;
-        const int64_t table_stride =
-            t->block_table_stride ? t->block_table_stride : plan->pb.pages_per_seq;
-        const int32_t *table = t->block_table + b * table_stride;
-        int64_t r = 0;
-        while (r < count) {
-            const int64_t key = key_begin + r;
-            const int64_t slot = key % page_size;
-            const int64_t run = page_size - slot < count - r ? page_size - slot : count - r;
+        int64_t page, slot;
+        for (int64_t r = 0, run; r < count; r += run) {
+            run = page_run(plan, t, b, key_begin + r, count - r, &page, &slot);
             const unsigned char *row =
-                data + ((int64_t)table[key / page_size] * tensor->stride_batch +
-                        slot * tensor->stride_seq + h * tensor->stride_head) *
+                data + (page * tensor->stride_batch + slot * tensor->stride_seq +
+                        h * tensor->stride_head) *
                            element;
             for (int64_t k = 0; k < run; k++, row += row_step)
                 rows[r + k] = row;
-            r += run;
         }
         return;
     }
@@ -49,21 +55,13 @@ void fai__kv_scales(const fai_plan *plan, const fai_tensors *t, const fai_scale 
             out[r] = value;
         return;
     }
-    if (plan->paged) { /* one table entry per page the keys cross, as fai__kv_rows */
-        const int64_t page_size = plan->pb.page_size;
-        const int64_t table_stride =
-            t->block_table_stride ? t->block_table_stride : plan->pb.pages_per_seq;
-        const int32_t *table = t->block_table + b * table_stride;
-        int64_t r = 0;
-        while (r < count) {
-            const int64_t key = key_begin + r;
-            const int64_t slot = key % page_size;
-            const int64_t run = page_size - slot < count - r ? page_size - slot : count - r;
-            const float *at = data + (int64_t)table[key / page_size] * scale->stride_batch +
-                              slot * scale->stride_seq;
+    if (plan->paged) {
+        int64_t page, slot;
+        for (int64_t r = 0, run; r < count; r += run) {
+            run = page_run(plan, t, b, key_begin + r, count - r, &page, &slot);
+            const float *at = data + page * scale->stride_batch + slot * scale->stride_seq;
             for (int64_t k = 0; k < run; k++)
                 out[r + k] = at[k * scale->stride_seq];
-            r += run;
         }
         return;
     }

@@ -152,7 +152,7 @@ static fai_status layout_workspace(fai_plan *plan) {
     plan->ld_s = fai__ceil_div(plan->tile_rows, width) * width;
     plan->ld_o = fai__ceil_div(plan->head_dim_v, width) * width;
     plan->ld_q = fai__ceil_div(plan->pb.head_dim, width) * width;
-    plan->direct_kv = plan->tile_rows <= FAI_DIRECT_KV_MAX_ROWS;
+    plan->direct_kv = fai__is_decode_tile(plan->tile_rows);
     plan->ld_n = fai__ceil_div(plan->tile_kv, width) * width;
     plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
                     plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0;

@@ -85,7 +85,7 @@ void fai__choose_tile(fai_plan *plan) {
         if (tile_q > max_q) tile_q = max_q > 0 ? max_q : 1;
     }
     const int64_t rows = tile_q * plan->group_slice;
-    const int decode = rows <= FAI_DIRECT_KV_MAX_ROWS;
+    const int decode = fai__is_decode_tile(rows);
     /* decode: the keys all units stream, to size the tiles for the split */
     double keys = 0.0;
     for (int64_t b = 0; b < pb->batch; b++)

@@ -5,6 +5,7 @@
  *
  * One line per entry, tab-separated:  cpu model \t isa \t shape class \t tile_q \t tile_kv
  * Lines starting with '#' and lines that do not parse are skipped. */
+#include "arch/fai_cpuid.h"
 #include "fai_internal.h"
 
 #include <errno.h>
@@ -29,7 +30,7 @@ static tuned_entry *cache_entries;
 static size_t cache_count;
 static int cache_loaded;
 
-/* -- where the file is, and which CPU this is ------------------------------------------------ */
+/* -- where the file is ------------------------------------------------------------------------ */
 
 static int cache_path(char *buf, size_t size) {
     const char *forced = getenv("FAI_TUNE_CACHE");
@@ -44,40 +45,8 @@ static int cache_path(char *buf, size_t size) {
     return 0;
 }
 
-/* The CPU's model name as /proc/cpuinfo gives it (x86: "model name"; Arm: implementer and
- * part), read once; tabs and newlines would break the file format and are replaced. */
-static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
-static char cpu_model[128] = "unknown";
-
-static void read_cpu_model(void) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[256], implementer[32] = "", part[32] = "";
-    while (fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (!colon) continue;
-        char *value = colon + 1;
-        while (*value == ' ' || *value == '\t')
-            value++;
-        value[strcspn(value, "\n")] = '\0';
-        if (strncmp(line, "model name", 10) == 0) {
-            snprintf(cpu_model, sizeof cpu_model, "%s", value);
-            break;
-        }
-        if (strncmp(line, "CPU implementer", 15) == 0)
-            snprintf(implementer, sizeof implementer, "%s", value);
-        if (strncmp(line, "CPU part", 8) == 0) snprintf(part, sizeof part, "%s", value);
-    }
-    fclose(f);
-    if (strcmp(cpu_model, "unknown") == 0 && implementer[0])
-        snprintf(cpu_model, sizeof cpu_model, "arm implementer %s part %s", implementer, part);
-    for (char *c = cpu_model; *c; c++)
-        if (*c == '\t' || *c == '\n') *c = ' ';
-}
-
 static void entry_key(const fai_plan *plan, char *key, size_t size) {
-    pthread_once(&cpu_once, read_cpu_model);
-    snprintf(key, size, "%s\t%s\t%s", cpu_model, plan->cntx->name, plan->tile_class);
+    snprintf(key, size, "%s\t%s\t%s", fai__cpu_model(), plan->cntx->name, plan->tile_class);
 }
 
 /* -- the shape class -------------------------------------------------------------------------- */

@@ -20,8 +20,13 @@
 /* Lanes of the matrix engine's running row sums (its vector width on every table). */
 #define FAI_MX_SUM_LANES 16
 
-/* How many K/V rows ahead of the one being computed the decode kernels prefetch. */
-#define FAI_PREFETCH_ROWS 16
+/* How far ahead of the row being computed the decode kernels prefetch K/V rows: about
+ * FAI_PREFETCH_BYTES of rows (a DRAM latency's worth of the rows' stream; short rows of int8 or
+ * fp8 are computed faster per byte than f16 or f32 ones, so a fixed count of rows would arrive
+ * late), at least 16 rows and at most FAI_PREFETCH_ROWS, the most the row lists carry past a
+ * tile. */
+#define FAI_PREFETCH_BYTES 6144
+#define FAI_PREFETCH_ROWS 64
 
 /* The score modifiers of one tile (fai_problem.softcap and alibi), for the mods_ entries: each
  * score s of row r and key c becomes

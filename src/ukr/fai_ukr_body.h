@@ -170,6 +170,32 @@ static inline int64_t row_bytes_of(int64_t elements, fai_dtype dtype) {
                                                                            : 1);
 }
 
+/* Q^T [d, ld_s] from m rows, PACK_Q_ROWS rows at a time: the rows converted with whole vectors
+ * into a small buffer (the reference converts element by element through a call), then each
+ * of its columns written as a contiguous run of Q^T. */
+#define PACK_Q_ROWS 16
+static void pack_q_simd(float *q_t, int64_t ld_s, const void *const *rows, int64_t m, int64_t d,
+                        fai_dtype dtype) {
+    float block[PACK_Q_ROWS][FAI_MAX_HEAD_DIM];
+    for (int64_t i0 = 0; i0 < ld_s; i0 += PACK_Q_ROWS) {
+        const int64_t count = ld_s - i0 < PACK_Q_ROWS ? ld_s - i0 : PACK_Q_ROWS;
+        for (int64_t i = 0; i < count; i++) {
+            int64_t x = 0;
+            if (i0 + i >= m) { /* the lanes past the rows */
+                memset(block[i], 0, (size_t)d * sizeof(float));
+                continue;
+            }
+            for (; x + W <= d; x += W)
+                v_store(block[i] + x, load_row_full(rows[i0 + i], x, dtype));
+            for (; x < d; x++)
+                block[i][x] = fai__load_element(rows[i0 + i], x, dtype);
+        }
+        for (int64_t x = 0; x < d; x++)
+            for (int64_t i = 0; i < count; i++)
+                q_t[x * ld_s + i0 + i] = block[i][x];
+    }
+}
+
 static int pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
                           int64_t dim, fai_dtype dtype) {
     /* x * 0 is 0 for finite x and NaN for Inf or NaN: one FMA per vector finds them */
@@ -396,9 +422,15 @@ static void pv_simd(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, cons
 
 /* -- small Q tiles: K and V straight from their rows ---------------------------------------- */
 
-/* Rows FAI_PREFETCH_ROWS keys ahead are fetched while the current ones are computed: with
+/* Rows some keys ahead (prefetch_ahead) are fetched while the current ones are computed: with
  * paged K/V the next rows may sit on another page, where the hardware prefetchers cannot
  * follow. The row lists carry rows_ahead pointers past the tile for this. */
+
+/* How many rows of row_bytes ahead to prefetch (see FAI_PREFETCH_BYTES). */
+static inline int64_t prefetch_ahead(int64_t row_bytes) {
+    const int64_t rows = FAI_PREFETCH_BYTES / (row_bytes > 0 ? row_bytes : 1);
+    return rows < 16 ? 16 : rows > FAI_PREFETCH_ROWS ? FAI_PREFETCH_ROWS : rows;
+}
 
 static inline void prefetch_row(const void *row, int64_t bytes) {
     for (int64_t offset = 0; offset < bytes; offset += 64)
@@ -425,13 +457,14 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                      const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,          \
                      float scale) {                                                                \
         const int64_t row_bytes = row_bytes_of(d, DTYPE);                                          \
+        const int64_t ahead = prefetch_ahead(row_bytes);                                           \
         const int64_t full = d / W * W;                                                            \
         for (int64_t j0 = 0; j0 < n; j0 += 4) {                                                    \
             const void *key[4];                                                                    \
             for (int c = 0; c < 4; c++)                                                            \
                 key[c] = k_rows[j0 + c < n ? j0 + c : j0];                                         \
-            for (int c = 0; c < 4 && j0 + FAI_PREFETCH_ROWS + c < n + rows_ahead; c++)             \
-                prefetch_row(k_rows[j0 + FAI_PREFETCH_ROWS + c], row_bytes);                       \
+            for (int c = 0; c < 4 && j0 + ahead + c < n + rows_ahead; c++)                         \
+                prefetch_row(k_rows[j0 + ahead + c], row_bytes);                                   \
             for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
                 const float *query[4];                                                             \
                 for (int r = 0; r < 4; r++)                                                        \
@@ -472,35 +505,31 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 s[i * ld_n + j] = -INFINITY;                                                       \
     }
 
-DEFINE_QK_ROWS(qk_rows_f32, FAI_DTYPE_F32)
-DEFINE_QK_ROWS(qk_rows_f16, FAI_DTYPE_F16)
-DEFINE_QK_ROWS(qk_rows_bf16, FAI_DTYPE_BF16)
-DEFINE_QK_ROWS(qk_rows_i8, FAI_DTYPE_I8)
-DEFINE_QK_ROWS(qk_rows_e4m3, FAI_DTYPE_E4M3)
-DEFINE_QK_ROWS(qk_rows_e5m2, FAI_DTYPE_E5M2)
+/* The K/V dtypes the row kernels are instantiated for: X(suffix, dtype). */
+#define FAI_KV_DTYPES(X)                                                                           \
+    X(f32, FAI_DTYPE_F32)                                                                          \
+    X(f16, FAI_DTYPE_F16)                                                                          \
+    X(bf16, FAI_DTYPE_BF16)                                                                        \
+    X(i8, FAI_DTYPE_I8)                                                                            \
+    X(e4m3, FAI_DTYPE_E4M3)                                                                        \
+    X(e5m2, FAI_DTYPE_E5M2)
 
+#define QK_ROWS_INSTANCE(SUFFIX, DTYPE) DEFINE_QK_ROWS(qk_rows_##SUFFIX, DTYPE)
+FAI_KV_DTYPES(QK_ROWS_INSTANCE)
+#undef QK_ROWS_INSTANCE
+
+typedef void (*qk_rows_fn)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
+                           const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
+                           float scale);
+
+/* The dtype is checked by the plan: every fai_dtype has its instance. */
 static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                          const void *const *k_rows, int64_t rows_ahead, fai_dtype k_dtype,
                          int64_t n, int64_t d, float scale) {
-    switch (k_dtype) {
-    case FAI_DTYPE_F16:
-        qk_rows_f16(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-        break;
-    case FAI_DTYPE_BF16:
-        qk_rows_bf16(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-        break;
-    case FAI_DTYPE_I8:
-        qk_rows_i8(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-        break;
-    case FAI_DTYPE_E4M3:
-        qk_rows_e4m3(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-        break;
-    case FAI_DTYPE_E5M2:
-        qk_rows_e5m2(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-        break;
-    default:
-        qk_rows_f32(s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
-    }
+#define QK_ROWS_ENTRY(SUFFIX, DTYPE) [DTYPE] = qk_rows_##SUFFIX,
+    static const qk_rows_fn by_dtype[] = {FAI_KV_DTYPES(QK_ROWS_ENTRY)};
+#undef QK_ROWS_ENTRY
+    by_dtype[k_dtype](s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
 }
 
 /* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
@@ -511,6 +540,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
                             const void *const *v_rows, int64_t prefetch_end, int64_t n,            \
                             int64_t x0, int64_t dv) {                                              \
         const int64_t row_bytes = row_bytes_of(dv, DTYPE);                                         \
+        const int64_t ahead = prefetch_ahead(row_bytes);                                           \
         const float *o_row[4];                                                                     \
         for (int r = 0; r < 4; r++)                                                                \
             o_row[r] = o + (r < rows ? r : 0) * ld_o + x0;                                         \
@@ -519,8 +549,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             for (int c = 0; c < VECS; c++)                                                         \
                 acc[r][c] = v_load(o_row[r] + c * W);                                              \
         for (int64_t j = 0; j < n; j++) {                                                          \
-            if (x0 == 0 && j + FAI_PREFETCH_ROWS < prefetch_end)                                   \
-                prefetch_row(v_rows[j + FAI_PREFETCH_ROWS], row_bytes);                            \
+            if (x0 == 0 && j + ahead < prefetch_end) prefetch_row(v_rows[j + ahead], row_bytes);   \
             fvec values[VECS];                                                                     \
             for (int c = 0; c < VECS; c++)                                                         \
                 values[c] = TAIL ? load_row_tail(v_rows[j], x0, dv - x0, DTYPE)                    \
@@ -546,11 +575,12 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
                      const void *const *v_rows, int64_t rows_ahead, int64_t n, int64_t dv,         \
                      int masked) {                                                                 \
         const int64_t row_bytes = row_bytes_of(dv, DTYPE);                                         \
+        const int64_t ahead = prefetch_ahead(row_bytes);                                           \
         if (masked) {                                                                              \
             for (int64_t i = 0; i < m; i++)                                                        \
                 for (int64_t j = 0; j < n; j++) {                                                  \
-                    if (i == 0 && j + FAI_PREFETCH_ROWS < n + rows_ahead)                          \
-                        prefetch_row(v_rows[j + FAI_PREFETCH_ROWS], row_bytes);                    \
+                    if (i == 0 && j + ahead < n + rows_ahead)                                      \
+                        prefetch_row(v_rows[j + ahead], row_bytes);                                \
                     const float p_scalar = p[i * ld_n + j];                                        \
                     if (p_scalar == 0.0f) continue;                                                \
                     const fvec p_v = v_set1(p_scalar);                                             \
@@ -570,45 +600,31 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             float *o_block = o + i0 * ld_o;                                                        \
             const float *p_block = p + i0 * ld_n;                                                  \
             int64_t x0 = 0;                                                                        \
-            const int64_t ahead = n + rows_ahead;                                                  \
+            const int64_t list_end = n + rows_ahead;                                               \
             for (; x0 + 4 * W <= dv; x0 += 4 * W)                                                  \
-                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, ahead, n, x0, dv);         \
+                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, n, x0, dv);      \
             for (; x0 + W <= dv; x0 += W)                                                          \
-                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, ahead, n, x0, dv);          \
+                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, n, x0, dv);       \
             if (x0 < dv)                                                                           \
-                NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, ahead, n, x0, dv);         \
+                NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, n, x0, dv);      \
         }                                                                                          \
     }
 
-DEFINE_PV_ROWS(pv_rows_f32, FAI_DTYPE_F32)
-DEFINE_PV_ROWS(pv_rows_f16, FAI_DTYPE_F16)
-DEFINE_PV_ROWS(pv_rows_bf16, FAI_DTYPE_BF16)
-DEFINE_PV_ROWS(pv_rows_i8, FAI_DTYPE_I8)
-DEFINE_PV_ROWS(pv_rows_e4m3, FAI_DTYPE_E4M3)
-DEFINE_PV_ROWS(pv_rows_e5m2, FAI_DTYPE_E5M2)
+#define PV_ROWS_INSTANCE(SUFFIX, DTYPE) DEFINE_PV_ROWS(pv_rows_##SUFFIX, DTYPE)
+FAI_KV_DTYPES(PV_ROWS_INSTANCE)
+#undef PV_ROWS_INSTANCE
+
+typedef void (*pv_rows_fn)(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
+                           const void *const *v_rows, int64_t rows_ahead, int64_t n, int64_t dv,
+                           int masked);
 
 static void pv_rows_simd(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
                          const void *const *v_rows, int64_t rows_ahead, fai_dtype v_dtype,
                          int64_t n, int64_t dv, int masked) {
-    switch (v_dtype) {
-    case FAI_DTYPE_F16:
-        pv_rows_f16(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-        break;
-    case FAI_DTYPE_BF16:
-        pv_rows_bf16(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-        break;
-    case FAI_DTYPE_I8:
-        pv_rows_i8(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-        break;
-    case FAI_DTYPE_E4M3:
-        pv_rows_e4m3(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-        break;
-    case FAI_DTYPE_E5M2:
-        pv_rows_e5m2(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-        break;
-    default:
-        pv_rows_f32(o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
-    }
+#define PV_ROWS_ENTRY(SUFFIX, DTYPE) [DTYPE] = pv_rows_##SUFFIX,
+    static const pv_rows_fn by_dtype[] = {FAI_KV_DTYPES(PV_ROWS_ENTRY)};
+#undef PV_ROWS_ENTRY
+    by_dtype[v_dtype](o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
 }
 
 /* The online softmax on row-major scores (decode tiles): one row at a time, W keys per vector;
@@ -675,6 +691,7 @@ static void init_simd_table(fai_cntx *cntx) {
     fai__cntx_init_ref(cntx);
     cntx->name = FAI_SIMD_NAME;
     cntx->simd_width = W;
+    cntx->pack_q = pack_q_simd;
     cntx->pack_rows = pack_rows_simd;
     cntx->qk = qk_simd;
     cntx->softmax = softmax_simd;
