@@ -1,5 +1,6 @@
-/* The parts of the .npy reader (fai_npy.c) that its header dict parser (fai_npy_header.c)
- * shares: the parsed header and the message helpers. Not for the reader's users. */
+/* What the .npy reader (fai_npy.c), its header dict parser (fai_npy_header.c) and the writer
+ * (fai_npy_write.c) share: the magic, the alignment, the parsed header and the message helpers.
+ * Not for their users. */
 #ifndef FAI_NPY_HEADER_H
 #define FAI_NPY_HEADER_H
 
@@ -8,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define NPY_ALIGN 64
+#define SHOWN_PATH 400 /* longest file name quoted in a message */
 #define SHOWN_CHARS 40 /* longest piece of header text quoted in a message */
 
 typedef struct ft_npy_header {
@@ -18,6 +21,9 @@ typedef struct ft_npy_header {
     size_t data_offset; /* where the payload starts */
     size_t count, nbytes;
 } ft_npy_header;
+
+/* "\x93NUMPY", the first bytes of every .npy file. */
+extern const unsigned char ft_npy_magic[6];
 
 /* Writes a message into err (when given) and returns -1. */
 int ft_npy_fail(char *err, size_t errlen, const char *fmt, ...)
