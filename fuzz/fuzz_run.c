@@ -1,7 +1,7 @@
 /* fuzz_run.c - small arbitrary problems run through fai_plan_create and fai_run, checked against
  * the fp64 oracle.
  *
- * The input decodes into a case spec (tests/oracle/fai_cases.h): shapes capped so that one run
+ * The input decodes into a case spec (ref/fai_cases.h): shapes capped so that one run
  * takes milliseconds, every dtype, causal and window, every mask kind and shape, padded, packed
  * and paged lengths (with explicit per-sequence lengths from the input), layouts, workers,
  * threads, tiles, the split strategy, LSE, the workspace's misalignment and the micro-kernel

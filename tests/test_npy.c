@@ -37,21 +37,21 @@ static size_t make_npy(int major, const char *dict, size_t payload_len) {
 
 /* Parses the image and expects failure with a message containing `what`. */
 static int rejects(const void *buf, size_t len, const char *what) {
-    fai_npy a;
+    ft_npy a;
     char err[512];
     memset(err, 0, sizeof err);
-    const int rc = fai_npy_parse(buf, len, &a, err, sizeof err);
+    const int rc = ft_npy_parse(buf, len, &a, err, sizeof err);
     const int ok = rc == -1 && a.data == NULL && a.buffer == NULL && strstr(err, what) != NULL &&
                    strchr(err, '\n') == NULL && err[0] != '\0';
     if (!ok)
         fprintf(stderr, "  expected an error containing '%s', got rc %d: '%s'\n", what, rc, err);
-    fai_npy_free(&a);
+    ft_npy_free(&a);
     return ok;
 }
 
-static int accepts(const void *buf, size_t len, fai_npy *a) {
+static int accepts(const void *buf, size_t len, ft_npy *a) {
     char err[512] = "";
-    const int rc = fai_npy_parse(buf, len, a, err, sizeof err);
+    const int rc = ft_npy_parse(buf, len, a, err, sizeof err);
     if (rc) fprintf(stderr, "  unexpected error: %s\n", err);
     return rc == 0;
 }
@@ -59,28 +59,28 @@ static int accepts(const void *buf, size_t len, fai_npy *a) {
 TEST(npy_parse_valid_f32_v1) {
     const size_t len =
         make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24);
-    fai_npy a;
+    ft_npy a;
     REQUIRE(accepts(image, len, &a));
-    CHECK(a.dtype == FAI_NPY_F32);
+    CHECK(a.dtype == FT_NPY_F32);
     CHECK(a.rank == 2);
     CHECK(a.shape[0] == 2 && a.shape[1] == 3);
     CHECK(a.count == 6);
     CHECK(a.nbytes == 24);
     CHECK(a.data != NULL && ((uintptr_t)a.data % 64) == 0);
     CHECK(memcmp(a.data, image + len - 24, 24) == 0);
-    fai_npy_free(&a);
+    ft_npy_free(&a);
     CHECK(a.data == NULL && a.buffer == NULL);
-    fai_npy_free(&a); /* twice is harmless */
+    ft_npy_free(&a); /* twice is harmless */
 }
 
 TEST(npy_parse_versions_2_and_3) {
     for (int major = 2; major <= 3; major++) {
         const size_t len =
             make_npy(major, "{'descr': '<i4', 'fortran_order': False, 'shape': (5,), }", 20);
-        fai_npy a;
+        ft_npy a;
         REQUIRE(accepts(image, len, &a));
-        CHECK(a.dtype == FAI_NPY_I32 && a.rank == 1 && a.shape[0] == 5 && a.nbytes == 20);
-        fai_npy_free(&a);
+        CHECK(a.dtype == FT_NPY_I32 && a.rank == 1 && a.shape[0] == 5 && a.nbytes == 20);
+        ft_npy_free(&a);
     }
 }
 
@@ -99,52 +99,52 @@ TEST(npy_parse_large_v2_header) {
     memset(big + 12 + dlen, ' ', hlen - dlen);
     big[12 + hlen - 1] = '\n';
     memset(big + 70000, 0x3c, 6);
-    fai_npy a;
+    ft_npy a;
     REQUIRE(accepts(big, sizeof big, &a));
-    CHECK(a.dtype == FAI_NPY_F16 && a.count == 3);
+    CHECK(a.dtype == FT_NPY_F16 && a.count == 3);
     CHECK(((const unsigned char *)a.data)[5] == 0x3c);
-    fai_npy_free(&a);
+    ft_npy_free(&a);
 }
 
 TEST(npy_parse_all_dtypes) {
     static const struct {
         const char *descr;
-        fai_npy_dtype dt;
+        ft_npy_dtype dt;
         size_t size;
-    } cases[] = {{"<f4", FAI_NPY_F32, 4},  {"<f2", FAI_NPY_F16, 2}, {"<u2", FAI_NPY_U16, 2},
-                 {"|b1", FAI_NPY_BOOL, 1}, {"|u1", FAI_NPY_U8, 1},  {"<i4", FAI_NPY_I32, 4},
-                 {"|i1", FAI_NPY_I8, 1}};
+    } cases[] = {{"<f4", FT_NPY_F32, 4},  {"<f2", FT_NPY_F16, 2}, {"<u2", FT_NPY_U16, 2},
+                 {"|b1", FT_NPY_BOOL, 1}, {"|u1", FT_NPY_U8, 1},  {"<i4", FT_NPY_I32, 4},
+                 {"|i1", FT_NPY_I8, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dict[128];
         snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (4, 2), }",
                  cases[i].descr);
         const size_t len = make_npy(1, dict, 8 * cases[i].size);
-        fai_npy a;
+        ft_npy a;
         REQUIRE(accepts(image, len, &a));
         CHECK(a.dtype == cases[i].dt);
         CHECK(a.nbytes == 8 * cases[i].size);
-        CHECK(fai_npy_dtype_size(a.dtype) == cases[i].size);
-        CHECK(!strcmp(fai_npy_dtype_descr(a.dtype), cases[i].descr));
-        fai_npy_free(&a);
+        CHECK(ft_npy_dtype_size(a.dtype) == cases[i].size);
+        CHECK(!strcmp(ft_npy_dtype_descr(a.dtype), cases[i].descr));
+        ft_npy_free(&a);
     }
 }
 
 TEST(npy_parse_scalar_and_empty) {
-    fai_npy a;
+    ft_npy a;
     size_t len = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 4);
     REQUIRE(accepts(image, len, &a));
     CHECK(a.rank == 0 && a.count == 1 && a.nbytes == 4);
-    fai_npy_free(&a);
+    ft_npy_free(&a);
 
     len = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 7), }", 0);
     REQUIRE(accepts(image, len, &a));
     CHECK(a.rank == 2 && a.count == 0 && a.nbytes == 0 && a.data != NULL);
-    fai_npy_free(&a);
+    ft_npy_free(&a);
 
     len = make_npy(1, "{'descr': '|b1', 'fortran_order': False, 'shape': (3, 0, 2), }", 0);
     REQUIRE(accepts(image, len, &a));
     CHECK(a.count == 0 && a.data != NULL);
-    fai_npy_free(&a);
+    ft_npy_free(&a);
 }
 
 TEST(npy_parse_header_variants) {
@@ -162,28 +162,28 @@ TEST(npy_parse_header_variants) {
     };
     for (size_t i = 0; i < sizeof dicts / sizeof dicts[0]; i++) {
         const size_t len = make_npy(1, dicts[i], 16);
-        fai_npy a;
+        ft_npy a;
         if (!accepts(image, len, &a)) {
             fprintf(stderr, "  header: %s\n", dicts[i]);
             TEST_FAILED = 1;
             continue;
         }
-        CHECK(a.dtype == FAI_NPY_F32 && a.rank == 2 && a.shape[0] == 2 && a.shape[1] == 2);
-        fai_npy_free(&a);
+        CHECK(a.dtype == FT_NPY_F32 && a.rank == 2 && a.shape[0] == 2 && a.shape[1] == 2);
+        ft_npy_free(&a);
     }
     /* one-byte types take any byte-order character */
     const size_t len = make_npy(1, "{'descr': '<u1', 'fortran_order': False, 'shape': (3,), }", 3);
-    fai_npy a;
+    ft_npy a;
     CHECK(accepts(image, len, &a));
-    fai_npy_free(&a);
+    ft_npy_free(&a);
 }
 
 TEST(npy_parse_trailing_bytes_ignored) {
     const size_t len = make_npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", 9);
-    fai_npy a;
+    ft_npy a;
     REQUIRE(accepts(image, len, &a));
     CHECK(a.count == 3);
-    fai_npy_free(&a);
+    ft_npy_free(&a);
 }
 
 TEST(npy_reject_empty_and_magic) {
@@ -226,18 +226,18 @@ TEST(npy_reject_truncated_everywhere) {
     static unsigned char copy[1024];
     memcpy(copy, image, len);
     for (size_t n = 0; n < len; n++) {
-        fai_npy a;
+        ft_npy a;
         char err[256] = "";
         unsigned char *exact = malloc(n ? n : 1); /* exact-size buffer, for ASan */
         REQUIRE(exact);
         memcpy(exact, copy, n);
-        const int rc = fai_npy_parse(exact, n, &a, err, sizeof err);
+        const int rc = ft_npy_parse(exact, n, &a, err, sizeof err);
         free(exact);
         if (rc != -1 || !err[0]) {
             fprintf(stderr, "  prefix of %zu bytes accepted\n", n);
             TEST_FAILED = 1;
         }
-        fai_npy_free(&a);
+        ft_npy_free(&a);
     }
     CHECK(rejects(copy, len - 1, "truncated data"));
     CHECK(rejects(copy, len - 1, "needs 24 bytes"));
@@ -354,16 +354,16 @@ TEST(npy_reject_messages_are_one_printable_line) {
     memset(dict + 2, 'k', 300);
     strcat(dict, "': 1}");
     len = make_npy(1, dict, 0);
-    fai_npy a;
+    ft_npy a;
     char err[1024] = "";
-    CHECK(fai_npy_parse(image, len, &a, err, sizeof err) == -1);
+    CHECK(ft_npy_parse(image, len, &a, err, sizeof err) == -1);
     CHECK(strlen(err) < 120);
     CHECK(strstr(err, "...") != NULL);
     /* a tiny or absent message buffer is fine */
     char small[8];
-    CHECK(fai_npy_parse(image, len, &a, small, sizeof small) == -1);
+    CHECK(ft_npy_parse(image, len, &a, small, sizeof small) == -1);
     CHECK(strlen(small) < sizeof small);
-    CHECK(fai_npy_parse(image, len, &a, NULL, 0) == -1);
+    CHECK(ft_npy_parse(image, len, &a, NULL, 0) == -1);
 }
 
 /* Flips every byte of a valid header to a few values: nothing crashes, and whatever is accepted
@@ -379,9 +379,9 @@ TEST(npy_parse_mutations) {
         for (size_t v = 0; v < sizeof values; v++) {
             memcpy(work, base, len);
             work[i] = values[v];
-            fai_npy a;
+            ft_npy a;
             char err[256] = "";
-            if (fai_npy_parse(work, len, &a, err, sizeof err) == 0) {
+            if (ft_npy_parse(work, len, &a, err, sizeof err) == 0) {
                 accepted++;
                 CHECK(a.nbytes <= len);
                 CHECK(a.data != NULL);
@@ -389,7 +389,7 @@ TEST(npy_parse_mutations) {
                 CHECK(err[0] != '\0');
                 CHECK(strchr(err, '\n') == NULL);
             }
-            fai_npy_free(&a);
+            ft_npy_free(&a);
         }
     }
     CHECK(accepted > 0);
@@ -437,16 +437,16 @@ TEST(npy_write_round_trip) {
         data[i] = (float)i * 0.5f - 3.0f;
     const int64_t shape[3] = {2, 3, 4};
     char err[512] = "";
-    REQUIRE(fai_npy_save(path, FAI_NPY_F32, 3, shape, data, err, sizeof err) == 0);
+    REQUIRE(ft_npy_save(path, FT_NPY_F32, 3, shape, data, err, sizeof err) == 0);
     CHECK(count_entries(dir) == 1);
 
-    fai_npy a;
-    REQUIRE(fai_npy_load(path, &a, err, sizeof err) == 0);
-    CHECK(a.dtype == FAI_NPY_F32 && a.rank == 3);
+    ft_npy a;
+    REQUIRE(ft_npy_load(path, &a, err, sizeof err) == 0);
+    CHECK(a.dtype == FT_NPY_F32 && a.rank == 3);
     CHECK(a.shape[0] == 2 && a.shape[1] == 3 && a.shape[2] == 4);
     CHECK(a.nbytes == sizeof data && memcmp(a.data, data, sizeof data) == 0);
     CHECK(((uintptr_t)a.data % 64) == 0);
-    fai_npy_free(&a);
+    ft_npy_free(&a);
 
     /* the header is numpy's: version 1.0, payload on a 64-byte boundary, dict text */
     FILE *f = fopen(path, "rb");
@@ -464,42 +464,42 @@ TEST(npy_write_round_trip) {
     /* rewrite in place with other contents, then every dtype, rank 0, 1 and zero-size */
     const int64_t s1[1] = {5};
     const uint16_t halves[5] = {0x3c00, 0xc000, 0x7c00, 0, 1};
-    REQUIRE(fai_npy_save(path, FAI_NPY_F16, 1, s1, halves, err, sizeof err) == 0);
-    REQUIRE(fai_npy_load(path, &a, err, sizeof err) == 0);
-    CHECK(a.dtype == FAI_NPY_F16 && a.rank == 1 && a.shape[0] == 5);
+    REQUIRE(ft_npy_save(path, FT_NPY_F16, 1, s1, halves, err, sizeof err) == 0);
+    REQUIRE(ft_npy_load(path, &a, err, sizeof err) == 0);
+    CHECK(a.dtype == FT_NPY_F16 && a.rank == 1 && a.shape[0] == 5);
     CHECK(!memcmp(a.data, halves, sizeof halves));
-    fai_npy_free(&a);
+    ft_npy_free(&a);
 
     const int32_t one = 42;
-    REQUIRE(fai_npy_save(path, FAI_NPY_I32, 0, NULL, &one, err, sizeof err) == 0);
-    REQUIRE(fai_npy_load(path, &a, err, sizeof err) == 0);
+    REQUIRE(ft_npy_save(path, FT_NPY_I32, 0, NULL, &one, err, sizeof err) == 0);
+    REQUIRE(ft_npy_load(path, &a, err, sizeof err) == 0);
     CHECK(a.rank == 0 && a.count == 1 && *(const int32_t *)a.data == 42);
-    fai_npy_free(&a);
+    ft_npy_free(&a);
 
     const int64_t s0[2] = {0, 3};
-    REQUIRE(fai_npy_save(path, FAI_NPY_BOOL, 2, s0, NULL, err, sizeof err) == 0);
-    REQUIRE(fai_npy_load(path, &a, err, sizeof err) == 0);
-    CHECK(a.dtype == FAI_NPY_BOOL && a.count == 0 && a.shape[1] == 3);
-    fai_npy_free(&a);
+    REQUIRE(ft_npy_save(path, FT_NPY_BOOL, 2, s0, NULL, err, sizeof err) == 0);
+    REQUIRE(ft_npy_load(path, &a, err, sizeof err) == 0);
+    CHECK(a.dtype == FT_NPY_BOOL && a.count == 0 && a.shape[1] == 3);
+    ft_npy_free(&a);
 
     const int64_t s8[8] = {1, 2, 1, 2, 1, 2, 1, 2};
     uint8_t bytes[16];
     for (int i = 0; i < 16; i++)
         bytes[i] = (uint8_t)(i * 7);
-    static const fai_npy_dtype dts[] = {FAI_NPY_U8, FAI_NPY_BOOL};
+    static const ft_npy_dtype dts[] = {FT_NPY_U8, FT_NPY_BOOL};
     for (int k = 0; k < 2; k++) {
-        REQUIRE(fai_npy_save(path, dts[k], 8, s8, bytes, err, sizeof err) == 0);
-        REQUIRE(fai_npy_load(path, &a, err, sizeof err) == 0);
+        REQUIRE(ft_npy_save(path, dts[k], 8, s8, bytes, err, sizeof err) == 0);
+        REQUIRE(ft_npy_load(path, &a, err, sizeof err) == 0);
         CHECK(a.dtype == dts[k] && a.rank == 8 && a.count == 16);
         CHECK(!memcmp(a.data, bytes, 16));
-        fai_npy_free(&a);
+        ft_npy_free(&a);
     }
     uint16_t bf[4] = {0x3f80, 0x4000, 0xbf80, 0x7f80};
     const int64_t s4[2] = {2, 2};
-    REQUIRE(fai_npy_save(path, FAI_NPY_U16, 2, s4, bf, err, sizeof err) == 0);
-    REQUIRE(fai_npy_load(path, &a, err, sizeof err) == 0);
-    CHECK(a.dtype == FAI_NPY_U16 && !memcmp(a.data, bf, sizeof bf));
-    fai_npy_free(&a);
+    REQUIRE(ft_npy_save(path, FT_NPY_U16, 2, s4, bf, err, sizeof err) == 0);
+    REQUIRE(ft_npy_load(path, &a, err, sizeof err) == 0);
+    CHECK(a.dtype == FT_NPY_U16 && !memcmp(a.data, bf, sizeof bf));
+    ft_npy_free(&a);
 
     CHECK(count_entries(dir) == 1); /* no temporary files left behind */
     remove_dir(dir);
@@ -512,42 +512,41 @@ TEST(npy_write_failure_leaves_nothing) {
     const int64_t s1[1] = {1};
     /* a directory that does not exist */
     snprintf(path, sizeof path, "%s/missing/o.npy", dir);
-    CHECK(fai_npy_save(path, FAI_NPY_F32, 1, s1, &x, err, sizeof err) == -1);
+    CHECK(ft_npy_save(path, FT_NPY_F32, 1, s1, &x, err, sizeof err) == -1);
     CHECK(strstr(err, "missing/o.npy") != NULL);
     CHECK(count_entries(dir) == 0);
     /* a directory name instead of a file name */
     snprintf(path, sizeof path, "%s/", dir);
-    CHECK(fai_npy_save(path, FAI_NPY_F32, 1, s1, &x, err, sizeof err) == -1);
+    CHECK(ft_npy_save(path, FT_NPY_F32, 1, s1, &x, err, sizeof err) == -1);
     CHECK(count_entries(dir) == 0);
 
     /* write_temp + discard: the target is never created */
     char tmp[512];
     snprintf(path, sizeof path, "%s/o.npy", dir);
-    REQUIRE(fai_npy_write_temp(path, FAI_NPY_F32, 1, s1, &x, tmp, sizeof tmp, err, sizeof err) ==
-            0);
+    REQUIRE(ft_npy_write_temp(path, FT_NPY_F32, 1, s1, &x, tmp, sizeof tmp, err, sizeof err) == 0);
     CHECK(count_entries(dir) == 1);
     CHECK(strncmp(tmp, dir, strlen(dir)) == 0);
-    fai_npy_discard(tmp);
+    ft_npy_discard(tmp);
     CHECK(count_entries(dir) == 0);
 
     /* an existing target survives a failed commit of a vanished temporary file */
-    REQUIRE(fai_npy_save(path, FAI_NPY_F32, 1, s1, &x, err, sizeof err) == 0);
-    CHECK(fai_npy_commit("/nonexistent-dir/.tmp", path, err, sizeof err) == -1);
-    fai_npy a;
-    REQUIRE(fai_npy_load(path, &a, err, sizeof err) == 0);
+    REQUIRE(ft_npy_save(path, FT_NPY_F32, 1, s1, &x, err, sizeof err) == 0);
+    CHECK(ft_npy_commit("/nonexistent-dir/.tmp", path, err, sizeof err) == -1);
+    ft_npy a;
+    REQUIRE(ft_npy_load(path, &a, err, sizeof err) == 0);
     CHECK(*(const float *)a.data == 1.0f);
-    fai_npy_free(&a);
+    ft_npy_free(&a);
     remove_dir(dir);
 }
 
 TEST(npy_load_errors_name_the_file) {
     char dir[64], path[128], err[512] = "";
     REQUIRE(make_temp_dir(dir, sizeof dir) == 0);
-    fai_npy a;
+    ft_npy a;
     snprintf(path, sizeof path, "%s/none.npy", dir);
-    CHECK(fai_npy_load(path, &a, err, sizeof err) == -1);
+    CHECK(ft_npy_load(path, &a, err, sizeof err) == -1);
     CHECK(strstr(err, path) == err);
-    CHECK(fai_npy_load(dir, &a, err, sizeof err) == -1);
+    CHECK(ft_npy_load(dir, &a, err, sizeof err) == -1);
     CHECK(strstr(err, "directory") != NULL);
 
     snprintf(path, sizeof path, "%s/q.npy", dir);
@@ -557,7 +556,7 @@ TEST(npy_load_errors_name_the_file) {
         make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, -1), }", 0);
     fwrite(image, 1, len, f);
     fclose(f);
-    CHECK(fai_npy_load(path, &a, err, sizeof err) == -1);
+    CHECK(ft_npy_load(path, &a, err, sizeof err) == -1);
     char want[256];
     snprintf(want, sizeof want, "%s: shape (2, -1) has a negative dimension", path);
     CHECK(!strcmp(err, want));
@@ -566,7 +565,7 @@ TEST(npy_load_errors_name_the_file) {
     f = fopen(path, "wb");
     REQUIRE(f);
     fclose(f);
-    CHECK(fai_npy_load(path, &a, err, sizeof err) == -1);
+    CHECK(ft_npy_load(path, &a, err, sizeof err) == -1);
     CHECK(strstr(err, "empty") != NULL);
 
     /* a header whose length is not a multiple of 64 still gives aligned data */
@@ -578,22 +577,22 @@ TEST(npy_load_errors_name_the_file) {
     const float two[2] = {1.5f, -2.0f};
     fwrite(two, sizeof two, 1, f);
     fclose(f);
-    REQUIRE(fai_npy_load(path, &a, err, sizeof err) == 0);
+    REQUIRE(ft_npy_load(path, &a, err, sizeof err) == 0);
     CHECK(((uintptr_t)a.data % 64) == 0);
     CHECK(!memcmp(a.data, two, sizeof two));
-    fai_npy_free(&a);
+    ft_npy_free(&a);
     remove_dir(dir);
 }
 
 TEST(npy_format_shape) {
     char buf[64];
     const int64_t s[3] = {2, 5, 64};
-    fai_npy_format_shape(buf, sizeof buf, 0, s);
+    ft_npy_format_shape(buf, sizeof buf, 0, s);
     CHECK(!strcmp(buf, "()"));
-    fai_npy_format_shape(buf, sizeof buf, 1, s);
+    ft_npy_format_shape(buf, sizeof buf, 1, s);
     CHECK(!strcmp(buf, "(2,)"));
-    fai_npy_format_shape(buf, sizeof buf, 3, s);
+    ft_npy_format_shape(buf, sizeof buf, 3, s);
     CHECK(!strcmp(buf, "(2, 5, 64)"));
-    fai_npy_format_shape(buf, 4, 3, s);
+    ft_npy_format_shape(buf, 4, 3, s);
     CHECK(strlen(buf) == 3);
 }

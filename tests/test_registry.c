@@ -22,8 +22,8 @@ void test_register(const char *name, test_fn fn) {
     test_count++;
 }
 
-int test_run_registered(const char *filter, int (*settle)(int failed), int print, int *passed,
-                        int *failed) {
+int test_run_registered(const char *filter, test_runner run, int (*settle)(int failed), int print,
+                        int *passed, int *failed) {
     *passed = *failed = 0;
     if (test_overflow) {
         fprintf(stderr, "too many tests: raise MAX_TESTS in test_registry.c\n");
@@ -32,7 +32,10 @@ int test_run_registered(const char *filter, int (*settle)(int failed), int print
     for (int i = 0; i < test_count; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
         int test_failed = 0;
-        tests[i].fn(&test_failed);
+        if (run)
+            test_failed = run(tests[i].name, tests[i].fn) != 0;
+        else
+            tests[i].fn(&test_failed);
         if (settle) test_failed = settle(test_failed);
         if (print) {
             printf("%s %s\n", test_failed ? "FAIL" : "ok  ", tests[i].name);

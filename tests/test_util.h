@@ -9,12 +9,16 @@
 typedef void (*test_fn)(int *failed);
 void test_register(const char *name, test_fn fn);
 
-/* Runs the registered tests whose name contains filter (all when NULL), in order. Each test's
+/* Runs one test and returns nonzero when it failed. */
+typedef int (*test_runner)(const char *name, test_fn fn);
+
+/* Runs the registered tests whose name contains filter (all when NULL), in order: each through
+ * run when given (test_main.c runs each in a child process), else in this process. Each test's
  * failure goes through settle when given (several processes agree on it there); with print, one
  * line per test. Counts into *passed and *failed; -1 (and no test run) when more tests were
  * registered than the registry holds. */
-int test_run_registered(const char *filter, int (*settle)(int failed), int print, int *passed,
-                        int *failed);
+int test_run_registered(const char *filter, test_runner run, int (*settle)(int failed), int print,
+                        int *passed, int *failed);
 
 #define TEST(name)                                                                                 \
     static void test_##name(int *test_failed_);                                                    \

@@ -17,7 +17,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &test_size);
     const char *filter = argc > 1 ? argv[1] : NULL;
     int passed = 0, failed = 0;
-    if (test_run_registered(filter, failed_on_any_rank, test_rank == 0, &passed, &failed)) {
+    if (test_run_registered(filter, NULL, failed_on_any_rank, test_rank == 0, &passed, &failed)) {
         MPI_Finalize();
         return 1;
     }

@@ -29,7 +29,7 @@ static void print_usage(FILE *out) {
             "with one line on rank 0's stderr and no output file created or changed.\n");
 }
 
-int fai_mpi_tool_agree(int rc, fai_run_args *a) {
+int ft_mpi_tool_agree(int rc, ft_run_args *a) {
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -41,63 +41,62 @@ int fai_mpi_tool_agree(int rc, fai_run_args *a) {
 }
 
 /* What `fai run` would refuse, refused alike: planning the whole problem names the field. */
-static int check_whole(fai_run_args *a, fai_run_inputs *in, fai_run_problem *p) {
+static int check_whole(ft_run_args *a, ft_run_inputs *in, ft_run_problem *p) {
     fai_plan *plan = NULL;
-    const int rc = fai_run_plan(a, in, p, &plan);
+    const int rc = ft_run_plan(a, in, p, &plan);
     fai_plan_free(plan);
     return rc;
 }
 
-static int check_ring(fai_run_args *a, const fai_run_problem *p) {
+static int check_ring(ft_run_args *a, const ft_run_problem *p) {
     if (p->paged)
-        return fai_run_fail(a,
-                            "--ring with --block-table %s: ring attention shards dense K/V "
-                            "(paged K/V are sharded by pages without --ring)",
-                            a->value[FAI_RUN_OPT_BLOCK_TABLE]);
+        return ft_run_fail(a,
+                           "--ring with --block-table %s: ring attention shards dense K/V "
+                           "(paged K/V are sharded by pages without --ring)",
+                           a->value[FT_RUN_OPT_BLOCK_TABLE]);
     if (a->mask_opt >= 0)
-        return fai_run_fail(a,
-                            "--ring with %s %s: ring attention takes no explicit mask (without "
-                            "--ring the mask columns are sharded with the keys)",
-                            fai_run_option_name(a->mask_opt), a->value[a->mask_opt]);
-    const int lens = a->value[FAI_RUN_OPT_SEQLENS_Q]    ? FAI_RUN_OPT_SEQLENS_Q
-                     : a->value[FAI_RUN_OPT_SEQLENS_KV] ? FAI_RUN_OPT_SEQLENS_KV
-                                                        : -1;
+        return ft_run_fail(a,
+                           "--ring with %s %s: ring attention takes no explicit mask (without "
+                           "--ring the mask columns are sharded with the keys)",
+                           ft_run_option_name(a->mask_opt), a->value[a->mask_opt]);
+    const int lens = a->value[FT_RUN_OPT_SEQLENS_Q]    ? FT_RUN_OPT_SEQLENS_Q
+                     : a->value[FT_RUN_OPT_SEQLENS_KV] ? FT_RUN_OPT_SEQLENS_KV
+                                                       : -1;
     if (lens >= 0)
-        return fai_run_fail(a, "--ring with %s %s: ring attention takes whole sequences",
-                            fai_run_option_name(lens), a->value[lens]);
+        return ft_run_fail(a, "--ring with %s %s: ring attention takes whole sequences",
+                           ft_run_option_name(lens), a->value[lens]);
     if (p->seq_q != p->k_rows)
-        return fai_run_fail(a,
-                            "--ring: q has Sq = %lld and k has Skv = %lld; ring attention is "
-                            "self-attention (Sq = Skv)",
-                            (long long)p->seq_q, (long long)p->k_rows);
+        return ft_run_fail(a,
+                           "--ring: q has Sq = %lld and k has Skv = %lld; ring attention is "
+                           "self-attention (Sq = Skv)",
+                           (long long)p->seq_q, (long long)p->k_rows);
     return 0;
 }
 
 /* -- K/V sharded, Q whole ------------------------------------------------------------------------
  */
 
-static int run_kv_sharded(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *p, int rank,
+static int run_kv_sharded(ft_run_args *a, ft_run_inputs *in, const ft_run_problem *p, int rank,
                           int size) {
-    fai_mpi_kv_shard s;
+    ft_mpi_kv_shard s;
     void *o = NULL;
     float *lse = NULL;
-    int rc = fai_mpi_kv_shard_make(a, in, p, rank, size, &s);
+    int rc = ft_mpi_kv_shard_make(a, in, p, rank, size, &s);
     if (!rc && rank == 0)
-        rc = fai_run_alloc_outputs(a, p, a->value[FAI_RUN_OPT_LSE] != NULL, &o, &lse);
-    rc = fai_mpi_tool_agree(rc, a);
+        rc = ft_run_alloc_outputs(a, p, a->value[FT_RUN_OPT_LSE] != NULL, &o, &lse);
+    rc = ft_mpi_tool_agree(rc, a);
     if (!rc) {
         s.tensors.o = fai_tensor_bshd(o, a->out_dtype, p->seq_q, p->heads_q, p->head_dim_v);
         s.tensors.alibi_slopes = p->alibi_slopes;
         s.tensors.sinks = p->sinks;
-        if (a->value[FAI_RUN_OPT_LSE])
-            s.tensors.lse = fai_run_lse_tensor(lse, p->heads_q, p->seq_q);
+        if (a->value[FT_RUN_OPT_LSE]) s.tensors.lse = ft_run_lse_tensor(lse, p->heads_q, p->seq_q);
         /* the queries are placed by the library, as fai run places them, from the agreed length */
         if (fai_mpi_attention(MPI_COMM_WORLD, &s.problem, s.kv_start, NULL, &s.tensors, 0, NULL) !=
             FAI_OK)
-            rc = fai_run_fail(a, "%s", fai_mpi_last_error());
+            rc = ft_run_fail(a, "%s", fai_mpi_last_error());
     }
-    if (!rc && rank == 0) rc = fai_run_write_outputs(a, p, o, lse);
-    fai_mpi_kv_shard_free(&s);
+    if (!rc && rank == 0) rc = ft_run_write_outputs(a, p, o, lse);
+    ft_mpi_kv_shard_free(&s);
     free(o);
     free(lse);
     return rc;
@@ -107,9 +106,9 @@ static int run_kv_sharded(fai_run_args *a, fai_run_inputs *in, const fai_run_pro
  */
 
 /* The rank's rows (its two chunks) of a [B, S, H, dim] array, as [B, rows, H, dim]. */
-static void *take_chunks(const fai_npy *whole, const fai_mpi_zigzag *z, size_t row_bytes) {
+static void *take_chunks(const ft_npy *whole, const fai_mpi_zigzag *z, size_t row_bytes) {
     const int64_t batch = whole->shape[0], seq = whole->shape[1];
-    char *out = fai_run_alloc((size_t)(batch * z->rows) * row_bytes);
+    char *out = ft_run_alloc((size_t)(batch * z->rows) * row_bytes);
     if (!out) return NULL;
     for (int64_t b = 0; b < batch; b++)
         for (int k = 0, at = 0; k < 2; at += (int)z->len[k], k++)
@@ -120,7 +119,7 @@ static void *take_chunks(const fai_npy *whole, const fai_mpi_zigzag *z, size_t r
 }
 
 /* Rank r's rows of O ([B, rows_r, Hq, Dv] in `part`) and LSE ([B, Hq, rows_r]) into the whole. */
-static void place_rows(const fai_run_problem *p, const fai_mpi_zigzag *z, const char *o_part,
+static void place_rows(const ft_run_problem *p, const fai_mpi_zigzag *z, const char *o_part,
                        const float *lse_part, size_t o_row, char *o, float *lse) {
     const int64_t B = p->batch, S = p->seq_q, Hq = p->heads_q;
     for (int64_t b = 0; b < B; b++)
@@ -134,20 +133,20 @@ static void place_rows(const fai_run_problem *p, const fai_mpi_zigzag *z, const 
 }
 
 /* Collective: every rank's rows of O and LSE to rank 0, placed in o and lse there. */
-static int gather_rows(fai_run_args *a, const fai_run_problem *p, const void *o_local,
+static int gather_rows(ft_run_args *a, const ft_run_problem *p, const void *o_local,
                        const float *lse_local, int rank, int size, void *o, float *lse) {
     const int64_t S = p->seq_q, B = p->batch, Hq = p->heads_q;
     const size_t o_row = (size_t)(Hq * p->head_dim_v) * fai_dtype_size(a->out_dtype);
     if (B * S > INT_MAX || B * Hq * S > INT_MAX)
-        return fai_run_fail(a, "--ring: %lld rows are more than one gather can take",
-                            (long long)(B * S));
+        return ft_run_fail(a, "--ring: %lld rows are more than one gather can take",
+                           (long long)(B * S));
     int *counts = calloc((size_t)size * 4, sizeof(int));
-    char *o_all = rank == 0 ? fai_run_alloc((size_t)(B * S) * o_row) : NULL;
-    float *lse_all = rank == 0 ? fai_run_alloc(sizeof(float) * (size_t)(B * Hq * S)) : NULL;
+    char *o_all = rank == 0 ? ft_run_alloc((size_t)(B * S) * o_row) : NULL;
+    float *lse_all = rank == 0 ? ft_run_alloc(sizeof(float) * (size_t)(B * Hq * S)) : NULL;
     int rc = !counts || (rank == 0 && (!o_all || !lse_all))
-                 ? fai_run_fail(a, "out of memory (gathering the rows of O)")
+                 ? ft_run_fail(a, "out of memory (gathering the rows of O)")
                  : 0;
-    rc = fai_mpi_tool_agree(rc, a);
+    rc = ft_mpi_tool_agree(rc, a);
     if (!rc) {
         int *displs = counts + size, *lse_counts = counts + 2 * size;
         int *lse_displs = counts + 3 * size;
@@ -177,12 +176,12 @@ static int gather_rows(fai_run_args *a, const fai_run_problem *p, const void *o_
     return rc;
 }
 
-static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *p, int rank,
+static int run_ring(ft_run_args *a, ft_run_inputs *in, const ft_run_problem *p, int rank,
                     int size) {
     fai_mpi_zigzag z;
     int rc = 0;
     if (fai_mpi_zigzag_layout(p->seq_q, size, rank, &z) != FAI_OK)
-        rc = fai_run_fail(a, "--ring: %s", fai_mpi_last_error());
+        rc = ft_run_fail(a, "--ring: %s", fai_mpi_last_error());
     const size_t q_row = (size_t)(p->heads_q * p->head_dim) * fai_dtype_size(p->q_dtype);
     const size_t k_row = (size_t)(p->heads_kv * p->head_dim) * fai_dtype_size(p->k_dtype);
     const size_t v_row = (size_t)(p->heads_kv * p->head_dim_v) * fai_dtype_size(p->v_dtype);
@@ -191,14 +190,14 @@ static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *
     float *lse_local = NULL, *lse = NULL;
     /* the scales of a quantized K and V: per token, the rank's rows like K's; else shared */
     fai_scale scales[2] = {p->k_scale, p->v_scale};
-    const fai_npy *scale_files[2] = {&in->k_scale, &in->v_scale};
+    const ft_npy *scale_files[2] = {&in->k_scale, &in->v_scale};
     void *own_scales[2] = {NULL, NULL};
     if (!rc) {
         q = take_chunks(&in->q, &z, q_row);
         k = take_chunks(&in->k, &z, k_row);
         v = take_chunks(&in->v, &z, v_row);
-        o_local = fai_run_alloc((size_t)(p->batch * z.rows) * o_row);
-        lse_local = fai_run_alloc(sizeof(float) * (size_t)(p->batch * p->heads_q * z.rows));
+        o_local = ft_run_alloc((size_t)(p->batch * z.rows) * o_row);
+        lse_local = ft_run_alloc(sizeof(float) * (size_t)(p->batch * p->heads_q * z.rows));
         int scales_ok = 1;
         for (int i = 0; i < 2; i++) {
             if (!scales[i].data || !scales[i].stride_seq) continue;
@@ -208,13 +207,13 @@ static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *
             scales[i].stride_batch = z.rows * p->heads_kv;
         }
         if (!q || !k || !v || !o_local || !lse_local || !scales_ok)
-            rc = fai_run_fail(a, "out of memory (this rank's %lld rows)", (long long)z.rows);
+            rc = ft_run_fail(a, "out of memory (this rank's %lld rows)", (long long)z.rows);
     }
-    fai_npy_free(&in->q); /* the rank keeps its chunks only */
-    fai_npy_free(&in->k);
-    fai_npy_free(&in->v);
-    if (!rc && rank == 0) rc = fai_run_alloc_outputs(a, p, 1, &o, &lse);
-    rc = fai_mpi_tool_agree(rc, a);
+    ft_npy_free(&in->q); /* the rank keeps its chunks only */
+    ft_npy_free(&in->k);
+    ft_npy_free(&in->v);
+    if (!rc && rank == 0) rc = ft_run_alloc_outputs(a, p, 1, &o, &lse);
+    rc = ft_mpi_tool_agree(rc, a);
     if (!rc) {
         fai_problem local = p->problem;
         local.seq_q = local.seq_kv = z.rows;
@@ -224,45 +223,45 @@ static int run_ring(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *
         t.k = fai_tensor_bshd(k, p->k_dtype, z.rows, p->heads_kv, p->head_dim);
         t.v = fai_tensor_bshd(v, p->v_dtype, z.rows, p->heads_kv, p->head_dim_v);
         t.o = fai_tensor_bshd(o_local, a->out_dtype, z.rows, p->heads_q, p->head_dim_v);
-        t.lse = fai_run_lse_tensor(lse_local, p->heads_q, z.rows);
+        t.lse = ft_run_lse_tensor(lse_local, p->heads_q, z.rows);
         t.alibi_slopes = p->alibi_slopes;
         t.sinks = p->sinks;
         t.k_scale = scales[0];
         t.v_scale = scales[1];
         if (fai_mpi_ring_attention(MPI_COMM_WORLD, &local, p->seq_q, &t, NULL) != FAI_OK)
-            rc = fai_run_fail(a, "%s", fai_mpi_last_error());
+            rc = ft_run_fail(a, "%s", fai_mpi_last_error());
     }
     if (!rc) rc = gather_rows(a, p, o_local, lse_local, rank, size, o, lse);
-    if (!rc && rank == 0) rc = fai_run_write_outputs(a, p, o, lse);
+    if (!rc && rank == 0) rc = ft_run_write_outputs(a, p, o, lse);
     free(q), free(k), free(v), free(o_local), free(lse_local), free(o), free(lse);
     free(own_scales[0]), free(own_scales[1]);
     return rc;
 }
 
-int fai_mpi_cmd_run(int argc, char **argv) {
+int ft_mpi_cmd_run(int argc, char **argv) {
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    fai_run_args a;
-    int rc = fai_run_parse_args(argc, argv, "fai-mpi run", 1, &a);
+    ft_run_args a;
+    int rc = ft_run_parse_args(argc, argv, "fai-mpi run", 1, &a);
     if (rc < 0) {
         if (rank == 0) print_usage(stdout);
         return 0;
     }
-    fai_run_inputs in;
+    ft_run_inputs in;
     memset(&in, 0, sizeof in);
-    fai_run_problem p;
+    ft_run_problem p;
     memset(&p, 0, sizeof p);
-    if (!rc) rc = fai_run_load(&a, &in, &p);
+    if (!rc) rc = ft_run_load(&a, &in, &p);
     if (!rc) rc = check_whole(&a, &in, &p);
-    if (!rc && a.value[FAI_RUN_OPT_RING]) rc = check_ring(&a, &p);
-    rc = fai_mpi_tool_agree(rc, &a);
+    if (!rc && a.value[FT_RUN_OPT_RING]) rc = check_ring(&a, &p);
+    rc = ft_mpi_tool_agree(rc, &a);
     if (!rc)
-        rc = a.value[FAI_RUN_OPT_RING] ? run_ring(&a, &in, &p, rank, size)
-                                       : run_kv_sharded(&a, &in, &p, rank, size);
+        rc = a.value[FT_RUN_OPT_RING] ? run_ring(&a, &in, &p, rank, size)
+                                      : run_kv_sharded(&a, &in, &p, rank, size);
     /* writing the files can fail on rank 0 alone: every rank exits with its status */
-    rc = fai_mpi_tool_agree(rc, &a);
-    fai_run_free_inputs(&in);
+    rc = ft_mpi_tool_agree(rc, &a);
+    ft_run_free_inputs(&in);
     if (rc && rank == 0) fprintf(stderr, "fai-mpi run: %s\n", a.error);
     return rc;
 }

@@ -7,16 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int out_of_memory(fai_run_args *a, size_t bytes) {
-    return fai_run_fail(a, "out of memory (a shard buffer of %zu bytes)", bytes);
+static int out_of_memory(ft_run_args *a, size_t bytes) {
+    return ft_run_fail(a, "out of memory (a shard buffer of %zu bytes)", bytes);
 }
 
 /* The scales of a quantized K and V as the shard's tensors take them: shared with the whole
  * when they are per kv head or per tensor; per token (stride_seq set), a buffer of `rows` rows of
  * Hkv scales to fill, the shard's scales then laid out as [rows / rows_per_block,
  * rows_per_block, Hkv]. Returns 0, or 2 when out of memory. */
-static int shard_scales(fai_run_args *a, const fai_run_problem *p, fai_mpi_kv_shard *s,
-                        int64_t rows, int64_t rows_per_block) {
+static int shard_scales(ft_run_args *a, const ft_run_problem *p, ft_mpi_kv_shard *s, int64_t rows,
+                        int64_t rows_per_block) {
     const fai_scale *whole[2] = {&p->k_scale, &p->v_scale};
     fai_scale *dst[2] = {&s->tensors.k_scale, &s->tensors.v_scale};
     float **own[2] = {&s->k_scale, &s->v_scale};
@@ -24,7 +24,7 @@ static int shard_scales(fai_run_args *a, const fai_run_problem *p, fai_mpi_kv_sh
         *dst[i] = *whole[i];
         if (!whole[i]->data || !whole[i]->stride_seq) continue;
         const size_t bytes = sizeof(float) * (size_t)(rows * p->heads_kv);
-        *own[i] = fai_run_alloc(bytes);
+        *own[i] = ft_run_alloc(bytes);
         if (!*own[i]) return out_of_memory(a, bytes);
         dst[i]->data = *own[i];
         dst[i]->stride_batch = rows_per_block * p->heads_kv;
@@ -36,7 +36,7 @@ static int shard_scales(fai_run_args *a, const fai_run_problem *p, fai_mpi_kv_sh
 
 /* Copies `rows` rows of Hkv per-token scales from row `from` of the whole to row `to` of the
  * shard, for K and V (those that have per-token scales). */
-static void copy_scale_rows(const fai_run_problem *p, fai_mpi_kv_shard *s, int64_t from, int64_t to,
+static void copy_scale_rows(const ft_run_problem *p, ft_mpi_kv_shard *s, int64_t from, int64_t to,
                             int64_t rows) {
     const fai_scale *whole[2] = {&p->k_scale, &p->v_scale};
     float *own[2] = {s->k_scale, s->v_scale};
@@ -48,8 +48,8 @@ static void copy_scale_rows(const fai_run_problem *p, fai_mpi_kv_shard *s, int64
 }
 
 /* Keys [start, start + len) of Skv on every sequence; lengths clipped to the range. */
-static int shard_dense(fai_run_args *a, const fai_run_inputs *in, const fai_run_problem *p,
-                       int rank, int ranks, fai_mpi_kv_shard *s, int64_t *lens) {
+static int shard_dense(ft_run_args *a, const ft_run_inputs *in, const ft_run_problem *p, int rank,
+                       int ranks, ft_mpi_kv_shard *s, int64_t *lens) {
     int64_t start = 0, len = 0;
     fai_mpi_split_range(p->k_rows, ranks, rank, &start, &len);
     const int32_t *whole = p->problem.seqlens_kv;
@@ -62,8 +62,8 @@ static int shard_dense(fai_run_args *a, const fai_run_inputs *in, const fai_run_
     const size_t k_row = (size_t)(p->heads_kv * p->head_dim) * fai_dtype_size(p->k_dtype);
     const size_t v_row = (size_t)(p->heads_kv * p->head_dim_v) * fai_dtype_size(p->v_dtype);
     const size_t rows = (size_t)(p->batch * len);
-    s->k = fai_run_alloc(rows * k_row);
-    s->v = fai_run_alloc(rows * v_row);
+    s->k = ft_run_alloc(rows * k_row);
+    s->v = ft_run_alloc(rows * v_row);
     if (!s->k || !s->v) return out_of_memory(a, rows * (k_row + v_row));
     if (shard_scales(a, p, s, (int64_t)rows, len)) return 2;
     for (int64_t b = 0; b < p->batch; b++) {
@@ -83,8 +83,8 @@ static int shard_dense(fai_run_args *a, const fai_run_inputs *in, const fai_run_
 
 /* Pages [first, first + count) of each sequence's used pages; the pool keeps the pages referred
  * to, in order of first use, and the table is rewritten onto them. */
-static int shard_paged(fai_run_args *a, const fai_run_inputs *in, const fai_run_problem *p,
-                       int rank, int ranks, fai_mpi_kv_shard *s, int64_t *lens) {
+static int shard_paged(ft_run_args *a, const ft_run_inputs *in, const ft_run_problem *p, int rank,
+                       int ranks, ft_mpi_kv_shard *s, int64_t *lens) {
     const fai_problem *whole = &p->problem;
     const int64_t ps = whole->page_size, pps = whole->pages_per_seq, B = p->batch;
     const int32_t *table = in->block_table.data;
@@ -118,8 +118,8 @@ static int shard_paged(fai_run_args *a, const fai_run_inputs *in, const fai_run_
         }
     const size_t k_page = (size_t)(ps * p->heads_kv * p->head_dim) * fai_dtype_size(p->k_dtype);
     const size_t v_page = (size_t)(ps * p->heads_kv * p->head_dim_v) * fai_dtype_size(p->v_dtype);
-    s->k = fai_run_alloc((size_t)pages * k_page);
-    s->v = fai_run_alloc((size_t)pages * v_page);
+    s->k = ft_run_alloc((size_t)pages * k_page);
+    s->v = ft_run_alloc((size_t)pages * v_page);
     int rc = 0;
     if (!s->table || !s->k || !s->v) {
         rc = out_of_memory(a, (size_t)pages * (k_page + v_page));
@@ -153,7 +153,7 @@ static void copy_bits(unsigned char *dst, const unsigned char *src, int64_t from
 /* The mask columns of the shard's keys, per sequence (shards start at different keys in
  * different sequences when paged): [B, Hm, Sq, widest shard], Hm = Hq for a per-head mask; a
  * bit mask keeps its rows of whole bytes, the shard's first key at bit 0. */
-static int shard_mask(fai_run_args *a, const fai_run_problem *p, fai_mpi_kv_shard *s,
+static int shard_mask(ft_run_args *a, const ft_run_problem *p, ft_mpi_kv_shard *s,
                       const int64_t *lens) {
     const int bits = p->problem.mask_kind == FAI_MASK_KEEP_BITS;
     const size_t es = p->problem.mask_kind == FAI_MASK_ADD ? 4 : 1;
@@ -163,7 +163,7 @@ static int shard_mask(fai_run_args *a, const fai_run_problem *p, fai_mpi_kv_shar
         if (lens[b] > widest) widest = lens[b];
     if (bits) widest = (widest + 7) / 8;
     const size_t bytes = (size_t)(p->batch * heads * Sq * widest) * es;
-    s->mask = fai_run_alloc(bytes);
+    s->mask = ft_run_alloc(bytes);
     if (!s->mask) return out_of_memory(a, bytes);
     const char *whole = p->mask.data;
     for (int64_t b = 0; b < p->batch; b++)
@@ -188,8 +188,8 @@ static int shard_mask(fai_run_args *a, const fai_run_problem *p, fai_mpi_kv_shar
     return 0;
 }
 
-int fai_mpi_kv_shard_make(fai_run_args *a, fai_run_inputs *in, const fai_run_problem *p, int rank,
-                          int ranks, fai_mpi_kv_shard *s) {
+int ft_mpi_kv_shard_make(ft_run_args *a, ft_run_inputs *in, const ft_run_problem *p, int rank,
+                         int ranks, ft_mpi_kv_shard *s) {
     memset(s, 0, sizeof *s);
     s->problem = p->problem;
     const size_t batch = (size_t)(p->batch ? p->batch : 1);
@@ -204,13 +204,13 @@ int fai_mpi_kv_shard_make(fai_run_args *a, fai_run_inputs *in, const fai_run_pro
     free(lens);
     s->tensors.q = fai_tensor_bshd(in->q.data, p->q_dtype, p->seq_q, p->heads_q, p->head_dim);
     /* the rank keeps its shard only */
-    fai_npy_free(&in->k);
-    fai_npy_free(&in->v);
-    fai_npy_free(&in->mask);
+    ft_npy_free(&in->k);
+    ft_npy_free(&in->v);
+    ft_npy_free(&in->mask);
     return rc;
 }
 
-void fai_mpi_kv_shard_free(fai_mpi_kv_shard *s) {
+void ft_mpi_kv_shard_free(ft_mpi_kv_shard *s) {
     free(s->kv_start), free(s->seqlens_kv), free(s->table), free(s->k), free(s->v), free(s->mask);
     free(s->k_scale), free(s->v_scale);
     memset(s, 0, sizeof *s);

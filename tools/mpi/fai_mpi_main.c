@@ -23,8 +23,8 @@ static int dispatch(int argc, char **argv, int rank) {
         if (rank == 0) print_usage(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "run")) return fai_mpi_cmd_run(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench")) return fai_mpi_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run")) return ft_mpi_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return ft_mpi_cmd_bench(argc - 1, argv + 1);
     if (rank == 0) {
         fprintf(stderr, "fai-mpi: unknown command '%s'\n", cmd);
         print_usage(stderr);

@@ -1,0 +1,14 @@
+/* Small statistics shared by the tools' timings. */
+#include "fai_stats.h"
+
+#include <stdlib.h>
+
+int ft_compare_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double ft_median(double *values, int64_t count) {
+    qsort(values, (size_t)count, sizeof *values, ft_compare_double);
+    return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
+}

@@ -1,0 +1,13 @@
+/* Small statistics shared by the tools' timings. */
+#ifndef FAI_STATS_H
+#define FAI_STATS_H
+
+#include <stdint.h>
+
+/* qsort's comparison for doubles, ascending. */
+int ft_compare_double(const void *a, const void *b);
+
+/* The median of count > 0 values (the mean of the middle two when count is even); sorts them. */
+double ft_median(double *values, int64_t count);
+
+#endif

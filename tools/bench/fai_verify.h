@@ -1,0 +1,23 @@
+/* Spot checks of a shape's output against an fp64 reference, for `fai demo` and `fai bench`:
+ * a few sampled query rows are recomputed in double from the same (rounded) inputs. */
+#ifndef FAI_VERIFY_H
+#define FAI_VERIFY_H
+
+#include "fai_shape.h"
+
+#include <stdint.h>
+
+/* The sampled element of `rows` sampled (batch, query, head) rows of data->o after a run that
+ * comes nearest its tolerance (README, "Tolerances"): returns its error relative to max(1,
+ * sum_j p_j |v_j|) and stores its tolerance, t + 2 eps_f32 (L + sqrt(n)), in *tolerance; the
+ * check passes when the one is at most the other. NaN or Inf in the output, or no memory, gives
+ * INFINITY. Empty shapes give 0. Handles dense and paged K/V, both causal alignments and
+ * sliding windows. */
+double ft_verify_rows(const ft_shape *shape, const ft_shape_data *data, int rows, uint64_t seed,
+                      double *tolerance);
+
+/* The dtype term t of the tolerance: 0 with f32 inputs, 2e-3 with f16 or bf16 inputs, plus one
+ * step of the output type at 1.0 when the output is f16 or bf16. */
+double ft_verify_tolerance(const ft_shape *shape);
+
+#endif

@@ -1,0 +1,74 @@
+/* fai_npy.h - reading and writing NumPy .npy files for the `fai` tool.
+ *
+ * Reads format versions 1.0, 2.0 and 3.0 of little-endian, C-order arrays of the dtypes below;
+ * writes version 1.0. Every rejection fills `err` with one line (no newline) that names what is
+ * wrong, e.g. "shape (2, -1) has a negative dimension"; the file-level functions prefix it with
+ * the path. No input, however malformed, makes the reader read outside the given bytes. */
+#ifndef FAI_NPY_H
+#define FAI_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FT_NPY_MAX_RANK 8
+
+typedef enum ft_npy_dtype {
+    FT_NPY_F32 = 0, /* '<f4' */
+    FT_NPY_F16,     /* '<f2' */
+    FT_NPY_U16,     /* '<u2' (bfloat16 bits for the tool) */
+    FT_NPY_BOOL,    /* '|b1' */
+    FT_NPY_U8,      /* '|u1' (fp8 bits for the tool, with --k-dtype / --v-dtype) */
+    FT_NPY_I32,     /* '<i4' */
+    FT_NPY_I8       /* '|i1' */
+} ft_npy_dtype;
+
+/* One array. `data` points into `buffer`, is 64-byte aligned and is never NULL after a
+ * successful parse, even for zero-size arrays. A rank-0 array has one element. */
+typedef struct ft_npy {
+    ft_npy_dtype dtype;
+    int rank;
+    int64_t shape[FT_NPY_MAX_RANK];
+    size_t count;  /* number of elements: the product of shape */
+    size_t nbytes; /* count * element size */
+    void *data;
+    void *buffer; /* the owned allocation; release with ft_npy_free */
+} ft_npy;
+
+/* Bytes per element, the descriptor ("<f4", ...) and a readable name ("float32", "float16",
+ * "uint16", "bool", "uint8", "int32", "int8") of a dtype. */
+size_t ft_npy_dtype_size(ft_npy_dtype dtype);
+const char *ft_npy_dtype_descr(ft_npy_dtype dtype);
+const char *ft_npy_dtype_name(ft_npy_dtype dtype);
+
+/* Parses a whole .npy file held in buf[0, len) and copies its payload into a new buffer owned by
+ * *out. Bytes after the payload are ignored. Returns 0 on success; on failure returns -1, leaves
+ * *out empty (safe to free) and writes the reason to err (which may be NULL). */
+int ft_npy_parse(const void *buf, size_t len, ft_npy *out, char *err, size_t errlen);
+
+/* Reads the .npy file at path. Same contract as ft_npy_parse; errors read "PATH: reason". */
+int ft_npy_load(const char *path, ft_npy *out, char *err, size_t errlen);
+
+/* Releases the array's buffer and empties it. Safe on an empty or already freed array. */
+void ft_npy_free(ft_npy *array);
+
+/* Formats a shape as Python does: "()", "(3,)", "(2, 5, 3, 64)". Always NUL-terminates. */
+void ft_npy_format_shape(char *buf, size_t buflen, int rank, const int64_t *shape);
+
+/* Writes a version 1.0 file to a new temporary file in the directory of `path` and stores the
+ * temporary file's name in tmp_path (a buffer of tmp_len bytes). Nothing is left behind on
+ * failure. Finish with ft_npy_commit or ft_npy_discard. Returns 0 or -1. */
+int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
+                      const void *data, char *tmp_path, size_t tmp_len, char *err, size_t errlen);
+
+/* Renames the temporary file over path (atomic on POSIX file systems). On failure the temporary
+ * file is removed and path is untouched. Returns 0 or -1. */
+int ft_npy_commit(const char *tmp_path, const char *path, char *err, size_t errlen);
+
+/* Removes a temporary file made by ft_npy_write_temp. */
+void ft_npy_discard(const char *tmp_path);
+
+/* write_temp + commit: path is either replaced whole or left untouched. Returns 0 or -1. */
+int ft_npy_save(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
+                const void *data, char *err, size_t errlen);
+
+#endif

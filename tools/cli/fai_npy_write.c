@@ -1,0 +1,125 @@
+/* .npy writer (fai_npy.h): a file written whole under a temporary name, then renamed. */
+#include "fai_npy.h"
+#include "fai_npy_header.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+static int write_full(int fd, const void *data, size_t n) {
+    const unsigned char *p = data;
+    while (n) {
+        const ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
+                      const void *data, char *tmp_path, size_t tmp_len, char *err, size_t errlen) {
+    char where[SHOWN_PATH + 1];
+    ft_npy_show(where, sizeof where, path ? path : "", path ? strlen(path) : 0);
+    if (tmp_path && tmp_len) tmp_path[0] = '\0';
+    if (!path || !*path) return ft_npy_fail(err, errlen, "no output file name");
+    if (rank < 0 || rank > FT_NPY_MAX_RANK || (rank && !shape))
+        return ft_npy_fail(err, errlen, "%s: rank %d is out of range", where, rank);
+    const size_t esize = ft_npy_dtype_size(dtype);
+    if (!esize) return ft_npy_fail(err, errlen, "%s: unknown dtype %d", where, (int)dtype);
+    uint64_t count = 1;
+    int zero = 0;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] < 0) return ft_npy_fail(err, errlen, "%s: negative dimension", where);
+        if (shape[i] == 0) {
+            zero = 1;
+            continue;
+        }
+        if (count > (uint64_t)INT64_MAX / (uint64_t)shape[i])
+            return ft_npy_fail(err, errlen, "%s: size overflows", where);
+        count *= (uint64_t)shape[i];
+    }
+    if (count > SIZE_MAX / esize) return ft_npy_fail(err, errlen, "%s: size overflows", where);
+    const size_t nbytes = zero ? 0 : (size_t)count * esize;
+    if (nbytes && !data) return ft_npy_fail(err, errlen, "%s: no data", where);
+
+    /* header: the dict as numpy writes it, padded so the payload starts on a 64-byte boundary */
+    char hdr[512];
+    char shape_text[FT_NPY_MAX_RANK * 22 + 8];
+    ft_npy_format_shape(shape_text, sizeof shape_text, rank, shape);
+    int n = snprintf(hdr + 10, sizeof hdr - 10,
+                     "{'descr': '%s', 'fortran_order': False, "
+                     "'shape': %s, }",
+                     ft_npy_dtype_descr(dtype), shape_text);
+    if (n < 0 || (size_t)n + 10 + 1 + NPY_ALIGN > sizeof hdr)
+        return ft_npy_fail(err, errlen, "%s: header too long", where);
+    size_t total = 10 + (size_t)n + 1;
+    total = (total + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
+    memset(hdr + 10 + n, ' ', total - 10 - (size_t)n);
+    hdr[total - 1] = '\n';
+    memcpy(hdr, ft_npy_magic, 6);
+    hdr[6] = 1;
+    hdr[7] = 0;
+    hdr[8] = (char)((total - 10) & 0xff);
+    hdr[9] = (char)((total - 10) >> 8);
+
+    /* temporary file next to the target: "<dir>/.<name>.XXXXXX" */
+    const char *slash = strrchr(path, '/');
+    const size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+    const char *base = slash ? slash + 1 : path;
+    if (!*base) return ft_npy_fail(err, errlen, "%s: names a directory, not a file", where);
+    const size_t need = dirlen + 1 + strlen(base) + 8 + 1;
+    if (!tmp_path || tmp_len < need) return ft_npy_fail(err, errlen, "%s: path too long", where);
+    memcpy(tmp_path, path, dirlen);
+    snprintf(tmp_path + dirlen, tmp_len - dirlen, ".%s.XXXXXX", base);
+    const int fd = mkstemp(tmp_path);
+    if (fd < 0) {
+        const int e = errno;
+        tmp_path[0] = '\0';
+        return ft_npy_fail(err, errlen, "%s: cannot create a file in its directory: %s", where,
+                           strerror(e));
+    }
+    const mode_t mask = umask(0);
+    umask(mask);
+    int e = 0;
+    if (fchmod(fd, (mode_t)0666 & ~mask) != 0) e = errno;
+    if (!e && write_full(fd, hdr, total) != 0) e = errno;
+    if (!e && nbytes && write_full(fd, data, nbytes) != 0) e = errno;
+    if (close(fd) != 0 && !e) e = errno;
+    if (e) {
+        unlink(tmp_path);
+        tmp_path[0] = '\0';
+        return ft_npy_fail(err, errlen, "%s: cannot write: %s", where, strerror(e));
+    }
+    return 0;
+}
+
+int ft_npy_commit(const char *tmp_path, const char *path, char *err, size_t errlen) {
+    if (rename(tmp_path, path) != 0) {
+        const int e = errno;
+        char where[SHOWN_PATH + 1];
+        ft_npy_show(where, sizeof where, path, strlen(path));
+        unlink(tmp_path);
+        return ft_npy_fail(err, errlen, "%s: cannot replace: %s", where, strerror(e));
+    }
+    return 0;
+}
+
+void ft_npy_discard(const char *tmp_path) {
+    if (tmp_path && *tmp_path) unlink(tmp_path);
+}
+
+int ft_npy_save(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
+                const void *data, char *err, size_t errlen) {
+    char tmp[4096];
+    if (ft_npy_write_temp(path, dtype, rank, shape, data, tmp, sizeof tmp, err, errlen)) return -1;
+    return ft_npy_commit(tmp, path, err, errlen);
+}
