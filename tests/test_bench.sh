@@ -28,6 +28,23 @@ for line in lines:
 assert threads == [1, 2], threads
 PY
 
+# --kv-dtypes: the shape once per K/V dtype, in the list's order, each checked against fp64
+# (the quantized ones with their scales); a bad list exits 2
+"$fai" bench --b 1 --hq 2 --hkv 1 --sq 1 --skv 300 --d 32 --page-size 16 --runs 1 --threads 1 \
+    --json --no-peaks --kv-dtypes f16,int8,e4m3,e5m2 >"$tmp/kv"
+python3 - "$tmp/kv" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]).read().splitlines()]
+assert [row["kv_dtype"] for row in rows] == ["f16", "int8", "e4m3", "e5m2"], rows
+assert all(row["check"] == "ok" for row in rows), rows
+# the quantized caches read a scale per token and kv head beside their 1-byte codes
+assert rows[1]["kv_bytes"] < rows[0]["kv_bytes"], rows
+PY
+if "$fai" bench --no-peaks --kv-dtypes f16,bogus 2>"$tmp/err"; then
+    echo "a bad --kv-dtypes list was accepted"; exit 1
+fi
+grep -q -- "--kv-dtypes" "$tmp/err"
+
 # --profile: stage shares that add up to one, a busy share per thread, the timers' cost
 "$fai" bench --b 1 --hq 2 --hkv 1 --sq 8 --skv 40 --d 16 --runs 2 --threads 2 --json \
     --no-peaks --profile >"$tmp/profile"

@@ -22,6 +22,8 @@ typedef struct bench_options {
     int64_t runs, warmup;
     int64_t pieces; /* workers per thread */
     int json, peaks, bf16_too, baseline, profile, scaling, wake;
+    fai_dtype kv_dtypes[8]; /* --kv-dtypes: each shape once per K/V dtype listed */
+    int kv_dtype_count;
 } bench_options;
 
 /* One (shape, thread count) measurement. */

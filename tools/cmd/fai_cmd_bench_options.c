@@ -13,7 +13,8 @@ static void print_usage(FILE *out) {
         out,
         "usage: fai bench [SHAPE ...] [shape flags] [--threads LIST] [--runs N] [--warmup N]\n"
         "                 [--pieces N] [--scaling] [--wake]\n"
-        "                 [--bf16-too] [--baseline] [--profile] [--json] [--no-peaks] [--help]\n"
+        "                 [--kv-dtypes LIST] [--bf16-too] [--baseline] [--profile] [--json]\n"
+        "                 [--no-peaks] [--help]\n"
         "Times fai_run on each shape and thread count: median, min and max of --runs runs\n"
         "(default 7) after --warmup runs (default 1), GFLOP/s of useful work (2*D + 2*Dv\n"
         "per visible (query, key) pair) and GB/s of K/V that must be read. Each shape's\n"
@@ -36,6 +37,9 @@ static void print_usage(FILE *out) {
         "                 asleep), beside the calling thread alone (medians of --runs x 3)\n"
         "  --pieces N     workers per thread (default 1): threads take workers from a shared\n"
         "                 counter, so smaller pieces let a faster thread take more of them\n"
+        "  --kv-dtypes LIST  each shape once per K/V dtype of the comma-separated list (f32\n"
+        "                 f16 bf16 int8 e4m3 e5m2), one after the other, so that one run\n"
+        "                 compares them (e.g. --kv-dtypes f16,int8,e4m3)\n"
         "  --bf16-too     also run each shape with Q, K, V and O all bf16\n"
         "  --json         one JSON object per line: the peaks, then one per (shape, threads)\n"
         "  --no-peaks     skip the machine-limit probes (about 1 s per thread count)\n"
@@ -140,6 +144,37 @@ static int add_bf16_variants(bench_options *opt) {
     return 0;
 }
 
+/* --kv-dtypes: the list into opt; -1 for an empty or unknown item. */
+static int parse_kv_dtypes(const char *text, bench_options *opt) {
+    opt->kv_dtype_count = 0;
+    while (text && *text) {
+        char item[16];
+        const size_t length = strcspn(text, ",");
+        const int max = (int)(sizeof opt->kv_dtypes / sizeof opt->kv_dtypes[0]);
+        if (length == 0 || length >= sizeof item || opt->kv_dtype_count == max) return -1;
+        memcpy(item, text, length);
+        item[length] = 0;
+        if (ft_parse_dtype(item, &opt->kv_dtypes[opt->kv_dtype_count++])) return -1;
+        text += length + (text[length] == ',');
+    }
+    return opt->kv_dtype_count > 0 ? 0 : -1;
+}
+
+/* Each shape once per --kv-dtypes dtype, in the list's order, the shapes' order kept. */
+static int apply_kv_dtypes(bench_options *opt) {
+    static ft_shape shapes[MAX_SHAPES];
+    const int count = opt->shape_count;
+    memcpy(shapes, opt->shapes, (size_t)count * sizeof shapes[0]);
+    opt->shape_count = 0;
+    for (int s = 0; s < count; s++)
+        for (int k = 0; k < opt->kv_dtype_count; k++) {
+            ft_shape shape = shapes[s];
+            shape.kv_dtype = opt->kv_dtypes[k];
+            if (add_shape(opt, &shape)) return -1;
+        }
+    return 0;
+}
+
 static int parse_thread_list(const char *text, bench_options *opt) {
     opt->thread_count = 0;
     while (opt->thread_count < MAX_THREAD_COUNTS) {
@@ -205,8 +240,17 @@ static int parse_options(bench_options *opt, int argc, char **argv, const char *
             opt->scaling = 1;
         else if (!strcmp(arg, "--wake"))
             opt->wake = 1;
-        else if (!strcmp(arg, "--threads") || !strcmp(arg, "--runs") || !strcmp(arg, "--warmup") ||
-                 !strcmp(arg, "--pieces")) {
+        else if (!strcmp(arg, "--kv-dtypes")) {
+            if (parse_kv_dtypes(i + 1 < argc ? argv[i + 1] : NULL, opt)) {
+                fprintf(stderr,
+                        "fai bench: --kv-dtypes needs a comma-separated list of f32 f16 bf16 "
+                        "int8 e4m3 e5m2, got '%s'\n",
+                        i + 1 < argc ? argv[i + 1] : "");
+                return -1;
+            }
+            i++;
+        } else if (!strcmp(arg, "--threads") || !strcmp(arg, "--runs") ||
+                   !strcmp(arg, "--warmup") || !strcmp(arg, "--pieces")) {
             if (parse_value(opt, arg, i + 1 < argc ? argv[i + 1] : NULL)) return -1;
             i++;
         } else {
@@ -250,6 +294,7 @@ int ft_bench_read_command_line(bench_options *opt, int argc, char **argv) {
         if (parsed) status = parsed == 1 ? 0 : 2;
     }
     if (status < 0 && build_shapes(opt, argc, argv, used)) status = 2;
+    if (status < 0 && opt->kv_dtype_count > 0 && apply_kv_dtypes(opt)) status = 2;
     if (status < 0 && opt->bf16_too && add_bf16_variants(opt)) status = 2;
     if (status < 0 && validate_shapes(opt)) status = 2;
     free(used);
