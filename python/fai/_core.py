@@ -10,11 +10,12 @@ import numpy as np
 
 from . import _lib
 from ._arrays import (_BYTE_MASK, _alloc, _dtype_name, _expect, _fai_dtype, _fill_tensor,
-                      _int32_ptr, _lengths, _view, _want_add_mask, _want_exact, _want_float,
-                      _want_int32, _want_kv)
+                      _lengths, _view, _want_add_mask, _want_exact, _want_float, _want_int32,
+                      _want_kv)
 from ._errors import FaiError, _check, _fail
-from ._options import (_KIND_NAMES, _MASK_ARGS, _MASK_KINDS, _SPLITS, _causal, _count,
-                       _head_values, _kv_scale, _mask_kind_of, _scale, _softcap, _window)
+from ._options import (_KIND_NAMES, _MASK_ARGS, _MASK_KINDS, _head_values, _kv_scale,
+                       _mask_kind_of, _set_dtypes, _set_execution, _set_lengths, _set_scores,
+                       _set_shape)
 
 __all__ = ["FaiError", "Plan", "attention", "merge_states", "alibi_slopes", "cpu_count",
            "library_path"]
@@ -97,91 +98,15 @@ class Plan:
         self._handle = None
         pb = _lib.Problem()
         _lib.problem_init(ctypes.byref(pb))
-        ints = {}
-        for name, value in (("batch", batch), ("heads_q", heads_q), ("heads_kv", heads_kv),
-                            ("seq_q", seq_q), ("head_dim", head_dim),
-                            ("page_size", page_size), ("num_pages", num_pages),
-                            ("pages_per_seq", pages_per_seq)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                _fail(f"{name} = {value!r}: expected an integer")
-            ints[name] = int(value)
-        paged = ints["page_size"] > 0
-        if seq_kv is None:
-            if not paged:
-                _fail("seq_kv = None: expected an integer (only a paged plan may leave it out)")
-            seq_kv = ints["pages_per_seq"] * ints["page_size"]
-        if isinstance(seq_kv, bool) or not isinstance(seq_kv, (int, np.integer)):
-            _fail(f"seq_kv = {seq_kv!r}: expected an integer")
-        if head_dim_v is None:
-            head_dim_v = ints["head_dim"]
-        if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, (int, np.integer)):
-            _fail(f"head_dim_v = {head_dim_v!r}: expected an integer")
-        if head_dim_v < 1:  # libfai reads -1 as "head_dim": never pass a computed one on
-            _fail(f"head_dim_v = {int(head_dim_v)} is not a head dimension (>= 1; None: "
-                  "head_dim)")
-        pb.batch = ints["batch"]
-        pb.heads_q = ints["heads_q"]
-        pb.heads_kv = ints["heads_kv"]
-        pb.seq_q = ints["seq_q"]
-        pb.seq_kv = int(seq_kv)
-        pb.head_dim = ints["head_dim"]
-        pb.head_dim_v = int(head_dim_v)
-        names = {}
-        for field, dt in (("q", q_dtype), ("k", k_dtype), ("v", k_dtype if v_dtype is None
-                                                                 else v_dtype), ("o", out_dtype)):
-            names[field] = _dtype_name(dt)
-            setattr(pb, field + "_dtype", _fai_dtype(names[field], field if field != "o"
-                                                       else "out", quantized=field in ("k", "v")))
-        given_scale = _scale(scale)
-        if given_scale is not None:
-            pb.scale = given_scale
-        if not isinstance(round_p_bf16, (bool, np.bool_)):
-            _fail(f"round_p_bf16 = {round_p_bf16!r}: expected True or False")
-        pb.round_p_bf16 = int(bool(round_p_bf16))
-        pb.softcap = _softcap(softcap)
-        for name, flag in (("alibi", alibi), ("sinks", sinks)):
-            if not isinstance(flag, (bool, np.bool_)):
-                _fail(f"{name} = {flag!r}: expected True or False")
-        pb.alibi, pb.sinks = int(bool(alibi)), int(bool(sinks))
+        ints = _set_shape(pb, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v,
+                          page_size, num_pages, pages_per_seq)
+        names = _set_dtypes(pb, q_dtype, k_dtype, v_dtype, out_dtype)
+        _set_scores(pb, scale, round_p_bf16, softcap, alibi, sinks, causal, causal_top_left,
+                    window, mask_kind)
         self._alibi, self._sinks = bool(alibi), bool(sinks)
-        pb.causal = _causal(causal, causal_top_left)
-        pb.window_left, pb.window_right = _window(window)
-        key = mask_kind.lower() if isinstance(mask_kind, str) else mask_kind
-        if key not in _MASK_KINDS:
-            _fail(f"mask_kind = {mask_kind!r}: expected None, 'keep', 'drop', 'add' or 'bits'")
-        pb.mask_kind = _MASK_KINDS[key]
-        if cu_seqlens_q is not None and seqlens_q is not None:
-            _fail("seqlens_q and cu_seqlens_q exclude each other")
-        if cu_seqlens_kv is not None and (seqlens_kv is not None or paged):
-            _fail("cu_seqlens_kv excludes seqlens_kv and paged K/V")
-        b = ints["batch"]
-        lens = {"seqlens_q": _lengths(seqlens_q, "seqlens_q", b),
-                "seqlens_kv": _lengths(seqlens_kv, "seqlens_kv", b),
-                "cu_seqlens_q": _lengths(cu_seqlens_q, "cu_seqlens_q", b + 1),
-                "cu_seqlens_kv": _lengths(cu_seqlens_kv, "cu_seqlens_kv", b + 1)}
-        if (q_positions is None) != (kv_positions is None):
-            _fail("q_positions and kv_positions: give both or neither")
-        positions = {"q_positions": _lengths(q_positions, "q_positions", b),
-                     "kv_positions": _lengths(kv_positions, "kv_positions", b)}
-        for name, arr in list(lens.items()) + list(positions.items()):
-            setattr(pb, name, _int32_ptr(arr))
-        pb.page_size = ints["page_size"]
-        pb.num_pages = ints["num_pages"]
-        pb.pages_per_seq = ints["pages_per_seq"]
-        pb.trust_block_table = 1 if trust_block_table else 0
-        pb.trust_scales = 1 if trust_scales else 0
-        pb.threads = _count(threads, "threads")
-        pb.workers = _count(workers, "workers")
-        if split not in _SPLITS:
-            _fail(f"split = {split!r}: expected 'auto', 'units' or 'greedy'")
-        pb.split = _SPLITS[split]
-        if tile is not None:
-            try:
-                tq, tkv = tile
-            except (TypeError, ValueError):
-                _fail(f"tile = {tile!r}: expected (tile_q, tile_kv)")
-            pb.tile_q = _count(tq, "tile_q")
-            pb.tile_kv = _count(tkv, "tile_kv")
+        lens = _set_lengths(pb, ints, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv,
+                            q_positions, kv_positions)
+        _set_execution(pb, trust_block_table, trust_scales, threads, workers, split, tile)
 
         handle = ctypes.c_void_p()
         _check(_lib.plan_create(ctypes.byref(pb), ctypes.byref(handle)))
@@ -194,8 +119,8 @@ class Plan:
         # what run() checks the arrays against
         self._packed_q = lens["cu_seqlens_q"] is not None
         self._packed_kv = lens["cu_seqlens_kv"] is not None
-        self._paged = paged
-        self._shape = dict(ints, seq_kv=int(seq_kv), head_dim_v=int(head_dim_v))
+        self._paged = ints["page_size"] > 0
+        self._shape = ints
         self._dtypes = names
         self._mask_kind = pb.mask_kind
 
@@ -207,7 +132,7 @@ class Plan:
             return default
 
         self._max_q = longest(lens["cu_seqlens_q"], lens["seqlens_q"], ints["seq_q"])
-        self._max_kv = longest(lens["cu_seqlens_kv"], lens["seqlens_kv"], int(seq_kv))
+        self._max_kv = longest(lens["cu_seqlens_kv"], lens["seqlens_kv"], ints["seq_kv"])
 
     @classmethod
     def like(cls, q, k, v, *, causal=False, causal_top_left=False, window=None, mask=None,

@@ -4,7 +4,8 @@ import math
 import numpy as np
 
 from . import _lib
-from ._arrays import _QUANT_DTYPES, _is_torch, _view, _want_f32
+from ._arrays import (_QUANT_DTYPES, _dtype_name, _fai_dtype, _int32_ptr, _is_torch, _lengths,
+                      _view, _want_f32)
 from ._errors import _fail
 
 
@@ -139,3 +140,108 @@ def _kv_scale(scale, name, kv, lead, labels, axes):
     for i in range(1, view.ndim + 1):
         strides[axes[-i]] = view.stride(view.ndim - i)
     return view, (strides["batch"], strides["seq"], strides["head"])
+
+
+# -- the fields of a plan's problem, group by group (Plan.__init__) ------------------------------
+
+def _integer_arg(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        _fail(f"{name} = {value!r}: expected an integer")
+    return int(value)
+
+
+def _set_shape(pb, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v, page_size,
+               num_pages, pages_per_seq):
+    """The counts into pb; returns them by name (seq_kv and head_dim_v resolved)."""
+    ints = {name: _integer_arg(value, name) for name, value in (
+        ("batch", batch), ("heads_q", heads_q), ("heads_kv", heads_kv), ("seq_q", seq_q),
+        ("head_dim", head_dim), ("page_size", page_size), ("num_pages", num_pages),
+        ("pages_per_seq", pages_per_seq))}
+    if seq_kv is None:
+        if ints["page_size"] <= 0:
+            _fail("seq_kv = None: expected an integer (only a paged plan may leave it out)")
+        seq_kv = ints["pages_per_seq"] * ints["page_size"]
+    ints["seq_kv"] = _integer_arg(seq_kv, "seq_kv")
+    ints["head_dim_v"] = _integer_arg(ints["head_dim"] if head_dim_v is None else head_dim_v,
+                                      "head_dim_v")
+    if ints["head_dim_v"] < 1:  # libfai reads -1 as "head_dim": never pass a computed one on
+        _fail(f"head_dim_v = {ints['head_dim_v']} is not a head dimension (>= 1; None: "
+              "head_dim)")
+    for name in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim", "head_dim_v",
+                 "page_size", "num_pages", "pages_per_seq"):
+        setattr(pb, name, ints[name])
+    return ints
+
+
+def _set_dtypes(pb, q_dtype, k_dtype, v_dtype, out_dtype):
+    """The four dtypes into pb (v_dtype None: k_dtype); returns their names by tensor."""
+    names = {}
+    for field, dt in (("q", q_dtype), ("k", k_dtype),
+                      ("v", k_dtype if v_dtype is None else v_dtype), ("o", out_dtype)):
+        names[field] = _dtype_name(dt)
+        setattr(pb, field + "_dtype", _fai_dtype(names[field], field if field != "o" else "out",
+                                                 quantized=field in ("k", "v")))
+    return names
+
+
+def _flag(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        _fail(f"{name} = {value!r}: expected True or False")
+    return int(bool(value))
+
+
+def _set_scores(pb, scale, round_p_bf16, softcap, alibi, sinks, causal, causal_top_left, window,
+                mask_kind):
+    """How the scores are formed and masked: scale, rounding of P, modifiers, masks."""
+    given_scale = _scale(scale)
+    if given_scale is not None:
+        pb.scale = given_scale
+    pb.round_p_bf16 = _flag(round_p_bf16, "round_p_bf16")
+    pb.softcap = _softcap(softcap)
+    pb.alibi, pb.sinks = _flag(alibi, "alibi"), _flag(sinks, "sinks")
+    pb.causal = _causal(causal, causal_top_left)
+    pb.window_left, pb.window_right = _window(window)
+    key = mask_kind.lower() if isinstance(mask_kind, str) else mask_kind
+    if key not in _MASK_KINDS:
+        _fail(f"mask_kind = {mask_kind!r}: expected None, 'keep', 'drop', 'add' or 'bits'")
+    pb.mask_kind = _MASK_KINDS[key]
+
+
+def _set_lengths(pb, ints, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, q_positions,
+                 kv_positions):
+    """The length and position arrays into pb (int32 copies, which the returned dict keeps alive
+    until the plan has copied them)."""
+    if cu_seqlens_q is not None and seqlens_q is not None:
+        _fail("seqlens_q and cu_seqlens_q exclude each other")
+    if cu_seqlens_kv is not None and (seqlens_kv is not None or ints["page_size"] > 0):
+        _fail("cu_seqlens_kv excludes seqlens_kv and paged K/V")
+    if (q_positions is None) != (kv_positions is None):
+        _fail("q_positions and kv_positions: give both or neither")
+    b = ints["batch"]
+    lens = {"seqlens_q": _lengths(seqlens_q, "seqlens_q", b),
+            "seqlens_kv": _lengths(seqlens_kv, "seqlens_kv", b),
+            "cu_seqlens_q": _lengths(cu_seqlens_q, "cu_seqlens_q", b + 1),
+            "cu_seqlens_kv": _lengths(cu_seqlens_kv, "cu_seqlens_kv", b + 1),
+            "q_positions": _lengths(q_positions, "q_positions", b),
+            "kv_positions": _lengths(kv_positions, "kv_positions", b)}
+    for name, arr in lens.items():
+        setattr(pb, name, _int32_ptr(arr))
+    return lens
+
+
+def _set_execution(pb, trust_block_table, trust_scales, threads, workers, split, tile):
+    """How the plan runs: what it trusts, threads, workers, the split and a tile override."""
+    pb.trust_block_table = 1 if trust_block_table else 0
+    pb.trust_scales = 1 if trust_scales else 0
+    pb.threads = _count(threads, "threads")
+    pb.workers = _count(workers, "workers")
+    if split not in _SPLITS:
+        _fail(f"split = {split!r}: expected 'auto', 'units' or 'greedy'")
+    pb.split = _SPLITS[split]
+    if tile is not None:
+        try:
+            tq, tkv = tile
+        except (TypeError, ValueError):
+            _fail(f"tile = {tile!r}: expected (tile_q, tile_kv)")
+        pb.tile_q = _count(tq, "tile_q")
+        pb.tile_kv = _count(tkv, "tile_kv")
