@@ -244,17 +244,29 @@ class Plan:
         handle = self._require()
         if _lib.plan_wake:  # the pool's threads wake while the arguments below are converted
             _lib.plan_wake(handle)
-        s = self._shape
-        B, Hq, Hkv, D, Dv = s["batch"], s["heads_q"], s["heads_kv"], s["head_dim"], s["head_dim_v"]
-        Sq, Skv = s["seq_q"], s["seq_kv"]
         qv = _view(q, "q", _want_float("q"))
         kv = _view(k, "k", _want_kv("k"))
         vv = _view(v, "v", _want_kv("v"))
         for name, view in (("q", qv), ("k", kv), ("v", vv)):
             if view.dtype != self._dtypes[name]:
                 _fail(f"{name} has dtype {view.dtype}; the plan's is {self._dtypes[name]}")
-
         t = _lib.Tensors()
+        self._fill_inputs(t, qv, kv, vv)
+        # the arrays (and copies) that must live until the run has finished
+        alive = [self._fill_scales(t, kv, vv, k_scale, v_scale),
+                 self._fill_head_arrays(t, alibi_slopes, sinks),
+                 self._fill_mask_of(t, mask, mask_drop, mask_add, mask_bits),
+                 self._fill_block_table(t, block_table)]
+        out, lse = self._fill_outputs(t, qv, out, return_lse)
+        self._execute(handle, t)
+        del alive
+        return (out, lse) if return_lse else out
+
+    def _fill_inputs(self, t, qv, kv, vv):
+        """Q, K and V into t, checked against the plan's shapes and layouts."""
+        s = self._shape
+        B, Hq, Hkv, D, Dv = s["batch"], s["heads_q"], s["heads_kv"], s["head_dim"], s["head_dim_v"]
+        Sq, Skv = s["seq_q"], s["seq_kv"]
         if self._packed_q:
             _expect(qv, "q", [Sq, Hq, D], "[rows, Hq, D] (packed by cu_seqlens_q)")
             _fill_tensor(t.q, qv, 0, qv.stride(0), qv.stride(1))
@@ -278,19 +290,22 @@ class Plan:
                           f"{Skv} positions")
                 _fill_tensor(tensor, view, view.stride(0), view.stride(1), view.stride(2))
 
-        # the scales of a quantized K and V
-        scale_views = []
+    def _fill_scales(self, t, kv, vv, k_scale, v_scale):
+        """The scales of a quantized K and V into t; returns their views."""
+        views = []
         for name, view, given in (("k_scale", kv, k_scale), ("v_scale", vv, v_scale)):
             got = _kv_scale(given, name, view, *self._scale_layout(view))
             if got is not None:
                 sv, strides = got
-                scale_views.append(sv)
+                views.append(sv)
                 dst = getattr(t, name)
                 dst.data = sv.ptr
                 dst.stride_batch, dst.stride_seq, dst.stride_head = strides
+        return views
 
-        # the modifiers' per-head arrays
-        heads_arrays = []
+    def _fill_head_arrays(self, t, alibi_slopes, sinks):
+        """The modifiers' per-head arrays into t, exactly those the plan has; returns them."""
+        arrays = []
         for name, wanted, values in (("alibi_slopes", self._alibi, alibi_slopes),
                                      ("sinks", self._sinks, sinks)):
             if wanted and values is None:
@@ -299,46 +314,53 @@ class Plan:
                 _fail(f"{name} given, but the plan was made without "
                       f"{name.split('_')[0]} (Plan(..., {name.split('_')[0]}=True))")
             if values is not None:
-                arr = _head_values(values, name, Hq)
-                heads_arrays.append(arr)
+                arr = _head_values(values, name, self._shape["heads_q"])
+                arrays.append(arr)
                 setattr(t, name, arr.ctypes.data)
+        return arrays
 
-        # the mask
+    def _fill_mask_of(self, t, mask, mask_drop, mask_add, mask_bits):
+        """The mask the plan was made for into t; returns its view (None without one)."""
         kind, m = _mask_kind_of(mask, mask_drop, mask_add, mask_bits)
         if kind != self._mask_kind:
             if self._mask_kind == _lib.MASK_NONE:
                 _fail(f"{_MASK_ARGS[kind]} given, but the plan has no mask")
             _fail(f"the plan's mask is {_MASK_ARGS[self._mask_kind]}, which is missing"
                   + (f" ({_MASK_ARGS[kind]} given)" if kind != _lib.MASK_NONE else ""))
-        if m is not None:
-            name = _MASK_ARGS[kind]
-            mv = _view(m, name, _want_add_mask if kind == _lib.MASK_ADD
-                       else _want_exact(name, ("uint8",)) if kind == _lib.MASK_KEEP_BITS
-                       else _want_exact(name, _BYTE_MASK))
-            keep_mask = mv
-            self._fill_mask(t.mask, mv, name)
-        else:
-            keep_mask = None
+        if m is None:
+            return None
+        name = _MASK_ARGS[kind]
+        mv = _view(m, name, _want_add_mask if kind == _lib.MASK_ADD
+                   else _want_exact(name, ("uint8",)) if kind == _lib.MASK_KEEP_BITS
+                   else _want_exact(name, _BYTE_MASK))
+        self._fill_mask(t.mask, mv, name)
+        return mv
 
-        # the block table
-        bt = None
-        if self._paged:
-            if block_table is None:
-                _fail("block_table is required: the plan's K and V are page pools")
-            bt = _view(block_table, "block_table", _want_int32("block_table"))
-            if bt.ndim != 2 or bt.shape[0] != B or bt.shape[1] != s["pages_per_seq"]:
-                _fail(f"block_table has shape {list(bt.shape)}; expected [{B}, "
-                      f"{s['pages_per_seq']}] ([B, pages_per_seq])")
-            if bt.shape[0] > 1 and bt.stride(0) == 0:  # one row for all (0 means "packed")
-                bt = _view(np.ascontiguousarray(np.broadcast_to(
-                    np.asarray(bt.owner) if not bt.torch else bt.owner.numpy(), bt.shape)),
-                    "block_table", _want_int32("block_table"))
-            t.block_table = ctypes.cast(ctypes.c_void_p(bt.ptr), _lib.c_int32_p)
-            t.block_table_stride = bt.stride(0) if bt.shape[0] > 1 else s["pages_per_seq"]
-        elif block_table is not None:
-            _fail("block_table given, but the plan's K and V are not paged")
+    def _fill_block_table(self, t, block_table):
+        """A paged plan's block table into t; returns its view (None when not paged)."""
+        s = self._shape
+        if not self._paged:
+            if block_table is not None:
+                _fail("block_table given, but the plan's K and V are not paged")
+            return None
+        if block_table is None:
+            _fail("block_table is required: the plan's K and V are page pools")
+        bt = _view(block_table, "block_table", _want_int32("block_table"))
+        if bt.ndim != 2 or bt.shape[0] != s["batch"] or bt.shape[1] != s["pages_per_seq"]:
+            _fail(f"block_table has shape {list(bt.shape)}; expected [{s['batch']}, "
+                  f"{s['pages_per_seq']}] ([B, pages_per_seq])")
+        if bt.shape[0] > 1 and bt.stride(0) == 0:  # one row for all (0 means "packed")
+            bt = _view(np.ascontiguousarray(np.broadcast_to(
+                np.asarray(bt.owner) if not bt.torch else bt.owner.numpy(), bt.shape)),
+                "block_table", _want_int32("block_table"))
+        t.block_table = ctypes.cast(ctypes.c_void_p(bt.ptr), _lib.c_int32_p)
+        t.block_table_stride = bt.stride(0) if bt.shape[0] > 1 else s["pages_per_seq"]
+        return bt
 
-        # outputs
+    def _fill_outputs(self, t, qv, out, return_lse):
+        """O (given, or allocated like q) and, with return_lse, LSE into t; returns both."""
+        s = self._shape
+        B, Hq, Sq, Dv = s["batch"], s["heads_q"], s["seq_q"], s["head_dim_v"]
         o_shape = [Sq, Hq, Dv] if self._packed_q else [B, Sq, Hq, Dv]
         if out is None:
             out = _alloc(qv.torch, o_shape, self._dtypes["o"])
@@ -348,22 +370,18 @@ class Plan:
             _fill_tensor(t.o, ov, 0, ov.stride(0), ov.stride(1))
         else:
             _fill_tensor(t.o, ov, ov.stride(0), ov.stride(1), ov.stride(2))
-        lse = None
-        if return_lse:
-            if self._packed_q:
-                lse = _alloc(qv.torch, [Hq, Sq], "float32")
-                t.lse.stride_batch, t.lse.stride_head, t.lse.stride_seq = 0, Sq, 1
-            else:
-                lse = _alloc(qv.torch, [B, Hq, Sq], "float32")
-                t.lse.stride_batch, t.lse.stride_head, t.lse.stride_seq = Hq * Sq, Sq, 1
-            t.lse.data = _view(lse, "lse", _want_exact("lse", ("float32",)), writable=True).ptr
-            t.lse.dtype = _lib.DTYPE_F32
-            t.lse.stride_dim = 1
-
-        self._execute(handle, t)
-        # the arrays (and copies) lived until the run finished
-        del keep_mask, bt, heads_arrays, scale_views
-        return (out, lse) if return_lse else out
+        if not return_lse:
+            return out, None
+        if self._packed_q:
+            lse = _alloc(qv.torch, [Hq, Sq], "float32")
+            t.lse.stride_batch, t.lse.stride_head, t.lse.stride_seq = 0, Sq, 1
+        else:
+            lse = _alloc(qv.torch, [B, Hq, Sq], "float32")
+            t.lse.stride_batch, t.lse.stride_head, t.lse.stride_seq = Hq * Sq, Sq, 1
+        t.lse.data = _view(lse, "lse", _want_exact("lse", ("float32",)), writable=True).ptr
+        t.lse.dtype = _lib.DTYPE_F32
+        t.lse.stride_dim = 1
+        return out, lse
 
     def _scale_layout(self, view):
         """The leading dims of K (or V, by its view) that its scales broadcast to, their names
