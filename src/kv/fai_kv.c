@@ -79,20 +79,14 @@ void fai__kv_rows(const fai_rows *kv, int64_t b, int64_t h, int64_t key_begin, i
 
 void fai__kv_scales(const fai_rows *scale, int64_t b, int64_t h, int64_t key_begin, int64_t count,
                     float *out) {
-    const unsigned char *head = scale->data + h * scale->head;
-    if (scale->table) {
-        int64_t offset;
-        for (int64_t r = 0, run; r < count; r += run) {
-            run = page_run(scale, b, key_begin + r, count - r, &offset);
-            const unsigned char *at = head + offset;
-            for (int64_t k = 0; k < run; k++, at += scale->seq)
-                memcpy(&out[r + k], at, sizeof(float));
-        }
-        return;
+    enum { CHUNK = 64 };
+    const void *at[CHUNK]; /* the scales are rows of one f32 each */
+    for (int64_t done = 0; done < count; done += CHUNK) {
+        const int64_t chunk = count - done < CHUNK ? count - done : CHUNK;
+        fai__kv_rows(scale, b, h, key_begin + done, chunk, at);
+        for (int64_t r = 0; r < chunk; r++)
+            memcpy(&out[done + r], at[r], sizeof(float));
     }
-    const unsigned char *at = head + row_offset(scale, b, key_begin);
-    for (int64_t r = 0; r < count; r++, at += scale->seq)
-        memcpy(&out[r], at, sizeof(float));
 }
 
 void fai__kv_prefetch(const fai_rows *kv, int64_t b, int64_t h, int64_t key_begin, int64_t count,
