@@ -71,7 +71,6 @@ static fai_status check_head_values(const char *name, const float *values, int w
 static fai_status check_block_table(const fai_plan *plan, const fai_tensors *t) {
     const fai_problem *pb = &plan->pb;
     const int64_t stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
-    /* every page a sequence's length reaches must be inside the pool */
     for (int64_t b = 0; b < pb->batch; b++) {
         const int64_t pages = fai__ceil_div(plan->seqs[b].kv_len, pb->page_size);
         const int32_t *row = t->block_table + b * stride;
