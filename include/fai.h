@@ -253,12 +253,12 @@ typedef struct fai_problem {
      * by its own rule. */
     int ignore_tuning;
 
-    /* Nonzero: where a matrix engine computes O = P V (plan info isa "amx"), P is rounded to
-     * bf16 first, as PyTorch's and vLLM's CPU kernels do: one tile pass fewer, and each element
-     * of O may differ by up to 2^-8 sum_j p_j |v_j| (p the row's normalised weights) more than
-     * the documented tolerances allow; docs/design.md gives the measured error. 0 (the default):
-     * P is held to 2^-16 relative and the tolerances hold. Tables without a matrix engine
-     * compute P exactly either way. */
+    /* Nonzero: where O = P V multiplies P in bf16 (plan info p_parts: the matrix engine, or
+     * bf16 dot products for all-bf16 Q, K and V), P is rounded to bf16 first, as PyTorch's and
+     * vLLM's CPU kernels do: one pass fewer, and each element of O may differ by up to
+     * 2^-8 sum_j p_j |v_j| (p the row's normalised weights) more than the documented tolerances
+     * allow; docs/design.md gives the measured error. 0 (the default): P is held to 2^-16
+     * relative and the tolerances hold. Where PV runs in f32, P is exact either way. */
     int round_p_bf16;
 
     /* Score modifiers. The scores of a row are formed as
@@ -489,6 +489,10 @@ typedef struct fai_plan_info {
      * query and key length ranges, causal, paged), e.g.
      * "d128.dv128.g4.f32.f16.f16.q2048.kv2048.causal.dense". The string lives in the plan. */
     const char *tile_class;
+    /* How O = P V multiplies P: 0 in f32 (the vector tables' FMAs); in bf16 on the matrix engine
+     * ("amx") or on bf16 dot products (a CPU with AVX512_BF16, all of Q, K and V bf16), as 2
+     * parts, hi + lo, within 2^-16 of P (the default), or 1, P rounded to bf16 (round_p_bf16). */
+    int p_parts;
 } fai_plan_info;
 
 /* Fills *info. Thread-safe. */

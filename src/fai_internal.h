@@ -113,13 +113,16 @@ struct fai_plan {
     int64_t ld_q;
     int64_t ld_n; /* direct: scores are row-major [rows, ld_n], tile_kv padded to the width */
     int bf16_qk;  /* bf16 Q and K with an even d on a CPU with bf16 dot products */
+    int bf16_pv;  /* and bf16 V: PV on the same dot products (pack_v_bf16, pv_bf16) */
     /* The matrix engine (the table's mx_ entries) runs QK and PV: prefill tiles with 16-bit K
      * and V. ld_s is then the Q tile's rows padded to 32 (m_pad), ld_o Dv padded to 32, ld_n the
      * kv tile padded to 32, d_pad D padded to 32; the *_parts say in how many bf16 parts each
      * operand is held (1 for bf16, 2 for f16, 3 for f32). */
     int mx;
     int mx_q_parts, mx_k_parts, mx_v_parts;
-    int mx_p_parts; /* 2 (hi + lo), or 1 with round_p_bf16 */
+    /* The bf16 parts of P where PV multiplies in bf16 (the matrix engine, bf16_pv): 2 (hi +
+     * lo), or 1 with round_p_bf16 */
+    int p_parts;
     int64_t d_pad;
     /* The packed K/V cache of prefill plans: kv tiles [0, kv_cache_tiles) of one (batch, kv
      * head) stay packed (in the layout of the path: f32 rows, or the matrix engine's bf16

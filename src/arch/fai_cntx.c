@@ -28,7 +28,7 @@ static void init_tables(void) {
 #if defined(FAI_HAVE_AVX512)
     tables[AVX512].available = cpu->avx512f && cpu->avx2 && cpu->fma && cpu->f16c;
     if (tables[AVX512].available) fai__cntx_init_avx512(&tables[AVX512].cntx);
-    if (tables[AVX512].available && cpu->avx512bf16)
+    if (tables[AVX512].available && cpu->avx512bw && cpu->avx512bf16)
         fai__cntx_add_avx512_bf16(&tables[AVX512].cntx);
     /* the tile unit needs the kernel's grant first: asked here, once, before any thread runs a
      * plan made with this table */

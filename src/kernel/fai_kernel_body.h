@@ -466,14 +466,20 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         if (from_cache) {
             v_finite = !(*state & KV_V_NONFINITE);
         } else {
-            v_finite = cntx->pack_rows(v_packed, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
+            v_finite = plan->bf16_pv
+                           ? cntx->pack_v_bf16((uint16_t *)v_packed, ld_o, sc->row_ptrs, n, dv)
+                           : cntx->pack_rows(v_packed, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
             if (state) *state = (unsigned char)(KV_PACKED | (v_finite ? 0 : KV_V_NONFINITE));
         }
         FAI_LAP(FAI_STAGE_PACK_KV);
         /* V holding Inf or NaN takes the exact (sparse) PV: in a tile product 0 x Inf would be NaN
          * where a key weighs 0 (masked), and a P's lo part of 0 would turn an Inf it carries into
          * NaN */
-        cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, v_packed, rows, n, masked && !v_finite);
+        if (plan->bf16_pv)
+            cntx->pv_bf16(sc->o_acc, ld_o, sc->s_tile, ld_s, (const uint16_t *)v_packed, rows, n,
+                          plan->p_parts, !v_finite);
+        else
+            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, v_packed, rows, n, masked && !v_finite);
     }
     FAI_LAP(FAI_STAGE_PV);
 }

@@ -143,17 +143,17 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
                          ld_n, 1, r0, r0 + m);
     uint16_t *p = mx_p_block(plan, sc, block);
     cntx->mx_softmax(s, ld_n, m, FAI_MX_BLOCK_ROWS, e->n, mt->n_pad, scale, sc->row_max + r0,
-                     sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0, p,
-                     plan->mx_p_parts, plan->v_scaled ? sc->v_scales : NULL);
+                     sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0, p, plan->p_parts,
+                     plan->v_scaled ? sc->v_scales : NULL);
     FAI_LAP(FAI_STAGE_SOFTMAX);
     float *o = sc->o_acc + r0 * ld_o;
     cntx->rescale_o(o, ld_o, m, sc->row_alpha + r0);
     FAI_LAP(FAI_STAGE_RESCALE);
     if (mt->state & KV_V_NONFINITE)
-        cntx->mx_pv_sparse(o, ld_o, p, plan->mx_p_parts, mt->v, plan->mx_v_parts, m, e->n,
+        cntx->mx_pv_sparse(o, ld_o, p, plan->p_parts, mt->v, plan->mx_v_parts, m, e->n,
                            FAI_MX_BLOCK_ROWS, mt->n_pad, plan->head_dim_v, ld_o);
     else
-        cntx->mx_pv(o, ld_o, p, plan->mx_p_parts, mt->v, plan->mx_v_parts, FAI_MX_BLOCK_ROWS,
+        cntx->mx_pv(o, ld_o, p, plan->p_parts, mt->v, plan->mx_v_parts, FAI_MX_BLOCK_ROWS,
                     mt->n_pad, ld_o);
     FAI_LAP(FAI_STAGE_PV);
 }

@@ -172,9 +172,11 @@ static fai_status layout_workspace(fai_plan *plan) {
     set_vector_dims(plan);
     plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
                     plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0;
+    plan->bf16_pv = plan->bf16_qk && plan->cntx->pv_bf16 && plan->pb.v_dtype == FAI_DTYPE_BF16;
+    plan->p_parts = plan->pb.round_p_bf16 ? 1 : 2;
     plan->mx = use_matrix_engine(plan);
     if (plan->mx) {
-        plan->bf16_qk = 0;
+        plan->bf16_qk = plan->bf16_pv = 0;
         plan->ld_s = fai__ceil_div(plan->tile_rows, 32) * 32;
         plan->ld_o = fai__ceil_div(plan->head_dim_v, 32) * 32;
         plan->ld_n = fai__ceil_div(plan->tile_kv, 32) * 32;
@@ -182,7 +184,6 @@ static fai_status layout_workspace(fai_plan *plan) {
         plan->mx_q_parts = mx_parts(plan->pb.q_dtype);
         plan->mx_k_parts = mx_parts(plan->pb.k_dtype);
         plan->mx_v_parts = mx_parts(plan->pb.v_dtype);
-        plan->mx_p_parts = plan->pb.round_p_bf16 ? 1 : 2;
     }
     const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
     const size_t ld_o = (size_t)plan->ld_o, ld_s = (size_t)plan->ld_s;
@@ -319,6 +320,7 @@ fai_status fai_plan_get_info(const fai_plan *plan, fai_plan_info *info) {
     info->isa = plan->cntx->name;
     info->tile_source = plan->tile_source;
     info->tile_class = plan->tile_class;
+    info->p_parts = plan->mx || plan->bf16_pv ? plan->p_parts : 0;
     info->l1d_bytes = plan->l1d_bytes;
     info->l2_bytes = plan->l2_bytes;
     info->l1d_capacity = fai__cache_sizes()->l1d;

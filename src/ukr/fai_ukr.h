@@ -111,6 +111,17 @@ typedef struct fai_cntx {
     void (*qk_bf16)(float *s_t, int64_t ld_s, const uint16_t *q_pairs, const void *const *k_rows,
                     int64_t n, int64_t d, float scale);
 
+    /* Optional, beside qk_bf16: PV for bf16 V at the bf16 dot-product rate. pack_v_bf16 packs n
+     * V rows in key pairs, v_pairs [ceil(n/2), ld_o, 2] (lane x of pair q: V[2q][x], V[2q+1][x];
+     * columns [dv, ld_o) and a key after an odd n zero), returning nonzero when every value is
+     * finite. pv_bf16 adds p_t^T V to o as pv does, with P in p_parts bf16 parts (2: hi + lo,
+     * within 2^-16 of P; 1: P rounded to bf16, for round_p_bf16), which it writes over p_t;
+     * with `exact` (V holds Inf or NaN) it adds only nonzero P, in f32, and leaves p_t. */
+    int (*pack_v_bf16)(uint16_t *v_pairs, int64_t ld_o, const void *const *rows, int64_t n,
+                       int64_t dv);
+    void (*pv_bf16)(float *o, int64_t ld_o, float *p_t, int64_t ld_s, const uint16_t *v_pairs,
+                    int64_t m, int64_t n, int p_parts, int exact);
+
     /* Optional: the matrix engine (a tile unit: Intel AMX, or its emulation), NULL elsewhere.
      * QK and PV run on tiles of bf16 operands, held in `parts` bf16 parts where the input is not
      * bf16 (f16: 2, f32: 3; each part follows the one before in memory); the softmax and the
@@ -187,8 +198,9 @@ void fai__cntx_init_avx2(fai_cntx *cntx);
 void fai__cntx_init_avx512(fai_cntx *cntx);
 void fai__cntx_init_neon(fai_cntx *cntx);
 void fai__cntx_add_avx512_bf16(fai_cntx *cntx);
-void fai__cntx_add_amx(fai_cntx *cntx);     /* the tile unit itself */
-void fai__cntx_add_amx_emu(fai_cntx *cntx); /* the same logic with emulated tiles */
+void fai__cntx_add_avx512_bf16_pv(fai_cntx *cntx); /* called by the one above */
+void fai__cntx_add_amx(fai_cntx *cntx);            /* the tile unit itself */
+void fai__cntx_add_amx_emu(fai_cntx *cntx);        /* the same logic with emulated tiles */
 
 /* The table chosen for this CPU (FAI_ISA may force one); NULL and a message if FAI_ISA names a
  * table this build or CPU cannot run. */

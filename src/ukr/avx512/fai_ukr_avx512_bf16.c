@@ -1,11 +1,12 @@
-/* QK with AVX512_BF16 dot products, for bf16 Q and K (compiled with -mavx512bf16 only here).
- * vdpbf16ps multiplies bf16 pairs and accumulates in f32, twice the rate of f32 FMAs, with exact
- * products: for bf16 inputs the result equals the f32 path's up to summation order.
+/* QK and PV with AVX512_BF16 dot products, for bf16 Q and K (QK) and bf16 V (PV) (compiled
+ * with -mavx512bf16 only here). vdpbf16ps multiplies bf16 pairs and accumulates in f32, twice
+ * the rate of f32 FMAs, with exact products: for bf16 inputs QK equals the f32 path's up to
+ * summation order.
  *
  * Layouts: Q^T is packed in pairs, q_pairs [d/2, ld_s, 2] (lane i of a vector holds
  * Q[i][2p], Q[i][2p+1]), so that one broadcast 32-bit pair of a K row feeds a whole vector of
  * query rows. K rows are read where they are (no packing): the pair K[j][2p..2p+1] is one 32-bit
- * load. d must be even. */
+ * load. d must be even. PV pairs keys instead (fai_ukr_avx512_bf16_pv.c). */
 #include "ukr/fai_ukr.h"
 
 #include <immintrin.h>
@@ -98,4 +99,5 @@ static void qk_bf16(float *s_t, int64_t ld_s, const uint16_t *q_pairs, const voi
 void fai__cntx_add_avx512_bf16(fai_cntx *cntx) {
     cntx->pack_q_bf16 = pack_q_bf16_pairs;
     cntx->qk_bf16 = qk_bf16;
+    fai__cntx_add_avx512_bf16_pv(cntx);
 }
