@@ -163,6 +163,7 @@ class PlanInfo(ctypes.Structure):
         ("isa", ctypes.c_char_p),
         ("tile_source", ctypes.c_char_p),
         ("tile_class", ctypes.c_char_p),
+        ("p_parts", c_int),
     ]
 
 

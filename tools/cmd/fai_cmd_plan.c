@@ -221,6 +221,9 @@ void ft_cmd_plan_print_text(const fai_plan *plan, const fai_plan_info *info) {
            (long long)info->units, (long long)info->total_weight);
     printf("workers     %lld on %lld threads, isa %s, workspace %zu bytes\n",
            (long long)info->workers, (long long)info->threads, info->isa, info->workspace_bytes);
+    printf("pv          P %s\n", info->p_parts == 0   ? "in f32"
+                                 : info->p_parts == 2 ? "in bf16 as hi + lo (within 2^-16)"
+                                                      : "rounded to bf16 (round_p_bf16)");
     printf("imbalance   %.4f (max / mean worker weight)\n", info->imbalance);
     printf("split-KV    %s: %lld units in %lld parts\n", info->split_kv ? "yes" : "no",
            (long long)info->split_units, (long long)info->partials);
@@ -266,6 +269,7 @@ void ft_cmd_plan_json_fields(ft_json *json, const ft_shape *shape, const fai_pla
     ft_json_string(json, "isa", info->isa);
     ft_json_string(json, "tile_source", info->tile_source);
     ft_json_string(json, "tile_class", info->tile_class);
+    ft_json_int(json, "p_parts", info->p_parts);
     ft_cmd_plan_json_worker_weights(json, "worker_weights", plan, info->workers);
     ft_json_array(json, "worker_units");
     for (int64_t w = 0; w < info->workers; w++) {
