@@ -77,14 +77,16 @@ static inline fvec v_load_e5m2(const uint8_t *p) {
     const __m128i bytes = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
     return _mm256_cvtph_ps(_mm_slli_epi16(bytes, 8));
 }
-/* W fp8 e4m3 values as f32 (exact): as the AVX-512 vocabulary does (each byte into the upper
- * half of a 16-bit lane, shifted right by one with the sign copied and the copy cleared: a
- * binary16 with the bias 8 more, scaled back by 2^8; the NaN code comes out as +-480) */
+/* W fp8 e4m3 codes as f32 values times 2^-8, the NaN code as +-1.875, as the AVX-512 vocabulary
+ * reads them (each code sign-extended to 16 bits, shifted left by 7, the sign's copy in bit 14
+ * cleared: a binary16 with the bias 8 more) */
+static inline fvec v_load_e4m3_unit(const uint8_t *p) {
+    const __m128i codes = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(codes, 7), _mm_set1_epi16((short)0xBF80)));
+}
+/* W fp8 e4m3 values as f32 (exact), the NaN code as NaN */
 static inline fvec v_load_e4m3(const uint8_t *p) {
-    const __m128i high =
-        _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p)), 8);
-    const __m128i half = _mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(-16385));
-    const fvec v = _mm256_mul_ps(_mm256_cvtph_ps(half), v_set1(256.0f));
+    const fvec v = _mm256_mul_ps(v_load_e4m3_unit(p), v_set1(256.0f));
     const fvec magnitude = _mm256_andnot_ps(v_set1(-0.0f), v);
     const fvec nan = _mm256_cmp_ps(magnitude, v_set1(480.0f), _CMP_EQ_OQ);
     return _mm256_blendv_ps(v, v_set1(NAN), nan);

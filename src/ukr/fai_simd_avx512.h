@@ -89,15 +89,19 @@ static inline fvec v_load_e5m2(const uint8_t *p) {
     const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
     return _mm512_cvtph_ps(_mm256_slli_epi16(bytes, 8));
 }
-/* W fp8 e4m3 values as f32 (exact): each byte into the upper half of a 16-bit lane, shifted
- * right by one with the sign copied and that copy cleared, is a binary16 with e4m3's exponent and
- * mantissa; its bias is 8 more, so it holds 2^-8 of the value (subnormals included) and 2^8
- * scales it back. The NaN code S.1111.111 comes out as +-480, which no e4m3 value is. */
+/* W fp8 e4m3 codes as f32 values times 2^-8 (exact, subnormals included), the NaN code
+ * S.1111.111 as +-1.875 (2^-8 of 480, which no e4m3 value is). Each code sign-extended to 16 bits
+ * and shifted left by 7 holds the code's exponent and mantissa where a binary16 has them (whose
+ * bias is 8 more than e4m3's) and its sign in the sign bit; bit 14, a copy of the sign, is
+ * cleared. */
+static inline fvec v_load_e4m3_unit(const uint8_t *p) {
+    const __m256i codes = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm512_cvtph_ps(
+        _mm256_and_si256(_mm256_slli_epi16(codes, 7), _mm256_set1_epi16((short)0xBF80)));
+}
+/* W fp8 e4m3 values as f32 (exact), the NaN code as NaN */
 static inline fvec v_load_e4m3(const uint8_t *p) {
-    const __m256i high = _mm256_slli_epi16(
-        _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p)), 8);
-    const __m256i half = _mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(-16385));
-    const fvec v = _mm512_mul_ps(_mm512_cvtph_ps(half), v_set1(256.0f));
+    const fvec v = _mm512_mul_ps(v_load_e4m3_unit(p), v_set1(256.0f));
     const __mmask16 nan = _mm512_cmp_ps_mask(_mm512_abs_ps(v), v_set1(480.0f), _CMP_EQ_OQ);
     return _mm512_mask_blend_ps(nan, v, v_set1(NAN));
 }

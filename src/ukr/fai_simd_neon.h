@@ -72,13 +72,17 @@ static inline fvec v_load_e5m2(const uint8_t *p) {
     const uint16x4_t half = vshl_n_u16(vget_low_u16(vmovl_u8(load_4_bytes(p))), 8);
     return vcvt_f32_f16(vreinterpret_f16_u16(half));
 }
-/* W fp8 e4m3 values as f32 (exact): a binary16 with the bias 8 more, scaled back by 2^8; the NaN
- * code comes out as +-480, which no e4m3 value is */
-static inline fvec v_load_e4m3(const uint8_t *p) {
+/* W fp8 e4m3 codes as f32 values times 2^-8 (a binary16 with the bias 8 more), the NaN code as
+ * +-1.875 (2^-8 of 480, which no e4m3 value is) */
+static inline fvec v_load_e4m3_unit(const uint8_t *p) {
     const uint16x4_t bytes = vget_low_u16(vmovl_u8(load_4_bytes(p)));
     const uint16x4_t sign = vshl_n_u16(vand_u16(bytes, vdup_n_u16(0x80)), 8);
     const uint16x4_t rest = vshl_n_u16(vand_u16(bytes, vdup_n_u16(0x7f)), 7);
-    const fvec v = vmulq_n_f32(vcvt_f32_f16(vreinterpret_f16_u16(vorr_u16(sign, rest))), 256.0f);
+    return vcvt_f32_f16(vreinterpret_f16_u16(vorr_u16(sign, rest)));
+}
+/* W fp8 e4m3 values as f32 (exact), the NaN code as NaN */
+static inline fvec v_load_e4m3(const uint8_t *p) {
+    const fvec v = vmulq_n_f32(v_load_e4m3_unit(p), 256.0f);
     const uint32x4_t nan = vceqq_f32(vabsq_f32(v), vdupq_n_f32(480.0f));
     return vbslq_f32(nan, vdupq_n_f32(NAN), v);
 }

@@ -25,8 +25,15 @@
  * fp8 are computed faster per byte than f16 or f32 ones, so a fixed count of rows would arrive
  * late), at least 16 rows and at most FAI_PREFETCH_ROWS, the most the row lists carry past a
  * tile. */
+#ifndef FAI_PREFETCH_LOCALITY
+#define FAI_PREFETCH_LOCALITY 3
+#endif
+#ifndef FAI_PREFETCH_BYTES
 #define FAI_PREFETCH_BYTES 6144
+#endif
+#ifndef FAI_PREFETCH_ROWS
 #define FAI_PREFETCH_ROWS 64
+#endif
 
 /* The score modifiers of one tile (fai_problem.softcap and alibi), for the mods_ entries: each
  * score s of row r and key c becomes

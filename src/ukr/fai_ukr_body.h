@@ -153,6 +153,36 @@ static inline fvec load_row_full(const void *row, int64_t x, fai_dtype dtype) {
     }
 }
 
+/* load_row_full, except that e4m3 reads as 2^-8 of its values with the NaN code as a number
+ * (v_load_e4m3_unit: fewer instructions). The decode kernels, which convert every code they
+ * read, use it on rows e4m3_nan_in has cleared (or mark NaN rows' results afterwards) and scale
+ * by 2^8 where the sum or the product needs it. */
+static inline fvec load_row_unit(const void *row, int64_t x, fai_dtype dtype) {
+    if (dtype == FAI_DTYPE_E4M3) return v_load_e4m3_unit((const uint8_t *)row + x);
+    return load_row_full(row, x, dtype);
+}
+
+/* 2^8 for e4m3 (what load_row_unit's values are short of), else 1. */
+static inline float unit_of(fai_dtype dtype) { return dtype == FAI_DTYPE_E4M3 ? 256.0f : 1.0f; }
+
+/* Whether any of n e4m3 codes from p is the NaN code S.1111.111: masked to 7 bits and plus one,
+ * the NaN code is the only one to reach bit 7, eight codes a word (in integer registers, beside
+ * the vector work). */
+static inline int e4m3_nan_in(const uint8_t *p, int64_t n) {
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7fu, one = 0x0101010101010101u;
+    uint64_t seen = 0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t word;
+        memcpy(&word, p + i, sizeof word);
+        seen |= (word & low7) + one;
+    }
+    int nan = (seen & 0x8080808080808080u) != 0;
+    for (; i < n; i++)
+        nan |= (p[i] & 0x7f) == 0x7f;
+    return nan;
+}
+
 /* The count (< W) elements of a row from x on, zero-filled to W; nothing past them is read. */
 static inline fvec load_row_tail(const void *row, int64_t x, int64_t count, fai_dtype dtype) {
     float part[W];
@@ -434,7 +464,7 @@ static inline int64_t prefetch_ahead(int64_t row_bytes) {
 
 static inline void prefetch_row(const void *row, int64_t bytes) {
     for (int64_t offset = 0; offset < bytes; offset += 64)
-        __builtin_prefetch((const char *)row + offset, 0, 3);
+        __builtin_prefetch((const char *)row + offset, 0, FAI_PREFETCH_LOCALITY);
 }
 
 /* The lane sums of a 4 x 4 block of accumulators, sums[r * 4 + c] of acc[r][c]: at once where
@@ -451,7 +481,9 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
 
 /* 4 keys x 4 query rows of dot products over d, in 16 vector accumulators, reduced at the end.
  * Edge blocks repeat a valid row or key and store only the valid results. The dtype is a
- * constant in each instance, so the load's branch folds away. */
+ * constant in each instance, so the load's branch folds away. e4m3 keys are read as 2^-8 of
+ * their values (load_row_unit; the sums are scaled back, exactly) and a key holding the NaN code
+ * gets NaN scores, as its dot products would. */
 #define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
     static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
                      const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,          \
@@ -465,6 +497,9 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 key[c] = k_rows[j0 + c < n ? j0 + c : j0];                                         \
             for (int c = 0; c < 4 && j0 + ahead + c < n + rows_ahead; c++)                         \
                 prefetch_row(k_rows[j0 + ahead + c], row_bytes);                                   \
+            int nan_key[4] = {0, 0, 0, 0};                                                         \
+            for (int c = 0; DTYPE == FAI_DTYPE_E4M3 && c < 4 && j0 + c < n; c++)                   \
+                nan_key[c] = e4m3_nan_in(key[c], d);                                               \
             for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
                 const float *query[4];                                                             \
                 for (int r = 0; r < 4; r++)                                                        \
@@ -476,7 +511,7 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 for (int64_t x = 0; x < full; x += W) {                                            \
                     fvec kv[4];                                                                    \
                     for (int c = 0; c < 4; c++)                                                    \
-                        kv[c] = load_row_full(key[c], x, DTYPE);                                   \
+                        kv[c] = load_row_unit(key[c], x, DTYPE);                                   \
                     for (int r = 0; r < 4; r++) {                                                  \
                         const fvec qv = v_load(query[r] + x);                                      \
                         for (int c = 0; c < 4; c++)                                                \
@@ -486,7 +521,8 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 if (full < d) {                                                                    \
                     fvec kv[4];                                                                    \
                     for (int c = 0; c < 4; c++)                                                    \
-                        kv[c] = load_row_tail(key[c], full, d - full, DTYPE);                      \
+                        kv[c] = v_mul(load_row_tail(key[c], full, d - full, DTYPE),                \
+                                      v_set1(1.0f / unit_of(DTYPE)));                              \
                     for (int r = 0; r < 4; r++) {                                                  \
                         const fvec qv = v_load(query[r] + full);                                   \
                         for (int c = 0; c < 4; c++)                                                \
@@ -495,9 +531,19 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 }                                                                                  \
                 float sums[16];                                                                    \
                 hsum_4x4(acc, sums);                                                               \
-                for (int c = 0; c < 4 && j0 + c < n; c++)                                          \
-                    for (int r = 0; r < 4 && i0 + r < m; r++)                                      \
-                        s[(i0 + r) * ld_n + j0 + c] = sums[r * 4 + c] * scale;                     \
+                for (int k = 0; k < 16; k += W < 16 ? W : 16)                                      \
+                    v_store(sums + k, v_mul(v_mul(v_load(sums + k), v_set1(unit_of(DTYPE))),       \
+                                            v_set1(scale)));                                       \
+                if (j0 + 4 <= n && i0 + 4 <= m) /* a row's 4 keys follow each other */             \
+                    for (int r = 0; r < 4; r++)                                                    \
+                        memcpy(s + (i0 + r) * ld_n + j0, sums + r * 4, 4 * sizeof(float));         \
+                else                                                                               \
+                    for (int c = 0; c < 4 && j0 + c < n; c++)                                      \
+                        for (int r = 0; r < 4 && i0 + r < m; r++)                                  \
+                            s[(i0 + r) * ld_n + j0 + c] = sums[r * 4 + c];                         \
+                for (int c = 0; c < 4; c++)                                                        \
+                    for (int r = 0; nan_key[c] && r < 4 && i0 + r < m; r++)                        \
+                        s[(i0 + r) * ld_n + j0 + c] = NAN;                                         \
             }                                                                                      \
         }                                                                                          \
         for (int64_t i = 0; i < m; i++) /* the padding keys: masked */                             \
@@ -551,9 +597,16 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
         for (int64_t j = 0; j < n; j++) {                                                          \
             if (x0 == 0 && j + ahead < prefetch_end) prefetch_row(v_rows[j + ahead], row_bytes);   \
             fvec values[VECS];                                                                     \
-            for (int c = 0; c < VECS; c++)                                                         \
-                values[c] = TAIL ? load_row_tail(v_rows[j], x0, dv - x0, DTYPE)                    \
-                                 : load_row_full(v_rows[j], x0 + c * W, DTYPE);                    \
+            if (TAIL)                                                                              \
+                values[0] = load_row_tail(v_rows[j], x0, dv - x0, DTYPE);                          \
+            else if (DTYPE != FAI_DTYPE_E4M3 ||                                                    \
+                     e4m3_nan_in((const uint8_t *)v_rows[j] + x0, VECS * W))                       \
+                for (int c = 0; c < VECS; c++)                                                     \
+                    values[c] = load_row_full(v_rows[j], x0 + c * W, DTYPE);                       \
+            else /* e4m3 without the NaN code: its cheaper conversion */                           \
+                for (int c = 0; c < VECS; c++)                                                     \
+                    values[c] = v_mul(load_row_unit(v_rows[j], x0 + c * W, DTYPE),                 \
+                                      v_set1(unit_of(DTYPE)));                                     \
             const float *p_key = p + j;                                                            \
             for (int r = 0; r < 4; r++) {                                                          \
                 const fvec p_r = v_set1(p_key[(r < rows ? r : 0) * ld_n]);                         \
