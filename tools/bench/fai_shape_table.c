@@ -48,7 +48,7 @@ const char ft_shape_usage[] =
     "  --page-size N                   paged K/V with a shuffled block table\n"
     "  --head-major                    pages [num_pages, Hkv, page_size, D] (vLLM's block\n"
     "                                  layout; default [num_pages, page_size, Hkv, D])\n"
-    "  --round-p-bf16                  P rounded to bf16 on a matrix engine (fai.h)\n"
+    "  --round-p-bf16                  P rounded to bf16 where PV multiplies in bf16 (fai.h)\n"
     "  --softcap C  --alibi  --sinks   score modifiers (standard ALiBi slopes; a sink per head)\n"
     "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; K/V also int8 e4m3 e5m2, with\n"
     "                                           a scale per token and kv head; defaults f32 f16\n"
