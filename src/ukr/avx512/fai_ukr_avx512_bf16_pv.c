@@ -10,7 +10,6 @@
 #include "ukr/fai_ukr.h"
 
 #include <immintrin.h>
-#include <math.h>
 
 #define W 16
 #define PV_ROWS 4
@@ -48,16 +47,14 @@ static int pack_v_bf16_pairs(uint16_t *v_pairs, int64_t ld_o, const void *const 
     return bad == 0;
 }
 
-/* P [n, ld_s] (key j's P of query row i at j * ld_s + i) into bf16 pairs in place: for each key
- * pair q, row 2q of the tile takes the 32-bit pairs (hi(P[i][2q]), hi(P[i][2q + 1])) and, with
- * two parts, row 2q + 1 the pairs of their lo parts (n even then). With one part, a key after an
- * odd n weighs 0. */
+/* Two f32 vectors rounded to bf16 (to nearest even), lane i the pair (a[i], b[i]). */
 static inline __m512i bf16_pairs_of(__m512 a, __m512 b) {
     const __m512i ha = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
     const __m512i hb = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
     return _mm512_or_si512(ha, _mm512_slli_epi32(hb, 16));
 }
 
+/* The low (high) bf16 of each 32-bit pair as an f32. */
 static inline __m512 low_half_as_f32(__m512i pairs) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
 }
@@ -66,6 +63,10 @@ static inline __m512 high_half_as_f32(__m512i pairs) {
     return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
+/* P [n, ld_s] (key j's P of query row i at j * ld_s + i) into bf16 pairs in place: for each key
+ * pair q, row 2q of the tile takes the 32-bit pairs (hi(P[i][2q]), hi(P[i][2q + 1])) and, with
+ * two parts, row 2q + 1 the pairs of their lo parts (n even then). With one part, a key after an
+ * odd n weighs 0. */
 static void p_to_pairs(float *p_t, int64_t ld_s, int64_t n, int parts) {
     for (int64_t j = 0; j < n; j += 2) {
         float *a = p_t + j * ld_s, *b = j + 1 < n ? p_t + (j + 1) * ld_s : NULL;
