@@ -17,6 +17,7 @@ step is outside it. torch computes on --threads threads, and fai follows torch's
 OMP_WAIT_POLICY is PASSIVE unless set (as in python -m fai.bench): see the README on threads.
 """
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -138,7 +139,7 @@ def main(argv=None):
     import torch
     import transformers
 
-    import fai.integrations.transformers  # noqa: F401 - registers "fai"
+    importlib.import_module("fai.integrations.transformers")  # registers "fai"
 
     torch.set_num_threads(args.threads)
     model = _model(args, torch, transformers)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python package as a user gets it: `pip install ./python` into a fresh virtual environment
 # (the build runs CMake on this repository and ships libfai.so inside the package), then the
-# package's pytest suite against a float64 numpy reference; the FAI_LIBRARY fallback (an existing
-# libfai.so) at install and at import time.
+# package's pytest suite (this directory; cli/ holds the tool's tests, which ctest runs itself)
+# against a float64 numpy reference; the FAI_LIBRARY fallback (an existing libfai.so) at install
+# and at import time.
 #
 # torch (the comparison with scaled_dot_product_attention) and transformers (attn_implementation
 # "fai" against "sdpa" on tiny models): the PyPI torch wheel brings about 5 GB of CUDA libraries
@@ -11,7 +12,7 @@
 # their tests); otherwise those tests are skipped with a reason.
 set -euo pipefail
 fai=${1:?usage: test_python_package.sh /path/to/fai}
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build_dir=$(cd "$(dirname "$fai")" && pwd)
 
 case "$fai" in

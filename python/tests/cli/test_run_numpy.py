@@ -26,9 +26,11 @@ except ImportError:
     print("test_run_numpy: numpy is required (python3 -m pip install numpy); not run")
     sys.exit(1)
 
+# the float64 reference the package's tests use too, one directory up
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from reference import attention_ref  # noqa: E402
+
 GARBAGE = 37.0  # magnitude of values the tool must never read (padding rows, unused pages)
-EPS_F32 = 2.0 ** -23
-ROUNDING = 2.0  # the f32 rounding term of the tolerance: ROUNDING x eps x (L + sqrt(n))
 
 
 # -- dtypes ----------------------------------------------------------------------------------------
@@ -116,84 +118,28 @@ def output_values(arr, dt):
 # -- reference -------------------------------------------------------------------------------------
 
 def reference(c, q, k, v, mask, sq_len, skv_len):
-    """q [B,Sq,Hq,D], k [B,Lk,Hkv,D], v [B,Lk,Hkv,Dv] in float64 (dense, per-sequence keys);
-    mask [B,Hq,Sq,Lk] broadcast view or None. Returns O [B,Sq,Hq,Dv], LSE [B,Hq,Sq], max(1,
-    sum_j p_j |v_j|) [B,Sq,Hq,Dv] and the rounding term ROUNDING eps (L + sqrt(n)) [B,Hq,Sq]."""
-    B, Sq, Hq, D = q.shape
-    Hkv, Dv = k.shape[2], v.shape[3]
-    group = Hq // Hkv
-    scale = c["scale"] if c["scale"] is not None else 1.0 / np.sqrt(D)
-    scale = float(np.float32(scale))
-    o = np.zeros((B, Sq, Hq, Dv))
-    lse = np.full((B, Hq, Sq), -np.inf)
-    o_scale = np.ones((B, Sq, Hq, Dv))
-    slack = np.zeros((B, Hq, Sq))
-    wl, wr = c["window"] if c["window"] else (-1, -1)
-    for b in range(B):
-        lq, lk = int(sq_len[b]), int(skv_len[b])
-        if lq == 0 or lk == 0:
-            continue  # nothing visible: O = 0, LSE = -inf
-        kb = np.repeat(k[b, :lk], group, axis=1)  # [lk, Hq, D]
-        vb = np.repeat(v[b, :lk], group, axis=1)
-        s = scale * np.einsum("ihd,jhd->hij", q[b, :lq], kb)  # [Hq, lq, lk]
-        mag = abs(scale) * np.einsum("ihd,jhd->hij", np.abs(q[b, :lq]), np.abs(kb))
-        i = np.arange(lq)[:, None]
-        j = np.arange(lk)[None, :]
-        diag = i if c["causal"] == "tl" else i + lk - lq
-        if c["softcap"]:
-            cap = float(np.float32(c["softcap"]))
-            raw = s
-            s = cap * np.tanh(raw / cap)
-            mag = mag / np.cosh(raw / cap) ** 2 + 2.0 * np.abs(s)
-        if c["alibi"] is not None:
-            bias = c["alibi"].astype(np.float64)[:, None, None] * np.abs(j - diag)[None]
-            s = s - bias
-            mag = mag + bias.__abs__()
-        sink = (c["sinks"].astype(np.float64)[:, None, None] if c["sinks"] is not None
-                else np.full((Hq, 1, 1), -np.inf))
-        vis = np.ones((lq, lk), dtype=bool)
-        if c["causal"]:
-            vis &= j <= diag
-        if wl >= 0:
-            vis &= j >= diag - wl
-        if wr >= 0:
-            vis &= j <= diag + wr
-        vis = np.broadcast_to(vis, s.shape).copy()
-        if mask is not None:
-            m = mask[b, :, :lq, :lk]
-            if c["mask"][0] in ("keep", "bits"):
-                vis &= m != 0
-            elif c["mask"][0] == "drop":
-                vis &= m == 0
-            else:
-                s = s + m.astype(np.float64)
-                vis &= np.isfinite(s)
-                mag = mag + np.where(vis, np.abs(m.astype(np.float64)), 0.0)
-        s = np.where(vis, s, -np.inf)
-        mx = s.max(axis=-1, keepdims=True)
-        full = np.isfinite(mx)  # rows with at least one visible key
-        mx = np.where(full, np.maximum(mx, sink), 0.0)
-        p = np.where(vis, np.exp(s - mx), 0.0)
-        tot = p.sum(axis=-1, keepdims=True) + np.where(full, np.exp(sink - mx), 0.0)
-        ob = np.einsum("hij,jhd->ihd", p / np.where(full, tot, 1.0), vb)
-        o[b, :lq] = ob
-        o_scale[b, :lq] = np.maximum(
-            1.0, np.einsum("hij,jhd->ihd", p / np.where(full, tot, 1.0), np.abs(vb)))
-        L = np.maximum(np.where(vis, mag, 0.0).max(axis=-1),
-                       np.where(full[..., 0] & np.isfinite(sink[..., 0]), np.abs(sink[..., 0]),
-                                0.0))
-        slack[b, :, :lq] = ROUNDING * EPS_F32 * (L + np.sqrt(vis.sum(axis=-1)))
-        with np.errstate(divide="ignore"):
-            lb = np.where(full[..., 0], np.log(np.where(full, tot, 1.0))[..., 0] + mx[..., 0],
-                          -np.inf)
-        # a row that sees nothing has the sink as its LSE
-        lse[b, :, :lq] = np.where(full[..., 0], lb, np.broadcast_to(sink[..., 0], lb.shape))
-    if c["sinks"] is not None:  # rows of empty sequences (no key at all) too
-        for b in range(B):
-            lq, lk = int(sq_len[b]), int(skv_len[b])
-            if lk == 0:
-                lse[b, :, :lq] = c["sinks"].astype(np.float64)[:, None]
-    return o, lse, o_scale, slack
+    """The package tests' float64 reference on the case: q [B,Sq,Hq,D], k [B,Skv,Hkv,D],
+    v [B,Skv,Hkv,Dv] dense float64 values, mask the file's mask broadcast to [B,Hq,Sq,>= Skv] or
+    None; the scale and softcap rounded to float32, as the tool reads them. Returns O [B,Sq,Hq,Dv],
+    LSE [B,Hq,Sq], max(1, sum_j p_j |v_j|) [B,Sq,Hq,Dv] and the rounding term
+    ROUNDING eps (L + sqrt(n)) [B,Hq,Sq]."""
+    keep = add = None
+    if mask is not None:
+        m = mask[..., :k.shape[1]]  # a paged mask is as wide as the block table's pages
+        kind = c["mask"][0]
+        if kind == "add":
+            add = m.astype(np.float64)
+        else:
+            keep = m == 0 if kind == "drop" else m != 0
+    scale = c["scale"] if c["scale"] is not None else 1.0 / np.sqrt(q.shape[3])
+    ref = attention_ref(
+        q, k, v, causal={None: None, "br": "bottom_right", "tl": "top_left"}[c["causal"]],
+        window=c["window"], keep=keep, add=add, scale=float(np.float32(scale)),
+        seqlens_q=sq_len, seqlens_kv=skv_len,
+        softcap=float(np.float32(c["softcap"])) if c["softcap"] else None,
+        alibi_slopes=None if c["alibi"] is None else c["alibi"].astype(np.float64),
+        sinks=None if c["sinks"] is None else c["sinks"].astype(np.float64))
+    return ref[0], ref[1], ref.o_scale, ref.lse_slack
 
 
 # -- cases -----------------------------------------------------------------------------------------

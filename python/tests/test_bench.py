@@ -1,0 +1,67 @@
+"""python -m fai.bench without its peers: `import fai` loads no bench code, and the lines that say
+what is missing name exactly the modules to install. Nothing here times anything."""
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from fai.bench import _peers, _report
+
+PEER_MODULES = ("torch", "onnxruntime", "onnx", "openvino", "matplotlib", "transformers")
+
+
+def _installed_only(monkeypatch, absent):
+    """find_spec as if the modules in `absent` were not installed and every other one were."""
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in absent else object())
+
+
+@pytest.mark.parametrize("absent, line", [
+    ((), None),
+    (("onnx",), "ONNX Runtime: left out, onnx not installed"),
+    (("onnxruntime",), "ONNX Runtime: left out, onnxruntime not installed"),
+    (("onnxruntime", "onnx"), "ONNX Runtime: left out, onnxruntime and onnx not installed"),
+])
+def test_left_out_names_the_missing_modules(monkeypatch, absent, line):
+    _installed_only(monkeypatch, absent)
+    assert _peers.left_out("ort") == line
+
+
+def test_left_out_torch_and_openvino(monkeypatch):
+    _installed_only(monkeypatch, ("torch", "openvino"))
+    assert _peers.left_out("torch") == "torch SDPA: left out, torch not installed"
+    assert _peers.left_out("openvino") == "OpenVINO: left out, openvino not installed"
+
+
+def test_every_peer_has_its_modules():
+    assert set(_peers.MODULES) == set(_peers.PEERS)
+
+
+def test_plot_without_matplotlib_names_the_bench_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    line = _report.write_plot([], ["fai"], str(tmp_path / "plot.png"), "title")
+    assert "matplotlib is not installed" in line and "[bench]" in line
+    assert not (tmp_path / "plot.png").exists()
+
+
+def _modules_after(code):
+    code += "\nimport sys\nprint(' '.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    return {m for m in out if m.split(".")[0] in PEER_MODULES or m.startswith("fai.bench")}
+
+
+def test_import_fai_loads_no_bench_and_no_peer():
+    assert _modules_after("import fai") == set()
+
+
+def test_import_fai_bench_loads_no_peer():
+    assert {m for m in _modules_after("import fai.bench._cli")
+            if not m.startswith("fai.bench")} == set()
+
+
+def test_help_runs():
+    r = subprocess.run([sys.executable, "-m", "fai.bench", "--help"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "python -m fai.bench" in r.stdout, r.stderr
