@@ -540,9 +540,10 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     LSE = -inf. q_positions / kv_positions: int [B], both or neither: the global positions of
     each sequence's first query and first key when k and v are a shard of a longer sequence
     (causal and window then compare global positions; merge the shards with merge_states).
-    round_p_bf16: where fai runs O = P V on a matrix engine (plan info isa 'amx'), round P to
-    bfloat16 first, as torch and vLLM do: faster, and O may differ by up to 2^-8 sum p|v| more
-    than the documented tolerances (False: P held to 2^-16; other engines are exact anyway).
+    round_p_bf16: where fai multiplies P in bfloat16 for O = P V (plan info p_parts: the matrix
+    engine, or bf16 dot products for all-bf16 Q, K and V), round P to bfloat16 first, as torch
+    and vLLM do: faster, and O may differ by up to 2^-8 sum p|v| more than the documented
+    tolerances (False: P held to 2^-16; where PV runs in f32, P is exact anyway).
 
     Score modifiers: softcap=c (S <- c tanh(S / c) after the scale, before masks; None or 0:
     off); alibi_slopes (float32 [Hq]: S -= slope_h |key position - query position|, positions

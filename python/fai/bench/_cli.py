@@ -33,8 +33,8 @@ def _parse(argv):
     ap.add_argument("--no-plot", action="store_true", help="write no PNG")
     ap.add_argument("--json", metavar="PATH", help="also write one JSON object per shape")
     ap.add_argument("--round-p-bf16", action="store_true",
-                    help="fai rounds P to bf16 on a matrix engine, as torch and vLLM do "
-                         "(faster; see fai.h)")
+                    help="fai rounds P to bf16 where PV multiplies in bf16 (all-bf16 "
+                         "prefill), as torch and vLLM do (faster; see fai.h)")
     args = ap.parse_args(argv)
 
     for s in args.shapes:
