@@ -663,6 +663,12 @@ FAI_API void fai_plan_wake(const fai_plan *plan);
 /* Number of online CPUs as the OS reports them (at least 1). */
 FAI_API int64_t fai_cpu_count(void);
 
+/* The size in bytes of this CPU's cache of `level`, read once from the OS (sysfs, then sysconf):
+ * 1, the per-core L1 data cache, and 2, the per-core L2, as the planner sizes its tiles by them
+ * (32 KiB and 1 MiB where the OS does not say); 3, the L3 the core shares, for context only (0
+ * where the OS does not say). Any other level gives 0. */
+FAI_API int64_t fai_cpu_cache_bytes(int level);
+
 #ifdef __cplusplus
 }
 #endif

@@ -620,6 +620,24 @@ TEST(plan_tile_overrides) {
     }
 }
 
+/* The cache sizes fai_cpu_cache_bytes reports are the ones the planner sizes tiles by (the plan
+ * info's capacities), within the planner's sane range; an L3 is informational; other levels 0. */
+TEST(cpu_cache_bytes_are_the_planners) {
+    case_desc c;
+    fixed_case(&c, 1, 8, 8, FAI_CAUSAL_NONE, -1, -1, 0, 0);
+    fai_plan *plan = NULL;
+    REQUIRE(fai_plan_create(&c.pb, &plan) == FAI_OK);
+    fai_plan_info info;
+    CHECK(fai_plan_get_info(plan, &info) == FAI_OK);
+    fai_plan_free(plan);
+    CHECK(fai_cpu_cache_bytes(1) == info.l1d_capacity);
+    CHECK(fai_cpu_cache_bytes(2) == info.l2_capacity);
+    CHECK(fai_cpu_cache_bytes(1) >= 4096 && fai_cpu_cache_bytes(2) >= 65536);
+    CHECK(fai_cpu_cache_bytes(3) >= 0);
+    CHECK(fai_cpu_cache_bytes(0) == 0 && fai_cpu_cache_bytes(4) == 0 &&
+          fai_cpu_cache_bytes(-1) == 0);
+}
+
 TEST(plan_inspection_errors) {
     case_desc c;
     fixed_case(&c, 1, 8, 8, FAI_CAUSAL_NONE, -1, -1, 4, 4);

@@ -16,9 +16,9 @@ int8, float8_e4m3fn, float8_e5m2), with float32 scales per token, per kv head or
 Errors raise fai.FaiError (a ValueError) with libfai's one-line message.
 """
 from ._cache import cache_write, empty_cache
-from ._core import (FaiError, Plan, alibi_slopes, attention, cpu_count, library_path,
-                    merge_states)
+from ._core import (FaiError, Plan, alibi_slopes, attention, cpu_cache_bytes, cpu_count,
+                    library_path, merge_states)
 
 __version__ = "0.1.0"
 __all__ = ["FaiError", "Plan", "attention", "merge_states", "alibi_slopes", "cpu_count",
-           "library_path", "cache_write", "empty_cache", "__version__"]
+           "cpu_cache_bytes", "library_path", "cache_write", "empty_cache", "__version__"]

@@ -18,12 +18,18 @@ from ._options import (_KIND_NAMES, _MASK_ARGS, _MASK_KINDS, _head_values, _kv_s
                        _set_shape)
 
 __all__ = ["FaiError", "Plan", "attention", "merge_states", "alibi_slopes", "cpu_count",
-           "library_path"]
+           "cpu_cache_bytes", "library_path"]
 
 
 def cpu_count():
     """Online CPUs as libfai sees them (the default pool's size)."""
     return int(_lib.cpu_count())
+
+
+def cpu_cache_bytes(level):
+    """The size in bytes of the CPU's cache of `level` as libfai reads it: 1 (L1 data) and 2 (L2),
+    per core, the ones the planner sizes tiles by; 3 (L3, shared; 0 if unknown); else 0."""
+    return int(_lib.cpu_cache_bytes(int(level)))
 
 
 def library_path():

@@ -268,6 +268,7 @@ pool_create = _declare("fai_pool_create", c_int, [c_int64, ctypes.POINTER(c_void
 pool_free = _declare("fai_pool_free", None, [c_void_p])
 plan_set_pool = _declare("fai_plan_set_pool", None, [c_void_p, c_void_p])
 cpu_count = _declare("fai_cpu_count", c_int64, [])
+cpu_cache_bytes = _declare("fai_cpu_cache_bytes", c_int64, [c_int])
 # the KV-cache functions (libfai builds that have them)
 cache_write = (_declare("fai_cache_write", c_int,
                         [c_int64, c_int64, c_int64, ctypes.POINTER(Tensor),

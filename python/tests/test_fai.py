@@ -98,6 +98,17 @@ def test_round_p_bf16():
         fai.attention(*arrays, round_p_bf16=1)
 
 
+@needs_bf16
+def test_p_parts_follow_round_p_bf16():
+    # all-bf16 prefill multiplies P in bf16 where the CPU can (matrix engine or bf16 dot
+    # products: 2 parts, or 1 rounded); elsewhere PV runs in f32 (0) either way
+    rng = np.random.default_rng(42)
+    (q, k, v), _ = qkv(rng, 1, 64, 64, 4, 2, 64, dts=("bfloat16",) * 3)
+    exact = fai.Plan.like(q, k, v).info["p_parts"]
+    rounded = fai.Plan.like(q, k, v, round_p_bf16=True).info["p_parts"]
+    assert (exact, rounded) in ((0, 0), (2, 1))
+
+
 # -- causal and windows -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sq,skv", [(8, 8), (5, 19), (19, 5), (1, 30), (70, 70)])
@@ -384,6 +395,10 @@ def test_plan_reuse_and_info():
                 "workspace_bytes", "split_kv", "isa"):
         assert key in info, key
     assert info["workspace_bytes"] == plan.workspace_bytes
+    assert info["p_parts"] == 0  # f32 Q with f16 K/V: PV in f32 on every vector table
+    assert info["l1d_capacity"] == fai.cpu_cache_bytes(1)
+    assert info["l2_capacity"] == fai.cpu_cache_bytes(2)
+    assert fai.cpu_cache_bytes(3) >= 0 and fai.cpu_cache_bytes(4) == 0
     ranges = plan.worker_ranges()
     assert len(ranges) == info["workers"]
     assert ranges[-1]["line_end"] == info["total_weight"]

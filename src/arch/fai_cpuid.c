@@ -2,6 +2,7 @@
 /* syscall(2) for the AMX permission request */
 #define _DEFAULT_SOURCE
 #include "arch/fai_cpuid.h"
+#include "fai.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -88,13 +89,20 @@ static void read_sysfs_level(int level, const char *type, int64_t *size) {
 }
 
 static void detect_caches(void) {
-    caches.l1d = caches.l2 = 0;
+    caches.l1d = caches.l2 = caches.l3 = 0;
     read_sysfs_level(1, "Data", &caches.l1d);
     read_sysfs_level(2, "Unified", &caches.l2);
+    /* sysfs first for L3 too: some hypervisors' CPUID, which sysconf reads, reports a different
+     * L3 than the OS's topology */
+    read_sysfs_level(3, "Unified", &caches.l3);
 #if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
     if (caches.l1d <= 0) caches.l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE);
     if (caches.l2 <= 0) caches.l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #endif
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+    if (caches.l3 <= 0) caches.l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    if (caches.l3 < 0) caches.l3 = 0;
     if (caches.l1d < 4096 || caches.l1d > (INT64_C(1) << 24)) caches.l1d = INT64_C(32) << 10;
     if (caches.l2 < 65536 || caches.l2 > (INT64_C(1) << 30)) caches.l2 = INT64_C(1) << 20;
 }
@@ -102,6 +110,11 @@ static void detect_caches(void) {
 const fai_cache_sizes *fai__cache_sizes(void) {
     pthread_once(&caches_once, detect_caches);
     return &caches;
+}
+
+int64_t fai_cpu_cache_bytes(int level) {
+    const fai_cache_sizes *sizes = fai__cache_sizes();
+    return level == 1 ? sizes->l1d : level == 2 ? sizes->l2 : level == 3 ? sizes->l3 : 0;
 }
 
 const fai_cpu_features *fai__cpu_features(void) {

@@ -21,9 +21,10 @@ const fai_cpu_features *fai__cpu_features(void);
 int fai__amx_enable(void);
 
 /* Per-core L1 data cache and L2 sizes in bytes, read once from the OS (sysfs, then sysconf);
- * 32 KiB and 1 MiB where the OS does not say. */
+ * 32 KiB and 1 MiB where the OS does not say. The shared L3 likewise, 0 where the OS does not
+ * say (no tile is sized by it). */
 typedef struct fai_cache_sizes {
-    int64_t l1d, l2;
+    int64_t l1d, l2, l3;
 } fai_cache_sizes;
 
 const fai_cache_sizes *fai__cache_sizes(void);
