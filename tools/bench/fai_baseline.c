@@ -1,5 +1,7 @@
 /* The unfused CBLAS attention of `fai bench --baseline` (see fai_baseline.h). Without a CBLAS at
  * build time only ft_baseline_available() and ft_baseline_blas() do anything. */
+/* dladdr (naming the BLAS library) is a GNU extension */
+#define _GNU_SOURCE
 #include "fai_baseline.h"
 
 #ifndef FAI_HAVE_CBLAS
@@ -26,6 +28,7 @@ void ft_baseline_free(ft_baseline *baseline) {}
 #include "fai_oracle.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -86,7 +89,15 @@ const char *ft_baseline_blas(void) {
         snprintf(text, sizeof text, "%s; core %s", openblas_get_config(), openblas_get_corename());
     return text;
 #else
-    return "CBLAS";
+    /* not OpenBLAS: name the file, so that a slow reference BLAS is seen for what it is */
+    static char text[256];
+    Dl_info info;
+    if (!text[0])
+        snprintf(text, sizeof text, "CBLAS from %s",
+                 dladdr((void *)(uintptr_t)cblas_sgemm, &info) && info.dli_fname
+                     ? info.dli_fname
+                     : "an unknown library");
+    return text;
 #endif
 }
 
