@@ -244,193 +244,272 @@ static int build_fail(fai_case *c, const char *fmt, ...) {
 
 #define ANY(x) ((x) == FAI_CASE_ANY)
 
-int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
-    memset(c, 0, sizeof *c);
-    c->seed = seed;
-    fai_rng rng = {seed ^ 0x5DEECE66Dull}, *g = &rng;
-    fai_rng_next(g);
-    fai_case_spec sp = *spec;
-    fai_problem *pb = &c->problem;
-    fai_problem_init(pb);
+/* A case being built. Each step below draws one group of its parameters or builds one of its
+ * tensors; a seed reproduces a case only while the draws come in the same order, so the steps
+ * run in a fixed sequence (fai_case_build) and fill in the spec's ANY fields as they go. */
+typedef struct case_draft {
+    fai_case *c;
+    const fai_case_spec *given; /* the caller's spec: which fields were given, not drawn */
+    fai_case_spec sp;           /* the spec with the fields drawn so far */
+    fai_rng rng;
+    /* quantized K and V draw from a stream of their own, so that the other draws of a seed
+     * stay what they were before these dtypes existed */
+    fai_rng quant_rng;
+    int packed_q, packed_kv, paged;
+    int64_t max_lq, max_lk, total_q, total_kv; /* over the sequences' lengths */
+    int64_t extra_rows;                        /* packed Q: rows past the last sequence */
+    int64_t page_size, num_pages, pages_per_seq, bt_stride; /* paged K/V */
+    int zero_seq_kv; /* paged: the problem's seq_kv (unused) is 0 rather than the longest */
+    /* batch and sequence extents of Q and O, and of K and V (pages and slots when paged) */
+    int64_t q_nb, kv_nb, kv_ns;
+    int64_t slack; /* elements behind a packed tensor, so a batch stride used reads garbage */
+} case_draft;
 
-    /* -- dtypes -- */
-    /* all-f32 inputs (the tightest tolerance) a fifth of the time, else independent */
+/* Dtypes: all-f32 inputs (the tightest tolerance) a fifth of the time, else independent; then
+ * maybe a quantized K or V, and the shapes of their scales. */
+static int draw_dtypes(case_draft *draft) {
+    fai_rng *g = &draft->rng, *gq = &draft->quant_rng;
+    const fai_case_spec *sp = &draft->sp;
+    fai_problem *pb = &draft->c->problem;
     const int all_f32 = fai_rng_range(g, 0, 99) < 20;
     pb->q_dtype =
-        (fai_dtype)(ANY(sp.q_dtype) ? (all_f32 ? 0 : fai_rng_range(g, 0, 2)) : sp.q_dtype);
+        (fai_dtype)(ANY(sp->q_dtype) ? (all_f32 ? 0 : fai_rng_range(g, 0, 2)) : sp->q_dtype);
     pb->k_dtype =
-        (fai_dtype)(ANY(sp.k_dtype) ? (all_f32 ? 0 : fai_rng_range(g, 0, 2)) : sp.k_dtype);
+        (fai_dtype)(ANY(sp->k_dtype) ? (all_f32 ? 0 : fai_rng_range(g, 0, 2)) : sp->k_dtype);
     pb->v_dtype =
-        (fai_dtype)(ANY(sp.v_dtype) ? (all_f32 ? 0 : fai_rng_range(g, 0, 2)) : sp.v_dtype);
-    pb->o_dtype = (fai_dtype)(ANY(sp.o_dtype) ? fai_rng_range(g, 0, 2) : sp.o_dtype);
-    /* quantized K and V (drawn from a stream of their own, so that the other draws of a seed
-     * stay what they were before these dtypes existed) */
-    fai_rng quant_rng = {seed ^ 0x9E3779B97F4A7C15ull}, *gq = &quant_rng;
-    fai_rng_next(gq);
-    if (ANY(sp.k_dtype) && !all_f32 && fai_rng_range(gq, 0, 99) < 30)
+        (fai_dtype)(ANY(sp->v_dtype) ? (all_f32 ? 0 : fai_rng_range(g, 0, 2)) : sp->v_dtype);
+    pb->o_dtype = (fai_dtype)(ANY(sp->o_dtype) ? fai_rng_range(g, 0, 2) : sp->o_dtype);
+    if (ANY(sp->k_dtype) && !all_f32 && fai_rng_range(gq, 0, 99) < 30)
         pb->k_dtype = (fai_dtype)(FAI_DTYPE_I8 + fai_rng_range(gq, 0, 2));
-    if (ANY(sp.v_dtype) && !all_f32 && fai_rng_range(gq, 0, 99) < 30)
+    if (ANY(sp->v_dtype) && !all_f32 && fai_rng_range(gq, 0, 99) < 30)
         pb->v_dtype = (fai_dtype)(FAI_DTYPE_I8 + fai_rng_range(gq, 0, 2));
-    c->k_scale_kind = (int)fai_rng_range(gq, 0, FAI_CASE_SCALE_KINDS - 1);
-    c->v_scale_kind = (int)fai_rng_range(gq, 0, FAI_CASE_SCALE_KINDS - 1);
+    draft->c->k_scale_kind = (int)fai_rng_range(gq, 0, FAI_CASE_SCALE_KINDS - 1);
+    draft->c->v_scale_kind = (int)fai_rng_range(gq, 0, FAI_CASE_SCALE_KINDS - 1);
+    return 0;
+}
 
-    /* -- how lengths are given -- */
+/* How lengths are given (FAI_CASE_LEN_*) for Q and for K/V, and the page size when paged. */
+static int draw_length_modes(case_draft *draft) {
+    fai_rng *g = &draft->rng;
+    fai_case_spec *sp = &draft->sp;
+    fai_case *c = draft->c;
     /* explicit lengths need a mode that uses them */
-    if (ANY(sp.q_lens) && sp.lens_q)
-        sp.q_lens = fai_rng_range(g, FAI_CASE_LEN_SEQLENS, FAI_CASE_LEN_PACKED);
-    if (ANY(sp.kv_lens) && sp.lens_kv)
-        sp.kv_lens = fai_rng_range(g, FAI_CASE_LEN_SEQLENS, FAI_CASE_LEN_PAGED);
-    if (ANY(sp.q_lens)) {
+    if (ANY(sp->q_lens) && sp->lens_q)
+        sp->q_lens = fai_rng_range(g, FAI_CASE_LEN_SEQLENS, FAI_CASE_LEN_PACKED);
+    if (ANY(sp->kv_lens) && sp->lens_kv)
+        sp->kv_lens = fai_rng_range(g, FAI_CASE_LEN_SEQLENS, FAI_CASE_LEN_PAGED);
+    if (ANY(sp->q_lens)) {
         const int64_t p = fai_rng_range(g, 0, 99);
-        sp.q_lens = p < 40   ? FAI_CASE_LEN_FULL
-                    : p < 70 ? FAI_CASE_LEN_SEQLENS
-                             : FAI_CASE_LEN_PACKED;
+        sp->q_lens = p < 40   ? FAI_CASE_LEN_FULL
+                     : p < 70 ? FAI_CASE_LEN_SEQLENS
+                              : FAI_CASE_LEN_PACKED;
     }
-    if (ANY(sp.kv_lens)) {
+    if (ANY(sp->kv_lens)) {
         const int64_t p = fai_rng_range(g, 0, 99);
-        sp.kv_lens = p < 30   ? FAI_CASE_LEN_FULL
-                     : p < 55 ? FAI_CASE_LEN_SEQLENS
-                     : p < 75 ? FAI_CASE_LEN_PACKED
-                              : FAI_CASE_LEN_PAGED;
+        sp->kv_lens = p < 30   ? FAI_CASE_LEN_FULL
+                      : p < 55 ? FAI_CASE_LEN_SEQLENS
+                      : p < 75 ? FAI_CASE_LEN_PACKED
+                               : FAI_CASE_LEN_PAGED;
     }
-    if (sp.q_lens < 0 || sp.q_lens > FAI_CASE_LEN_PACKED || sp.kv_lens < 0 ||
-        sp.kv_lens > FAI_CASE_LEN_PAGED)
+    if (sp->q_lens < 0 || sp->q_lens > FAI_CASE_LEN_PACKED || sp->kv_lens < 0 ||
+        sp->kv_lens > FAI_CASE_LEN_PAGED)
         return build_fail(c, "bad q_lens / kv_lens");
-    c->q_lens = (int)sp.q_lens;
-    c->kv_lens = (int)sp.kv_lens;
-    if (c->kv_lens == FAI_CASE_LEN_PAGED && ANY(sp.page_size)) {
+    c->q_lens = (int)sp->q_lens;
+    c->kv_lens = (int)sp->kv_lens;
+    draft->packed_q = c->q_lens == FAI_CASE_LEN_PACKED;
+    draft->packed_kv = c->kv_lens == FAI_CASE_LEN_PACKED;
+    draft->paged = c->kv_lens == FAI_CASE_LEN_PAGED;
+    if (draft->paged && ANY(sp->page_size)) {
         const int64_t p = fai_rng_range(g, 0, 99);
-        sp.page_size = p < 20   ? 1
-                       : p < 40 ? 3
-                       : p < 65 ? 16
-                       : p < 75 ? 128
-                                : fai_rng_range(g, 2, 40);
+        sp->page_size = p < 20   ? 1
+                        : p < 40 ? 3
+                        : p < 65 ? 16
+                        : p < 75 ? 128
+                                 : fai_rng_range(g, 2, 40);
     }
-    if (c->kv_lens == FAI_CASE_LEN_PAGED && sp.page_size < 1) return build_fail(c, "page_size");
+    if (draft->paged && sp->page_size < 1) return build_fail(c, "page_size");
+    return 0;
+}
 
-    /* -- shapes -- */
-    const int given_seq_q = !ANY(sp.seq_q), given_seq_kv = !ANY(sp.seq_kv);
-    const int given_heads = !ANY(sp.heads_q) || !ANY(sp.heads_kv);
-    const int given_dims = !ANY(sp.head_dim), given_dims_v = !ANY(sp.head_dim_v);
-    if (ANY(sp.batch)) {
-        if (sp.lens_q || sp.lens_kv) return build_fail(c, "lens need the batch");
-        const int64_t p = fai_rng_range(g, 0, 99);
-        sp.batch = p < 2    ? 0
-                   : p < 40 ? 1
-                   : p < 95 ? fai_rng_range(g, 2, 4)
-                            : fai_rng_range(g, 5, 33);
+/* Shrinks drawn sizes until the attention work, and (through the minimum of 8 keys) the size
+ * of the tensors, fit the budget: the batch first, then the query group, the longer sequence,
+ * the heads, the head dims. Given sizes stay. */
+static void fit_work_budget(fai_case_spec *sp, const fai_case_spec *given) {
+    const int given_seq_q = !ANY(given->seq_q), given_seq_kv = !ANY(given->seq_kv);
+    const int given_heads = !ANY(given->heads_q) || !ANY(given->heads_kv);
+    const int given_dims = !ANY(given->head_dim), given_dims_v = !ANY(given->head_dim_v);
+    const int given_batch = !ANY(given->batch);
+    const double budget = sp->max_work > 0 ? sp->max_work : 2e6;
+    for (int guard = 0; guard < 64; guard++) {
+        const double work = (double)(sp->batch ? sp->batch : 1) * (double)sp->heads_q *
+                            (double)(sp->seq_q ? sp->seq_q : 1) *
+                            (double)(sp->seq_kv > 8 ? sp->seq_kv : 8) *
+                            (double)(sp->head_dim + sp->head_dim_v);
+        if (work <= budget) break;
+        const int can_kv = !given_seq_kv && !sp->lens_kv && sp->seq_kv > 8;
+        const int can_q = !given_seq_q && !sp->lens_q && sp->seq_q > 4;
+        if (!given_batch && sp->batch > 4)
+            sp->batch = sp->batch / 2;
+        else if (!given_heads && sp->heads_q > 2 * sp->heads_kv)
+            sp->heads_q = sp->heads_kv * (sp->heads_q / sp->heads_kv / 2);
+        else if (can_kv && (!can_q || sp->seq_kv >= sp->seq_q))
+            sp->seq_kv = sp->seq_kv / 2 + 1;
+        else if (can_q)
+            sp->seq_q = sp->seq_q / 2 + 1;
+        else if (!given_heads && sp->heads_q > sp->heads_kv)
+            sp->heads_q = sp->heads_kv;
+        else if (!given_heads && sp->heads_kv > 1)
+            sp->heads_q = sp->heads_kv = 1;
+        else if (!given_dims && sp->head_dim > 8) {
+            sp->head_dim = sp->head_dim / 2 + 1;
+            if (!given_dims_v && sp->head_dim_v > 8) sp->head_dim_v = sp->head_dim_v / 2 + 1;
+        } else if (!given_dims_v && sp->head_dim_v > 8)
+            sp->head_dim_v = sp->head_dim_v / 2 + 1;
+        else
+            break;
     }
-    if (ANY(sp.heads_kv)) {
-        if (ANY(sp.heads_q)) {
-            sp.heads_kv = PICK(g, 1, 2, 7, 8);
+}
+
+/* The longest of explicit lengths. */
+static int64_t longest(const int32_t *lens, int64_t batch) {
+    int64_t mx = 0;
+    for (int64_t b = 0; b < batch; b++)
+        mx = lens[b] > mx ? lens[b] : mx;
+    return mx;
+}
+
+/* The shape: batch, heads (the kv heads dividing the query heads), head dims and the longest
+ * sequences, drawn where the spec leaves them and fitted to the work budget. */
+static int draw_shape(case_draft *draft) {
+    fai_rng *g = &draft->rng;
+    fai_case_spec *sp = &draft->sp;
+    const fai_case_spec *given = draft->given;
+    fai_case *c = draft->c;
+    if (ANY(sp->batch)) {
+        if (sp->lens_q || sp->lens_kv) return build_fail(c, "lens need the batch");
+        const int64_t p = fai_rng_range(g, 0, 99);
+        sp->batch = p < 2    ? 0
+                    : p < 40 ? 1
+                    : p < 95 ? fai_rng_range(g, 2, 4)
+                             : fai_rng_range(g, 5, 33);
+    }
+    if (ANY(sp->heads_kv)) {
+        if (ANY(sp->heads_q)) {
+            sp->heads_kv = PICK(g, 1, 2, 7, 8);
         } else {
             const int64_t cand[4] = {1, 2, 7, 8};
             int64_t ok[4];
             int n = 0;
             for (int i = 0; i < 4; i++)
-                if (sp.heads_q % cand[i] == 0) ok[n++] = cand[i];
-            sp.heads_kv = n ? ok[fai_rng_range(g, 0, n - 1)] : 1;
+                if (sp->heads_q % cand[i] == 0) ok[n++] = cand[i];
+            sp->heads_kv = n ? ok[fai_rng_range(g, 0, n - 1)] : 1;
         }
     }
-    if (ANY(sp.heads_q)) {
+    if (ANY(sp->heads_q)) {
         const int64_t group =
             fai_rng_range(g, 0, 99) < 4 ? PICK(g, 16, 32) : PICK(g, 1, 1, 2, 3, 4, 8);
-        sp.heads_q = sp.heads_kv * group;
+        sp->heads_q = sp->heads_kv * group;
     }
-    if (ANY(sp.head_dim)) sp.head_dim = draw_dim(g);
-    if (ANY(sp.head_dim_v)) sp.head_dim_v = fai_rng_range(g, 0, 1) ? sp.head_dim : draw_dim(g);
-    if (ANY(sp.seq_q)) sp.seq_q = draw_len(g);
-    if (ANY(sp.seq_kv)) sp.seq_kv = draw_len(g);
+    if (ANY(sp->head_dim)) sp->head_dim = draw_dim(g);
+    if (ANY(sp->head_dim_v)) sp->head_dim_v = fai_rng_range(g, 0, 1) ? sp->head_dim : draw_dim(g);
+    if (ANY(sp->seq_q)) sp->seq_q = draw_len(g);
+    if (ANY(sp->seq_kv)) sp->seq_kv = draw_len(g);
     /* inference mostly has at least as many keys as queries */
-    if (!given_seq_q && !given_seq_kv && sp.seq_q > sp.seq_kv && sp.seq_kv > 0 &&
+    if (ANY(given->seq_q) && ANY(given->seq_kv) && sp->seq_q > sp->seq_kv && sp->seq_kv > 0 &&
         fai_rng_range(g, 0, 99) < 60) {
-        const int64_t tmp = sp.seq_q;
-        sp.seq_q = sp.seq_kv;
-        sp.seq_kv = tmp;
+        const int64_t tmp = sp->seq_q;
+        sp->seq_q = sp->seq_kv;
+        sp->seq_kv = tmp;
     }
-    const int given_batch = !ANY(spec->batch);
-    if (sp.lens_q) {
-        int64_t mx = 0;
-        for (int64_t b = 0; b < sp.batch; b++)
-            mx = sp.lens_q[b] > mx ? sp.lens_q[b] : mx;
-        if (!given_seq_q) sp.seq_q = mx;
+    /* explicit lengths set the longest sequence, unless it is given */
+    if (sp->lens_q) {
+        const int64_t mx = longest(sp->lens_q, sp->batch);
+        if (ANY(given->seq_q)) sp->seq_q = mx;
     }
-    if (sp.lens_kv) {
-        int64_t mx = 0;
-        for (int64_t b = 0; b < sp.batch; b++)
-            mx = sp.lens_kv[b] > mx ? sp.lens_kv[b] : mx;
-        if (!given_seq_kv) sp.seq_kv = mx;
+    if (sp->lens_kv) {
+        const int64_t mx = longest(sp->lens_kv, sp->batch);
+        if (ANY(given->seq_kv)) sp->seq_kv = mx;
     }
-    /* keep drawn shapes inside the work budget */
-    const double budget = sp.max_work > 0 ? sp.max_work : 2e6;
-    for (int guard = 0; guard < 64; guard++) {
-        /* attention work, and (through the minimum of 8 keys) the size of the tensors */
-        const double work = (double)(sp.batch ? sp.batch : 1) * (double)sp.heads_q *
-                            (double)(sp.seq_q ? sp.seq_q : 1) *
-                            (double)(sp.seq_kv > 8 ? sp.seq_kv : 8) *
-                            (double)(sp.head_dim + sp.head_dim_v);
-        if (work <= budget) break;
-        const int can_kv = !given_seq_kv && !sp.lens_kv && sp.seq_kv > 8;
-        const int can_q = !given_seq_q && !sp.lens_q && sp.seq_q > 4;
-        if (!given_batch && sp.batch > 4)
-            sp.batch = sp.batch / 2;
-        else if (!given_heads && sp.heads_q > 2 * sp.heads_kv)
-            sp.heads_q = sp.heads_kv * (sp.heads_q / sp.heads_kv / 2);
-        else if (can_kv && (!can_q || sp.seq_kv >= sp.seq_q))
-            sp.seq_kv = sp.seq_kv / 2 + 1;
-        else if (can_q)
-            sp.seq_q = sp.seq_q / 2 + 1;
-        else if (!given_heads && sp.heads_q > sp.heads_kv)
-            sp.heads_q = sp.heads_kv;
-        else if (!given_heads && sp.heads_kv > 1)
-            sp.heads_q = sp.heads_kv = 1;
-        else if (!given_dims && sp.head_dim > 8) {
-            sp.head_dim = sp.head_dim / 2 + 1;
-            if (!given_dims_v && sp.head_dim_v > 8) sp.head_dim_v = sp.head_dim_v / 2 + 1;
-        } else if (!given_dims_v && sp.head_dim_v > 8)
-            sp.head_dim_v = sp.head_dim_v / 2 + 1;
-        else
-            break;
-    }
-    const int64_t B = sp.batch;
-    const int64_t Hq = sp.heads_q, Hkv = sp.heads_kv, D = sp.head_dim, Dv = sp.head_dim_v;
+    fit_work_budget(sp, given);
+    const int64_t B = sp->batch;
+    const int64_t Hq = sp->heads_q, Hkv = sp->heads_kv, D = sp->head_dim, Dv = sp->head_dim_v;
     if (B < 0 || Hq < 1 || Hkv < 1 || Hq % Hkv || D < 1 || D > FAI_MAX_HEAD_DIM || Dv < 1 ||
-        Dv > FAI_MAX_HEAD_DIM || sp.seq_q < 0 || sp.seq_kv < 0)
+        Dv > FAI_MAX_HEAD_DIM || sp->seq_q < 0 || sp->seq_kv < 0)
         return build_fail(c, "bad shape");
-    const int64_t Dvr = Dv;
-    const int dv_default = Dv == D && ANY(spec->head_dim_v) && fai_rng_range(g, 0, 99) < 30;
-
-    /* -- per-sequence lengths -- */
-    c->len_q = calloc((size_t)B + 1, sizeof(int64_t));
-    c->len_kv = calloc((size_t)B + 1, sizeof(int64_t));
-    if (!c->len_q || !c->len_kv) return build_fail(c, "out of memory");
-    int64_t max_lq = 0, max_lk = 0, total_q = 0, total_kv = 0;
-    for (int64_t b = 0; b < B; b++) {
-        int64_t lq = sp.lens_q                        ? sp.lens_q[b]
-                     : c->q_lens == FAI_CASE_LEN_FULL ? sp.seq_q
-                                                      : draw_seq_len(g, sp.seq_q);
-        int64_t lk = sp.lens_kv                        ? sp.lens_kv[b]
-                     : c->kv_lens == FAI_CASE_LEN_FULL ? sp.seq_kv
-                                                       : draw_seq_len(g, sp.seq_kv);
-        if (c->q_lens == FAI_CASE_LEN_FULL) lq = sp.seq_q;
-        if (c->kv_lens == FAI_CASE_LEN_FULL) lk = sp.seq_kv;
-        if (lq < 0 || lk < 0 || (c->q_lens != FAI_CASE_LEN_PACKED && lq > sp.seq_q) ||
-            (c->kv_lens != FAI_CASE_LEN_PACKED && c->kv_lens != FAI_CASE_LEN_PAGED &&
-             lk > sp.seq_kv))
-            return build_fail(c, "bad lengths");
-        c->len_q[b] = lq;
-        c->len_kv[b] = lk;
-        max_lq = lq > max_lq ? lq : max_lq;
-        max_lk = lk > max_lk ? lk : max_lk;
-        total_q += lq;
-        total_kv += lk;
-    }
-
+    /* a drawn Dv equal to D is now and then given as the default */
+    const int dv_default = Dv == D && ANY(given->head_dim_v) && fai_rng_range(g, 0, 99) < 30;
+    fai_problem *pb = &c->problem;
     pb->batch = B;
     pb->heads_q = Hq;
     pb->heads_kv = Hkv;
     pb->head_dim = D;
     pb->head_dim_v = dv_default ? FAI_HEAD_DIM_V_DEFAULT : Dv;
+    return 0;
+}
+
+/* Each sequence's lengths: the explicit ones, the longest (FULL), or drawn up to the longest. */
+static int draw_seq_lengths(case_draft *draft) {
+    fai_rng *g = &draft->rng;
+    const fai_case_spec *sp = &draft->sp;
+    fai_case *c = draft->c;
+    const int64_t B = sp->batch;
+    c->len_q = calloc((size_t)B + 1, sizeof(int64_t));
+    c->len_kv = calloc((size_t)B + 1, sizeof(int64_t));
+    if (!c->len_q || !c->len_kv) return build_fail(c, "out of memory");
+    for (int64_t b = 0; b < B; b++) {
+        int64_t lq = sp->lens_q                       ? sp->lens_q[b]
+                     : c->q_lens == FAI_CASE_LEN_FULL ? sp->seq_q
+                                                      : draw_seq_len(g, sp->seq_q);
+        int64_t lk = sp->lens_kv                       ? sp->lens_kv[b]
+                     : c->kv_lens == FAI_CASE_LEN_FULL ? sp->seq_kv
+                                                       : draw_seq_len(g, sp->seq_kv);
+        if (c->q_lens == FAI_CASE_LEN_FULL) lq = sp->seq_q;
+        if (c->kv_lens == FAI_CASE_LEN_FULL) lk = sp->seq_kv;
+        if (lq < 0 || lk < 0 || (!draft->packed_q && lq > sp->seq_q) ||
+            (!draft->packed_kv && !draft->paged && lk > sp->seq_kv))
+            return build_fail(c, "bad lengths");
+        c->len_q[b] = lq;
+        c->len_kv[b] = lk;
+        draft->max_lq = lq > draft->max_lq ? lq : draft->max_lq;
+        draft->max_lk = lk > draft->max_lk ? lk : draft->max_lk;
+        draft->total_q += lq;
+        draft->total_kv += lk;
+    }
+    return 0;
+}
+
+/* Paged K/V: a pool of a few pages more than the sequences need, and a block table a few pages
+ * wider than the longest sequence needs, its rows maybe further apart than that. */
+static void draw_page_pool(case_draft *draft) {
+    fai_rng *g = &draft->rng;
+    fai_case *c = draft->c;
+    fai_problem *pb = &c->problem;
+    const int64_t page_size = draft->sp.page_size;
+    int64_t needed = 0;
+    for (int64_t b = 0; b < pb->batch; b++)
+        needed += (c->len_kv[b] + page_size - 1) / page_size;
+    draft->page_size = page_size;
+    draft->num_pages = needed + fai_rng_range(g, 0, 3);
+    if (draft->num_pages < 1) draft->num_pages = 1;
+    draft->pages_per_seq = (draft->max_lk + page_size - 1) / page_size + fai_rng_range(g, 0, 2);
+    if (draft->pages_per_seq < 1) draft->pages_per_seq = 1;
+    draft->bt_stride = draft->pages_per_seq + (fai_rng_range(g, 0, 2) ? 0 : fai_rng_range(g, 1, 3));
+    draft->zero_seq_kv = fai_rng_range(g, 0, 99) < 30;
+    pb->seq_kv = draft->zero_seq_kv ? 0 : draft->max_lk; /* unused when paged */
+    pb->seqlens_kv = c->seqlens_kv;
+    pb->page_size = page_size;
+    pb->num_pages = draft->num_pages;
+    pb->pages_per_seq = draft->pages_per_seq;
+}
+
+/* The lengths as the problem takes them: seqlens or cu_seqlens arrays (packed Q maybe with rows
+ * past its last sequence, packed K/V with keys past it), or a page pool. */
+static int give_lengths(case_draft *draft) {
+    fai_rng *g = &draft->rng;
+    const fai_case_spec *sp = &draft->sp;
+    fai_case *c = draft->c;
+    fai_problem *pb = &c->problem;
+    const int64_t B = sp->batch;
     c->seqlens_q = calloc((size_t)B + 1, sizeof(int32_t));
     c->seqlens_kv = calloc((size_t)B + 1, sizeof(int32_t));
     c->cu_q = calloc((size_t)B + 2, sizeof(int32_t));
@@ -443,72 +522,63 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         c->cu_q[b + 1] = c->cu_q[b] + (int32_t)c->len_q[b];
         c->cu_kv[b + 1] = c->cu_kv[b] + (int32_t)c->len_kv[b];
     }
-    int64_t extra_rows = 0;
-    if (c->q_lens == FAI_CASE_LEN_PACKED) {
-        extra_rows = ANY(sp.packed_rows_extra)
-                         ? (fai_rng_range(g, 0, 99) < 70 ? 0 : fai_rng_range(g, 1, 5))
-                         : sp.packed_rows_extra;
-        if (B == 0) extra_rows = 0; /* packed rows need a sequence to belong to */
-        pb->seq_q = total_q + extra_rows;
+    if (draft->packed_q) {
+        draft->extra_rows = ANY(sp->packed_rows_extra)
+                                ? (fai_rng_range(g, 0, 99) < 70 ? 0 : fai_rng_range(g, 1, 5))
+                                : sp->packed_rows_extra;
+        if (B == 0) draft->extra_rows = 0; /* packed rows need a sequence to belong to */
+        pb->seq_q = draft->total_q + draft->extra_rows;
         pb->cu_seqlens_q = c->cu_q;
     } else {
-        pb->seq_q = sp.seq_q;
+        pb->seq_q = sp->seq_q;
         if (c->q_lens == FAI_CASE_LEN_SEQLENS) pb->seqlens_q = c->seqlens_q;
     }
-    int64_t page_size = 0, num_pages = 0, pages_per_seq = 0, bt_stride = 0;
-    int zero_seq_kv = 0;
-    if (c->kv_lens == FAI_CASE_LEN_PACKED) {
+    if (draft->packed_kv) {
         pb->seq_kv =
-            total_kv + (fai_rng_range(g, 0, 99) < 80 || B == 0 ? 0 : fai_rng_range(g, 1, 4));
+            draft->total_kv + (fai_rng_range(g, 0, 99) < 80 || B == 0 ? 0 : fai_rng_range(g, 1, 4));
         pb->cu_seqlens_kv = c->cu_kv;
-    } else if (c->kv_lens == FAI_CASE_LEN_PAGED) {
-        page_size = sp.page_size;
-        int64_t needed = 0;
-        for (int64_t b = 0; b < B; b++)
-            needed += (c->len_kv[b] + page_size - 1) / page_size;
-        num_pages = needed + fai_rng_range(g, 0, 3);
-        if (num_pages < 1) num_pages = 1;
-        pages_per_seq = (max_lk + page_size - 1) / page_size + fai_rng_range(g, 0, 2);
-        if (pages_per_seq < 1) pages_per_seq = 1;
-        bt_stride = pages_per_seq + (fai_rng_range(g, 0, 2) ? 0 : fai_rng_range(g, 1, 3));
-        zero_seq_kv = fai_rng_range(g, 0, 99) < 30;
-        pb->seq_kv = zero_seq_kv ? 0 : max_lk; /* unused when paged */
-        pb->seqlens_kv = c->seqlens_kv;
-        pb->page_size = page_size;
-        pb->num_pages = num_pages;
-        pb->pages_per_seq = pages_per_seq;
+    } else if (draft->paged) {
+        draw_page_pool(draft);
     } else {
-        pb->seq_kv = sp.seq_kv;
+        pb->seq_kv = sp->seq_kv;
         if (c->kv_lens == FAI_CASE_LEN_SEQLENS) pb->seqlens_kv = c->seqlens_kv;
     }
+    return 0;
+}
 
-    /* -- masking -- */
-    if (ANY(sp.causal)) {
+/* What hides keys: causal, the window, the explicit mask's kind, shape and density, and global
+ * positions (each sequence's diagonal moved anywhere around its own). */
+static int draw_masking(case_draft *draft) {
+    fai_rng *g = &draft->rng;
+    fai_case_spec *sp = &draft->sp;
+    fai_case *c = draft->c;
+    fai_problem *pb = &c->problem;
+    if (ANY(sp->causal)) {
         const int64_t p = fai_rng_range(g, 0, 99);
-        sp.causal = p < 50   ? FAI_CAUSAL_NONE
-                    : p < 80 ? FAI_CAUSAL_BOTTOM_RIGHT
-                             : FAI_CAUSAL_TOP_LEFT;
+        sp->causal = p < 50   ? FAI_CAUSAL_NONE
+                     : p < 80 ? FAI_CAUSAL_BOTTOM_RIGHT
+                              : FAI_CAUSAL_TOP_LEFT;
     }
     const int window_drawn = fai_rng_range(g, 0, 99) < 40;
-    const int64_t wspan = (max_lk > max_lq ? max_lk : max_lq) + 2;
-    if (ANY(sp.window_left))
-        sp.window_left = window_drawn && fai_rng_range(g, 0, 3) ? fai_rng_range(g, 0, wspan) : -1;
-    if (ANY(sp.window_right))
-        sp.window_right = window_drawn && fai_rng_range(g, 0, 2) ? fai_rng_range(g, 0, wspan) : -1;
-    if (ANY(sp.mask_kind)) {
+    const int64_t wspan = (draft->max_lk > draft->max_lq ? draft->max_lk : draft->max_lq) + 2;
+    if (ANY(sp->window_left))
+        sp->window_left = window_drawn && fai_rng_range(g, 0, 3) ? fai_rng_range(g, 0, wspan) : -1;
+    if (ANY(sp->window_right))
+        sp->window_right = window_drawn && fai_rng_range(g, 0, 2) ? fai_rng_range(g, 0, wspan) : -1;
+    if (ANY(sp->mask_kind)) {
         const int64_t p = fai_rng_range(g, 0, 99);
-        sp.mask_kind = p < 50   ? FAI_MASK_NONE
-                       : p < 62 ? FAI_MASK_KEEP
-                       : p < 74 ? FAI_MASK_DROP
-                       : p < 87 ? FAI_MASK_ADD
-                                : FAI_MASK_KEEP_BITS;
+        sp->mask_kind = p < 50   ? FAI_MASK_NONE
+                        : p < 62 ? FAI_MASK_KEEP
+                        : p < 74 ? FAI_MASK_DROP
+                        : p < 87 ? FAI_MASK_ADD
+                                 : FAI_MASK_KEEP_BITS;
     }
-    if (ANY(sp.mask_shape)) sp.mask_shape = fai_rng_range(g, 0, FAI_CASE_MASK_SHAPES - 1);
-    if (ANY(sp.mask_density))
-        sp.mask_density = fai_rng_range(g, 0, 99) < 4 ? 100 : PICK(g, 0, 10, 10, 30, 30, 60, 90);
-    /* global positions: each sequence's diagonal moves anywhere around its own */
-    if (ANY(sp.positions)) sp.positions = fai_rng_range(g, 0, 99) < 15;
-    if (sp.positions) {
+    if (ANY(sp->mask_shape)) sp->mask_shape = fai_rng_range(g, 0, FAI_CASE_MASK_SHAPES - 1);
+    if (ANY(sp->mask_density))
+        sp->mask_density = fai_rng_range(g, 0, 99) < 4 ? 100 : PICK(g, 0, 10, 10, 30, 30, 60, 90);
+    if (ANY(sp->positions)) sp->positions = fai_rng_range(g, 0, 99) < 15;
+    if (sp->positions) {
+        const int64_t B = sp->batch;
         c->q_pos = calloc((size_t)B + 1, sizeof(int32_t));
         c->kv_pos = calloc((size_t)B + 1, sizeof(int32_t));
         if (!c->q_pos || !c->kv_pos) return build_fail(c, "out of memory");
@@ -519,30 +589,38 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         pb->q_positions = c->q_pos;
         pb->kv_positions = c->kv_pos;
     }
-    pb->causal = (fai_causal)sp.causal;
-    pb->window_left = sp.window_left;
-    pb->window_right = sp.window_right;
-    pb->mask_kind = (fai_mask_kind)sp.mask_kind;
-    c->mask_shape = (int)sp.mask_shape;
+    pb->causal = (fai_causal)sp->causal;
+    pb->window_left = sp->window_left;
+    pb->window_right = sp->window_right;
+    pb->mask_kind = (fai_mask_kind)sp->mask_kind;
+    c->mask_shape = (int)sp->mask_shape;
+    return 0;
+}
 
-    /* -- values and execution -- */
-    if (isnan(sp.scale)) {
+/* The scores: the scale, the values' amplitude, and the score modifiers (each about a fifth of
+ * the time, independently) with their ALiBi slopes and sink logits per head. */
+static int draw_scores(case_draft *draft) {
+    fai_rng *g = &draft->rng;
+    fai_case_spec *sp = &draft->sp;
+    fai_case *c = draft->c;
+    fai_problem *pb = &c->problem;
+    const int64_t Hq = sp->heads_q;
+    if (isnan(sp->scale)) {
         /* the default mostly, now and then 0 (every visible key weighs the same) */
         const int64_t p = fai_rng_range(g, 0, 99);
-        sp.scale = p < 72   ? FAI_CASE_SCALE_DEFAULT
-                   : p < 75 ? 0.0
-                            : uniform_pm(g, 1.5) / sqrt((double)D);
+        sp->scale = p < 72   ? FAI_CASE_SCALE_DEFAULT
+                    : p < 75 ? 0.0
+                             : uniform_pm(g, 1.5) / sqrt((double)sp->head_dim);
     }
-    if (isnan(sp.amplitude)) sp.amplitude = (double)PICK(g, 1, 1, 2, 2, 3, 4) * 0.5;
-    pb->scale = isinf(sp.scale) ? FAI_SCALE_DEFAULT : (float)sp.scale;
-    /* -- score modifiers: each about a fifth of the time, independently -- */
-    if (isnan(sp.softcap))
-        sp.softcap = fai_rng_range(g, 0, 99) < 20 ? (double)PICK(g, 1, 2, 5, 20, 50) * 0.5 : 0.0;
-    if (ANY(sp.alibi)) sp.alibi = fai_rng_range(g, 0, 99) < 20;
-    if (ANY(sp.sinks)) sp.sinks = fai_rng_range(g, 0, 99) < 25;
-    pb->softcap = (float)sp.softcap;
-    pb->alibi = sp.alibi != 0;
-    pb->sinks = sp.sinks != 0;
+    if (isnan(sp->amplitude)) sp->amplitude = (double)PICK(g, 1, 1, 2, 2, 3, 4) * 0.5;
+    pb->scale = isinf(sp->scale) ? FAI_SCALE_DEFAULT : (float)sp->scale;
+    if (isnan(sp->softcap))
+        sp->softcap = fai_rng_range(g, 0, 99) < 20 ? (double)PICK(g, 1, 2, 5, 20, 50) * 0.5 : 0.0;
+    if (ANY(sp->alibi)) sp->alibi = fai_rng_range(g, 0, 99) < 20;
+    if (ANY(sp->sinks)) sp->sinks = fai_rng_range(g, 0, 99) < 25;
+    pb->softcap = (float)sp->softcap;
+    pb->alibi = sp->alibi != 0;
+    pb->sinks = sp->sinks != 0;
     if (pb->alibi || pb->sinks) {
         c->alibi_slopes = calloc((size_t)Hq, sizeof(float));
         c->sinks = calloc((size_t)Hq, sizeof(float));
@@ -559,46 +637,61 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
                                    : (float)uniform_pm(g, 3.0);
         }
     }
-    if (ANY(sp.workers)) {
-        const int64_t p = fai_rng_range(g, 0, 99);
-        sp.workers = p < 25   ? 0
-                     : p < 75 ? fai_rng_range(g, 1, 8)
-                     : p < 95 ? fai_rng_range(g, 9, 64)
-                              : FAI_MAX_WORKERS;
-    }
-    if (ANY(sp.threads))
-        sp.threads = fai_rng_range(g, 0, 99) < 5 ? PICK(g, 3, 8) : PICK(g, 0, 0, 1, 1, 2, 2);
-    if (ANY(sp.split)) {
-        const int64_t p = fai_rng_range(g, 0, 99);
-        sp.split = p < 70 ? FAI_SPLIT_AUTO : p < 85 ? FAI_SPLIT_UNITS : FAI_SPLIT_GREEDY;
-    }
-    if (ANY(sp.tile_q)) sp.tile_q = draw_tile(g, 0);
-    if (ANY(sp.tile_kv)) sp.tile_kv = draw_tile(g, 1);
-    if (ANY(sp.lse)) sp.lse = fai_rng_range(g, 0, 99) < 85;
-    pb->workers = sp.workers;
-    pb->threads = sp.threads;
-    pb->split = (fai_split)sp.split;
-    pb->tile_q = sp.tile_q;
-    pb->tile_kv = sp.tile_kv;
+    c->tensors.alibi_slopes = pb->alibi ? c->alibi_slopes : NULL;
+    c->tensors.sinks = pb->sinks ? c->sinks : NULL;
+    return 0;
+}
 
-    /* -- tensors -- */
+/* The execution knobs (workers, threads, split, tiles), and whether LSE is asked for. */
+static int draw_execution(case_draft *draft) {
+    fai_rng *g = &draft->rng;
+    fai_case_spec *sp = &draft->sp;
+    fai_problem *pb = &draft->c->problem;
+    if (ANY(sp->workers)) {
+        const int64_t p = fai_rng_range(g, 0, 99);
+        sp->workers = p < 25   ? 0
+                      : p < 75 ? fai_rng_range(g, 1, 8)
+                      : p < 95 ? fai_rng_range(g, 9, 64)
+                               : FAI_MAX_WORKERS;
+    }
+    if (ANY(sp->threads))
+        sp->threads = fai_rng_range(g, 0, 99) < 5 ? PICK(g, 3, 8) : PICK(g, 0, 0, 1, 1, 2, 2);
+    if (ANY(sp->split)) {
+        const int64_t p = fai_rng_range(g, 0, 99);
+        sp->split = p < 70 ? FAI_SPLIT_AUTO : p < 85 ? FAI_SPLIT_UNITS : FAI_SPLIT_GREEDY;
+    }
+    if (ANY(sp->tile_q)) sp->tile_q = draw_tile(g, 0);
+    if (ANY(sp->tile_kv)) sp->tile_kv = draw_tile(g, 1);
+    if (ANY(sp->lse)) sp->lse = fai_rng_range(g, 0, 99) < 85;
+    pb->workers = sp->workers;
+    pb->threads = sp->threads;
+    pb->split = (fai_split)sp->split;
+    pb->tile_q = sp->tile_q;
+    pb->tile_kv = sp->tile_kv;
+    return 0;
+}
+
+/* Q, K, V and O, each in a layout of its own (or the spec's), allocated with slack and filled
+ * with garbage. */
+static int alloc_qkvo(case_draft *draft) {
+    fai_rng *g = &draft->rng;
+    const fai_case_spec *sp = &draft->sp;
+    fai_case *c = draft->c;
+    const fai_problem *pb = &c->problem;
     fai_tensors *t = &c->tensors;
-    memset(t, 0, sizeof *t);
-    t->alibi_slopes = pb->alibi ? c->alibi_slopes : NULL;
-    t->sinks = pb->sinks ? c->sinks : NULL;
-    const int lay_any = ANY(sp.layout);
-    c->layout_q = (int)(lay_any ? fai_rng_range(g, 0, 3) : sp.layout);
-    c->layout_k = (int)(lay_any ? fai_rng_range(g, 0, 3) : sp.layout);
-    c->layout_v = (int)(lay_any ? fai_rng_range(g, 0, 3) : sp.layout);
-    c->layout_o = (int)(lay_any ? fai_rng_range(g, 0, 3) : sp.layout);
-    const int packed_q = c->q_lens == FAI_CASE_LEN_PACKED;
-    const int packed_kv = c->kv_lens == FAI_CASE_LEN_PACKED;
-    const int paged = c->kv_lens == FAI_CASE_LEN_PAGED;
+    const int lay_any = ANY(sp->layout);
+    c->layout_q = (int)(lay_any ? fai_rng_range(g, 0, 3) : sp->layout);
+    c->layout_k = (int)(lay_any ? fai_rng_range(g, 0, 3) : sp->layout);
+    c->layout_v = (int)(lay_any ? fai_rng_range(g, 0, 3) : sp->layout);
+    c->layout_o = (int)(lay_any ? fai_rng_range(g, 0, 3) : sp->layout);
     /* the batch stride of a packed tensor is ignored: give it a small odd value, with slack so a
      * library that used it would read garbage rather than crash */
-    const int64_t q_nb = packed_q ? 1 : B, kv_nb = paged ? num_pages : packed_kv ? 1 : B;
-    const int64_t kv_ns = paged ? page_size : pb->seq_kv;
-    const int64_t slack = 8 * (B + 1);
+    const int64_t B = sp->batch;
+    draft->q_nb = draft->packed_q ? 1 : B;
+    draft->kv_nb = draft->paged ? draft->num_pages : draft->packed_kv ? 1 : B;
+    draft->kv_ns = draft->paged ? draft->page_size : pb->seq_kv;
+    draft->slack = 8 * (B + 1);
+    const int64_t Hq = sp->heads_q, Hkv = sp->heads_kv, D = sp->head_dim, Dv = sp->head_dim_v;
     struct {
         fai_tensor *t;
         int layout;
@@ -606,23 +699,33 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         int64_t nb, ns, nh, nd;
         int packed;
     } ts[4] = {
-        {&t->q, c->layout_q, pb->q_dtype, q_nb, pb->seq_q, Hq, D, packed_q},
-        {&t->k, c->layout_k, pb->k_dtype, kv_nb, kv_ns, Hkv, D, packed_kv},
-        {&t->v, c->layout_v, pb->v_dtype, kv_nb, kv_ns, Hkv, Dvr, packed_kv},
-        {&t->o, c->layout_o, pb->o_dtype, q_nb, pb->seq_q, Hq, Dvr, packed_q},
+        {&t->q, c->layout_q, pb->q_dtype, draft->q_nb, pb->seq_q, Hq, D, draft->packed_q},
+        {&t->k, c->layout_k, pb->k_dtype, draft->kv_nb, draft->kv_ns, Hkv, D, draft->packed_kv},
+        {&t->v, c->layout_v, pb->v_dtype, draft->kv_nb, draft->kv_ns, Hkv, Dv, draft->packed_kv},
+        {&t->o, c->layout_o, pb->o_dtype, draft->q_nb, pb->seq_q, Hq, Dv, draft->packed_q},
     };
     for (int i = 0; i < 4; i++) {
         int64_t ext = lay_out(ts[i].t, ts[i].layout, ts[i].nb, ts[i].ns, ts[i].nh, ts[i].nd, g);
         if (ts[i].packed) {
             ts[i].t->stride_batch = PICK(g, 0, 1, 7);
-            ext += slack;
+            ext += draft->slack;
         }
         ts[i].t->dtype = ts[i].dt;
         if (alloc_buf(c, i, ext, fai_dtype_size(ts[i].dt))) return build_fail(c, "out of memory");
         ts[i].t->data = c->buf[i];
         fill_garbage(c->buf[i], ts[i].dt, c->bytes[i], g);
     }
-    for (int i = 0; i < 2; i++) { /* the scales of a quantized K and V, garbage until drawn */
+    return 0;
+}
+
+/* The scales of a quantized K and V (per token, per kv head or per tensor), garbage until the
+ * values are drawn (draw_scale). */
+static int alloc_kv_scales(case_draft *draft) {
+    fai_rng *gq = &draft->quant_rng;
+    fai_case *c = draft->c;
+    fai_tensors *t = &c->tensors;
+    const int64_t Hkv = draft->sp.heads_kv;
+    for (int i = 0; i < 2; i++) {
         const fai_tensor *kv = i == 0 ? &t->k : &t->v;
         fai_scale *scale = i == 0 ? &t->k_scale : &t->v_scale;
         const int kind = i == 0 ? c->k_scale_kind : c->v_scale_kind;
@@ -630,10 +733,11 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         fai_tensor rows = {0};
         int64_t ext = Hkv;
         if (kind == FAI_CASE_SCALE_TOKEN) {
-            ext = lay_out(&rows, (int)fai_rng_range(gq, 0, 3), kv_nb, kv_ns, Hkv, 1, gq);
-            if (packed_kv) {
+            ext = lay_out(&rows, (int)fai_rng_range(gq, 0, 3), draft->kv_nb, draft->kv_ns, Hkv, 1,
+                          gq);
+            if (draft->packed_kv) {
                 rows.stride_batch = PICK(gq, 0, 1, 7);
-                ext += slack;
+                ext += draft->slack;
             }
         } else if (kind == FAI_CASE_SCALE_HEAD) {
             rows.stride_head = 1;
@@ -648,194 +752,229 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         scale->stride_seq = rows.stride_seq;
         scale->stride_head = rows.stride_head;
     }
-    if (sp.lse) {
-        /* [B, Hq, Sq] or [B, Sq, Hq], maybe with gaps */
-        c->lse_layout = (int)fai_rng_range(g, 0, 1);
-        const int64_t pad = fai_rng_range(g, 0, 1) ? fai_rng_range(g, 1, 3) : 0;
-        fai_tensor *l = &t->lse;
-        l->dtype = FAI_DTYPE_F32;
-        if (c->lse_layout == 0) {
-            l->stride_seq = 1;
-            l->stride_head = pb->seq_q + pad;
-            l->stride_batch = Hq * l->stride_head + pad;
-        } else {
-            l->stride_head = 1;
-            l->stride_seq = Hq + pad;
-            l->stride_batch = pb->seq_q * l->stride_seq + pad;
-        }
-        int64_t ext = (q_nb > 0 && pb->seq_q > 0)
-                          ? (q_nb - 1) * l->stride_batch + (pb->seq_q - 1) * l->stride_seq +
-                                (Hq - 1) * l->stride_head + 1
-                          : 0;
-        if (packed_q) {
-            l->stride_batch = PICK(g, 0, 1, 7);
-            ext += slack;
-        }
-        if (alloc_buf(c, BUF_LSE, ext, 4)) return build_fail(c, "out of memory");
-        l->data = c->buf[BUF_LSE];
-        fill_garbage(c->buf[BUF_LSE], FAI_DTYPE_F32, c->bytes[BUF_LSE], g);
-    }
+    return 0;
+}
 
-    /* -- block table: pages shuffled, unused entries point at garbage pages -- */
-    if (paged) {
-        c->block_table =
-            malloc(((size_t)(B > 0 ? B : 1) * (size_t)bt_stride + 1) * sizeof(int32_t));
-        int32_t *perm = malloc((size_t)num_pages * sizeof(int32_t));
-        if (!c->block_table || !perm) {
-            free(perm);
-            return build_fail(c, "out of memory");
-        }
-        for (int64_t p = 0; p < num_pages; p++)
-            perm[p] = (int32_t)p;
-        for (int64_t p = num_pages - 1; p > 0; p--) {
-            const int64_t q = fai_rng_range(g, 0, p);
-            const int32_t tmp = perm[p];
-            perm[p] = perm[q];
-            perm[q] = tmp;
-        }
-        int64_t next = 0;
-        for (int64_t b = 0; b < B; b++) {
-            const int64_t used = (c->len_kv[b] + page_size - 1) / page_size;
-            for (int64_t p = 0; p < bt_stride; p++) {
-                int32_t page;
-                /* entries past the length are never read: a page of garbage, or out of the
-                 * pool altogether */
-                const int64_t kind = fai_rng_range(g, 0, 3);
-                if (p < used)
-                    page = perm[next++];
-                else if (kind == 0)
-                    page = -1;
-                else if (kind == 1)
-                    page = INT32_MAX;
-                else if (next < num_pages) /* an unreferenced page, full of garbage */
-                    page = perm[fai_rng_range(g, next, num_pages - 1)];
-                else
-                    page = (int32_t)fai_rng_range(g, 0, num_pages - 1);
-                c->block_table[b * bt_stride + p] = page;
-            }
-        }
+/* LSE when asked for: [B, Hq, Sq] or [B, Sq, Hq], maybe with gaps, filled with garbage. */
+static int alloc_lse(case_draft *draft) {
+    if (!draft->sp.lse) return 0;
+    fai_rng *g = &draft->rng;
+    fai_case *c = draft->c;
+    const fai_problem *pb = &c->problem;
+    const int64_t Hq = draft->sp.heads_q;
+    c->lse_layout = (int)fai_rng_range(g, 0, 1);
+    const int64_t pad = fai_rng_range(g, 0, 1) ? fai_rng_range(g, 1, 3) : 0;
+    fai_tensor *l = &c->tensors.lse;
+    l->dtype = FAI_DTYPE_F32;
+    if (c->lse_layout == 0) {
+        l->stride_seq = 1;
+        l->stride_head = pb->seq_q + pad;
+        l->stride_batch = Hq * l->stride_head + pad;
+    } else {
+        l->stride_head = 1;
+        l->stride_seq = Hq + pad;
+        l->stride_batch = pb->seq_q * l->stride_seq + pad;
+    }
+    int64_t ext = (draft->q_nb > 0 && pb->seq_q > 0)
+                      ? (draft->q_nb - 1) * l->stride_batch + (pb->seq_q - 1) * l->stride_seq +
+                            (Hq - 1) * l->stride_head + 1
+                      : 0;
+    if (draft->packed_q) {
+        l->stride_batch = PICK(g, 0, 1, 7);
+        ext += draft->slack;
+    }
+    if (alloc_buf(c, BUF_LSE, ext, 4)) return build_fail(c, "out of memory");
+    l->data = c->buf[BUF_LSE];
+    fill_garbage(c->buf[BUF_LSE], FAI_DTYPE_F32, c->bytes[BUF_LSE], g);
+    return 0;
+}
+
+/* The block table of paged K/V: the pages shuffled, the entries past each sequence's pages
+ * pointing at garbage pages or outside the pool (never read). */
+static int build_block_table(case_draft *draft) {
+    if (!draft->paged) return 0;
+    fai_rng *g = &draft->rng;
+    fai_case *c = draft->c;
+    const int64_t B = draft->sp.batch, num_pages = draft->num_pages, bt_stride = draft->bt_stride;
+    c->block_table = malloc(((size_t)(B > 0 ? B : 1) * (size_t)bt_stride + 1) * sizeof(int32_t));
+    int32_t *perm = malloc((size_t)num_pages * sizeof(int32_t));
+    if (!c->block_table || !perm) {
         free(perm);
-        t->block_table = c->block_table;
-        t->block_table_stride =
-            bt_stride == pages_per_seq && fai_rng_range(g, 0, 1) ? 0 : bt_stride;
+        return build_fail(c, "out of memory");
     }
+    for (int64_t p = 0; p < num_pages; p++)
+        perm[p] = (int32_t)p;
+    for (int64_t p = num_pages - 1; p > 0; p--) {
+        const int64_t q = fai_rng_range(g, 0, p);
+        const int32_t tmp = perm[p];
+        perm[p] = perm[q];
+        perm[q] = tmp;
+    }
+    int64_t next = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t used = (c->len_kv[b] + draft->page_size - 1) / draft->page_size;
+        for (int64_t p = 0; p < bt_stride; p++) {
+            int32_t page;
+            /* entries past the length are never read: a page of garbage, or out of the pool
+             * altogether */
+            const int64_t kind = fai_rng_range(g, 0, 3);
+            if (p < used)
+                page = perm[next++];
+            else if (kind == 0)
+                page = -1;
+            else if (kind == 1)
+                page = INT32_MAX;
+            else if (next < num_pages) /* an unreferenced page, full of garbage */
+                page = perm[fai_rng_range(g, next, num_pages - 1)];
+            else
+                page = (int32_t)fai_rng_range(g, 0, num_pages - 1);
+            c->block_table[b * bt_stride + p] = page;
+        }
+    }
+    free(perm);
+    c->tensors.block_table = c->block_table;
+    c->tensors.block_table_stride =
+        bt_stride == draft->pages_per_seq && fai_rng_range(g, 0, 1) ? 0 : bt_stride;
+    return 0;
+}
 
-    /* -- values at the readable positions only -- */
-    const double amp = sp.amplitude;
+/* Random values at the positions the library may read, and only there (the rest stays
+ * garbage): Q and K in [-amp, amp], V in [-1, 1], a quantized K or V divided by its scales. */
+static int fill_values(case_draft *draft) {
+    fai_rng *g = &draft->rng, *gq = &draft->quant_rng;
+    fai_case *c = draft->c;
+    fai_tensors *t = &c->tensors;
+    const double amp = draft->sp.amplitude;
+    const int64_t B = draft->sp.batch, Hq = draft->sp.heads_q, Hkv = draft->sp.heads_kv;
+    const int64_t D = draft->sp.head_dim, Dv = draft->sp.head_dim_v;
     for (int64_t b = 0; b < B; b++) {
         for (int64_t i = 0; i < c->len_q[b]; i++) {
-            const int64_t qb = packed_q ? 0 : b, qs = packed_q ? c->cu_q[b] + i : i;
+            const int64_t qb = draft->packed_q ? 0 : b, qs = draft->packed_q ? c->cu_q[b] + i : i;
             for (int64_t h = 0; h < Hq; h++)
                 for (int64_t d = 0; d < D; d++)
                     fai_case_set(&t->q, qb, qs, h, d, uniform_pm(g, amp));
         }
         for (int64_t j = 0; j < c->len_kv[b]; j++) {
             int64_t kb = b, ks = j;
-            if (packed_kv) {
+            if (draft->packed_kv) {
                 kb = 0;
                 ks = c->cu_kv[b] + j;
-            } else if (paged) {
-                kb = c->block_table[b * bt_stride + j / page_size];
-                ks = j % page_size;
+            } else if (draft->paged) {
+                kb = c->block_table[b * draft->bt_stride + j / draft->page_size];
+                ks = j % draft->page_size;
             }
             for (int64_t h = 0; h < Hkv; h++) {
                 const double k_scale = draw_scale(&t->k, &t->k_scale, kb, ks, h, amp, gq);
                 const double v_scale = draw_scale(&t->v, &t->v_scale, kb, ks, h, 1.0, gq);
                 for (int64_t d = 0; d < D; d++)
                     fai_case_set(&t->k, kb, ks, h, d, uniform_pm(g, amp) / k_scale);
-                for (int64_t d = 0; d < Dvr; d++)
+                for (int64_t d = 0; d < Dv; d++)
                     fai_case_set(&t->v, kb, ks, h, d, uniform_pm(g, 1.0) / v_scale);
             }
         }
     }
+    return 0;
+}
 
-    /* -- explicit mask -- */
-    if (pb->mask_kind != FAI_MASK_NONE) {
-        const int add = pb->mask_kind == FAI_MASK_ADD;
-        const int bits = pb->mask_kind == FAI_MASK_KEEP_BITS;
-        const int64_t mrows =
-            (packed_q ? max_lq : pb->seq_q) > 0 ? (packed_q ? max_lq : pb->seq_q) : 1;
-        const int64_t mcols = (paged || packed_kv ? max_lk : pb->seq_kv) > 0
-                                  ? (paged || packed_kv ? max_lk : pb->seq_kv)
-                                  : 1;
-        c->mask_rows = mrows;
-        c->mask_cols = mcols;
-        const int per_b = c->mask_shape == FAI_CASE_MASK_B_SQ_SKV ||
-                          c->mask_shape == FAI_CASE_MASK_B_H_SQ_SKV ||
-                          c->mask_shape == FAI_CASE_MASK_B_SKV;
-        const int per_h =
-            c->mask_shape == FAI_CASE_MASK_B_H_SQ_SKV || c->mask_shape == FAI_CASE_MASK_H_SQ_SKV;
-        /* a key-padding mask [B, Skv] is one row per sequence, read by every query */
-        const int key_rows = c->mask_shape == FAI_CASE_MASK_B_SKV;
-        const int64_t rows_stored = key_rows ? 1 : mrows;
-        fai_mask *m = &t->mask;
-        /* bytes or elements of a row: a bit mask's whole bytes (the bits past the keys are
-         * garbage) */
-        const int64_t row_need = bits ? (mcols + 7) / 8 : mcols;
-        const int64_t row_len = row_need + (fai_rng_range(g, 0, 1) ? fai_rng_range(g, 1, 5) : 0);
-        m->stride_q = key_rows ? 0 : row_len;
-        const int64_t plane = rows_stored * row_len + fai_rng_range(g, 0, 3);
-        m->stride_head = per_h ? plane : 0;
-        m->stride_batch = per_b ? (per_h ? Hq * plane : plane) + fai_rng_range(g, 0, 3) : 0;
-        const int64_t nbm = per_b ? (B > 0 ? B : 1) : 1, nhm = per_h ? Hq : 1;
-        const int64_t ext = (nbm - 1) * m->stride_batch + (nhm - 1) * m->stride_head +
-                            (rows_stored - 1) * m->stride_q + row_need;
-        const size_t esize = add ? 4 : 1;
-        if (alloc_buf(c, BUF_MASK, ext, esize)) return build_fail(c, "out of memory");
-        unsigned char *mb = c->buf[BUF_MASK];
-        if (add)
-            fill_garbage(mb, FAI_DTYPE_F32, c->bytes[BUF_MASK], g);
-        else
-            for (size_t i = 0; i < c->bytes[BUF_MASK]; i++)
-                mb[i] = (unsigned char)fai_rng_next(g);
-        const int64_t density = sp.mask_density;
-        for (int64_t bm = 0; bm < nbm; bm++)
-            for (int64_t hm = 0; hm < nhm; hm++)
-                for (int64_t i = 0; i < rows_stored; i++) {
-                    const int64_t lq = per_b && B > 0 && !key_rows ? c->len_q[bm] : rows_stored;
-                    const int64_t lk = per_b && B > 0 ? c->len_kv[bm] : mcols;
-                    if (i >= lq) continue; /* stays garbage */
-                    const int row_masked = density > 0 && !key_rows && fai_rng_range(g, 0, 99) < 4;
-                    for (int64_t j = 0; j < lk; j++) {
-                        const int64_t off =
-                            bm * m->stride_batch + hm * m->stride_head + i * m->stride_q + j;
-                        const int masked = row_masked || fai_rng_range(g, 0, 99) < density;
-                        if (add) {
-                            const float v = masked ? -INFINITY : (float)uniform_pm(g, 3.0);
-                            memcpy(mb + off * 4, &v, 4);
-                        } else if (bits) {
-                            unsigned char *byte = mb + off - j + j / 8;
-                            const unsigned char bit = (unsigned char)(1u << (j % 8));
-                            *byte = masked ? (unsigned char)(*byte & ~bit)
-                                           : (unsigned char)(*byte | bit);
-                        } else {
-                            const unsigned char nz = (unsigned char)fai_rng_range(g, 1, 255);
-                            const int keep = !masked;
-                            mb[off] =
-                                pb->mask_kind == FAI_MASK_KEEP ? (keep ? nz : 0) : (keep ? 0 : nz);
-                        }
+/* The explicit mask: strides by its shape (FAI_CASE_MASK_*), garbage everywhere, then inside
+ * each sequence's lengths entries masked at the drawn density (now and then a whole row). */
+static int build_mask(case_draft *draft) {
+    fai_case *c = draft->c;
+    const fai_problem *pb = &c->problem;
+    if (pb->mask_kind == FAI_MASK_NONE) return 0;
+    fai_rng *g = &draft->rng;
+    const int64_t B = draft->sp.batch, Hq = draft->sp.heads_q;
+    const int add = pb->mask_kind == FAI_MASK_ADD;
+    const int bits = pb->mask_kind == FAI_MASK_KEEP_BITS;
+    const int64_t rows = draft->packed_q ? draft->max_lq : pb->seq_q;
+    const int64_t cols = draft->paged || draft->packed_kv ? draft->max_lk : pb->seq_kv;
+    const int64_t mrows = rows > 0 ? rows : 1, mcols = cols > 0 ? cols : 1;
+    c->mask_rows = mrows;
+    c->mask_cols = mcols;
+    const int per_b = c->mask_shape == FAI_CASE_MASK_B_SQ_SKV ||
+                      c->mask_shape == FAI_CASE_MASK_B_H_SQ_SKV ||
+                      c->mask_shape == FAI_CASE_MASK_B_SKV;
+    const int per_h =
+        c->mask_shape == FAI_CASE_MASK_B_H_SQ_SKV || c->mask_shape == FAI_CASE_MASK_H_SQ_SKV;
+    /* a key-padding mask [B, Skv] is one row per sequence, read by every query */
+    const int key_rows = c->mask_shape == FAI_CASE_MASK_B_SKV;
+    const int64_t rows_stored = key_rows ? 1 : mrows;
+    fai_mask *m = &c->tensors.mask;
+    /* bytes or elements of a row: a bit mask's whole bytes (the bits past the keys are garbage) */
+    const int64_t row_need = bits ? (mcols + 7) / 8 : mcols;
+    const int64_t row_len = row_need + (fai_rng_range(g, 0, 1) ? fai_rng_range(g, 1, 5) : 0);
+    m->stride_q = key_rows ? 0 : row_len;
+    const int64_t plane = rows_stored * row_len + fai_rng_range(g, 0, 3);
+    m->stride_head = per_h ? plane : 0;
+    m->stride_batch = per_b ? (per_h ? Hq * plane : plane) + fai_rng_range(g, 0, 3) : 0;
+    const int64_t nbm = per_b ? (B > 0 ? B : 1) : 1, nhm = per_h ? Hq : 1;
+    const int64_t ext = (nbm - 1) * m->stride_batch + (nhm - 1) * m->stride_head +
+                        (rows_stored - 1) * m->stride_q + row_need;
+    if (alloc_buf(c, BUF_MASK, ext, add ? 4 : 1)) return build_fail(c, "out of memory");
+    unsigned char *mb = c->buf[BUF_MASK];
+    if (add)
+        fill_garbage(mb, FAI_DTYPE_F32, c->bytes[BUF_MASK], g);
+    else
+        for (size_t i = 0; i < c->bytes[BUF_MASK]; i++)
+            mb[i] = (unsigned char)fai_rng_next(g);
+    const int64_t density = draft->sp.mask_density;
+    for (int64_t bm = 0; bm < nbm; bm++)
+        for (int64_t hm = 0; hm < nhm; hm++)
+            for (int64_t i = 0; i < rows_stored; i++) {
+                const int64_t lq = per_b && B > 0 && !key_rows ? c->len_q[bm] : rows_stored;
+                const int64_t lk = per_b && B > 0 ? c->len_kv[bm] : mcols;
+                if (i >= lq) continue; /* stays garbage */
+                const int row_masked = density > 0 && !key_rows && fai_rng_range(g, 0, 99) < 4;
+                for (int64_t j = 0; j < lk; j++) {
+                    const int64_t off =
+                        bm * m->stride_batch + hm * m->stride_head + i * m->stride_q + j;
+                    const int masked = row_masked || fai_rng_range(g, 0, 99) < density;
+                    if (add) {
+                        const float v = masked ? -INFINITY : (float)uniform_pm(g, 3.0);
+                        memcpy(mb + off * 4, &v, 4);
+                    } else if (bits) {
+                        unsigned char *byte = mb + off - j + j / 8;
+                        const unsigned char bit = (unsigned char)(1u << (j % 8));
+                        *byte =
+                            masked ? (unsigned char)(*byte & ~bit) : (unsigned char)(*byte | bit);
+                    } else {
+                        const unsigned char nz = (unsigned char)fai_rng_range(g, 1, 255);
+                        const int keep = !masked;
+                        mb[off] =
+                            pb->mask_kind == FAI_MASK_KEEP ? (keep ? nz : 0) : (keep ? 0 : nz);
                     }
                 }
-        m->data = mb;
-    }
+            }
+    m->data = mb;
+    return 0;
+}
 
-    /* -- workspace misalignment -- */
-    {
-        const int64_t p = fai_rng_range(g, 0, 99);
-        c->workspace_offset = p < 70 ? 0 : p < 90 ? 16 : 4;
-    }
+/* The workspace pointer, misaligned now and then; and the inputs' contents, saved to tell a run
+ * that writes to them. */
+static int finish_buffers(case_draft *draft) {
+    fai_case *c = draft->c;
+    const int64_t p = fai_rng_range(&draft->rng, 0, 99);
+    c->workspace_offset = p < 70 ? 0 : p < 90 ? 16 : 4;
     for (int i = 0; i < BUF_COUNT; i++)
         if (c->buf[i]) memcpy(c->init[i], c->buf[i], c->bytes[i]);
+    return 0;
+}
 
-    /* -- description -- */
+/* c->desc: every parameter of the case on one line, so that a failure can be read and rebuilt. */
+static void describe_case(const case_draft *draft) {
+    fai_case *c = draft->c;
+    const fai_problem *pb = &c->problem;
+    const fai_case_spec *sp = &draft->sp;
+    const int64_t B = sp->batch;
     char lq_desc[48], lk_desc[128];
-    if (packed_q && extra_rows)
-        snprintf(lq_desc, sizeof lq_desc, "packed+%lld", (long long)extra_rows);
+    if (draft->packed_q && draft->extra_rows)
+        snprintf(lq_desc, sizeof lq_desc, "packed+%lld", (long long)draft->extra_rows);
     else
         snprintf(lq_desc, sizeof lq_desc, "%s", lens_name(c->q_lens));
-    if (paged)
-        snprintf(lk_desc, sizeof lk_desc, "paged=%lld(pages=%lld,pps=%lld%s)", (long long)page_size,
-                 (long long)num_pages, (long long)pages_per_seq, zero_seq_kv ? ",skv=0" : "");
+    if (draft->paged)
+        snprintf(lk_desc, sizeof lk_desc, "paged=%lld(pages=%lld,pps=%lld%s)",
+                 (long long)draft->page_size, (long long)draft->num_pages,
+                 (long long)draft->pages_per_seq, draft->zero_seq_kv ? ",skv=0" : "");
     else
         snprintf(lk_desc, sizeof lk_desc, "%s", lens_name(c->kv_lens));
     char lens_desc[160] = "";
@@ -854,24 +993,45 @@ int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
         snprintf(mask_desc, sizeof mask_desc, "none");
     else
         snprintf(mask_desc, sizeof mask_desc, "%s%s%lld%%", mask_name(pb->mask_kind),
-                 mask_shape_name(c->mask_shape), (long long)sp.mask_density);
+                 mask_shape_name(c->mask_shape), (long long)sp->mask_density);
     char mods_desc[64] = "";
     if (pb->softcap > 0.0f || pb->alibi || pb->sinks)
         snprintf(mods_desc, sizeof mods_desc, " mods=softcap:%g%s%s", (double)pb->softcap,
                  pb->alibi ? ",alibi" : "", pb->sinks ? ",sinks" : "");
-    snprintf(
-        c->desc, sizeof c->desc,
-        "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s v=%s "
-        "o=%s causal=%s%s window=%lld,%lld mask=%s%s lens_q=%s lens_kv=%s%s scale=%s amp=%g "
-        "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld ws+%zu",
-        (unsigned long long)seed, (long long)B, (long long)Hq, (long long)Hkv, (long long)sp.seq_q,
-        (long long)sp.seq_kv, (long long)D, (long long)pb->head_dim_v, fai_dtype_name(pb->q_dtype),
-        fai_dtype_name(pb->k_dtype), fai_dtype_name(pb->v_dtype), fai_dtype_name(pb->o_dtype),
-        causal_name(pb->causal), pb->q_positions ? " positions" : "", (long long)pb->window_left,
-        (long long)pb->window_right, mask_desc, mods_desc, lq_desc, lk_desc, lens_desc, scale_desc,
-        amp, c->layout_q, c->layout_k, c->layout_v, c->layout_o, sp.lse ? 1 + c->lse_layout : 0,
-        (long long)pb->workers, (long long)pb->threads, split_name(pb->split),
-        (long long)pb->tile_q, (long long)pb->tile_kv, c->workspace_offset);
+    snprintf(c->desc, sizeof c->desc,
+             "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s v=%s "
+             "o=%s causal=%s%s window=%lld,%lld mask=%s%s lens_q=%s lens_kv=%s%s scale=%s amp=%g "
+             "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld ws+%zu",
+             (unsigned long long)c->seed, (long long)B, (long long)sp->heads_q,
+             (long long)sp->heads_kv, (long long)sp->seq_q, (long long)sp->seq_kv,
+             (long long)sp->head_dim, (long long)pb->head_dim_v, fai_dtype_name(pb->q_dtype),
+             fai_dtype_name(pb->k_dtype), fai_dtype_name(pb->v_dtype), fai_dtype_name(pb->o_dtype),
+             causal_name(pb->causal), pb->q_positions ? " positions" : "",
+             (long long)pb->window_left, (long long)pb->window_right, mask_desc, mods_desc, lq_desc,
+             lk_desc, lens_desc, scale_desc, sp->amplitude, c->layout_q, c->layout_k, c->layout_v,
+             c->layout_o, sp->lse ? 1 + c->lse_layout : 0, (long long)pb->workers,
+             (long long)pb->threads, split_name(pb->split), (long long)pb->tile_q,
+             (long long)pb->tile_kv, c->workspace_offset);
+}
+
+int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
+    memset(c, 0, sizeof *c);
+    c->seed = seed;
+    fai_problem_init(&c->problem);
+    case_draft draft = {.c = c, .given = spec, .sp = *spec};
+    draft.rng.state = seed ^ 0x5DEECE66Dull;
+    draft.quant_rng.state = seed ^ 0x9E3779B97F4A7C15ull;
+    fai_rng_next(&draft.rng);
+    fai_rng_next(&draft.quant_rng);
+    /* the order of the draws: a seed's case is the same only while it stays the same */
+    static int (*const steps[])(case_draft *) = {
+        draw_dtypes,  draw_length_modes, draw_shape,     draw_seq_lengths, give_lengths,
+        draw_masking, draw_scores,       draw_execution, alloc_qkvo,       alloc_kv_scales,
+        alloc_lse,    build_block_table, fill_values,    build_mask,       finish_buffers,
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        if (steps[i](&draft)) return -1;
+    describe_case(&draft);
     return 0;
 }
 

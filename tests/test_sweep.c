@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@
 #endif
 #define SWEEP_DEFAULT_SEED 20240601u
 
-/* -- helpers -------------------------------------------------------------------------------- */
+/* -- running cases -------------------------------------------------------------------------- */
 
 static long env_long(const char *name, long fallback) {
     const char *s = getenv(name);
@@ -61,15 +62,97 @@ static int run_cases(const fai_case_spec *spec, uint64_t seed, int count) {
 }
 
 /* A small default spec: one sequence, a few heads, f32 everywhere except what a test sets. */
-static void spec_small(fai_case_spec *s) {
-    fai_case_spec_any(s);
-    s->batch = 1;
-    s->heads_q = 2;
-    s->heads_kv = 1;
-    s->seq_q = 5;
-    s->seq_kv = 9;
-    s->head_dim = 8;
-    s->head_dim_v = 8;
+static fai_case_spec spec_small(void) {
+    fai_case_spec s;
+    fai_case_spec_any(&s);
+    s.batch = 1;
+    s.heads_q = 2;
+    s.heads_kv = 1;
+    s.seq_q = 5;
+    s.seq_kv = 9;
+    s.head_dim = 8;
+    s.head_dim_v = 8;
+    return s;
+}
+
+/* Every field drawn, within a work budget (0: the default). */
+static fai_case_spec spec_drawn(double max_work) {
+    fai_case_spec s;
+    fai_case_spec_any(&s);
+    s.max_work = max_work;
+    return s;
+}
+
+/* Checks a built (and maybe altered) case against the oracle, running on pool (NULL: the
+ * library's); prints it when it fails. */
+static int check_case(fai_case *c, fai_pool *pool) {
+    fai_case_result r;
+    const int ok = fai_case_check(c, pool, &r);
+    if (!ok) print_failure(&r);
+    return ok;
+}
+
+/* -- grids of targeted cases ---------------------------------------------------------------- */
+
+/* One int64 field of the spec across the points of a grid: its value at each point, and how far
+ * the seed moves from one point to the next. */
+typedef struct grid_axis {
+    size_t field; /* offset in fai_case_spec */
+    const int64_t *values;
+    int points; /* 0 ends a list of axes */
+    uint64_t seed_step;
+    int zipped; /* takes its values point by point with the axis before it, not on its own */
+} grid_axis;
+
+/* The offset of an int64 field of fai_case_spec (a field of another type does not compile). */
+#define SPEC_FIELD(name)                                                                           \
+    _Generic(((fai_case_spec *)0)->name, int64_t : offsetof(fai_case_spec, name))
+#define GRID_VALUES(...)                                                                           \
+    (const int64_t[]){__VA_ARGS__}, (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
+/* An axis: the field takes each value in turn, the seed moving by step. */
+#define AXIS(name, step, ...)                                                                      \
+    { SPEC_FIELD(name), GRID_VALUES(__VA_ARGS__), step, 0 }
+/* A field that takes its values together with the axis before it, point by point. */
+#define ZIPPED(name, ...)                                                                          \
+    { SPEC_FIELD(name), GRID_VALUES(__VA_ARGS__), 0, 1 }
+/* A list of axes (ended by one without points). */
+#define AXES(...) ((const grid_axis[]){__VA_ARGS__, {0}})
+
+/* Runs `cases` cases of the base spec with the axes' fields set at each combination of their
+ * points (the last axis fastest), from the seed `seed` + the sum over the axes of point x
+ * seed_step. Returns how many failed (a malformed list of axes counts as one). */
+static int run_grid(const fai_case_spec *base, uint64_t seed, int cases, const grid_axis *axes) {
+    enum { MAX_AXES = 8 };
+    int count = 0, point[MAX_AXES] = {0};
+    while (axes[count].points)
+        count++;
+    if (count > MAX_AXES) {
+        fprintf(stderr, "  a grid of %d axes: at most %d\n", count, MAX_AXES);
+        return 1;
+    }
+    for (int a = 0; a < count; a++)
+        if (axes[a].zipped && (a == 0 || axes[a].points != axes[a - 1].points)) {
+            fprintf(stderr, "  grid axis %d is zipped with no axis of its length\n", a);
+            return 1;
+        }
+    int failed = 0;
+    for (;;) {
+        fai_case_spec s = *base;
+        uint64_t point_seed = seed;
+        for (int a = 0; a < count; a++) {
+            if (axes[a].zipped) point[a] = point[a - 1];
+            *(int64_t *)((char *)&s + axes[a].field) = axes[a].values[point[a]];
+            point_seed += (uint64_t)point[a] * axes[a].seed_step;
+        }
+        failed += run_cases(&s, point_seed, cases);
+        int a = count - 1; /* the next combination */
+        for (; a >= 0; a--) {
+            if (axes[a].zipped) continue;
+            if (++point[a] < axes[a].points) break;
+            point[a] = 0;
+        }
+        if (a < 0) return failed;
+    }
 }
 
 /* -- the oracle's own checks ---------------------------------------------------------------- */
@@ -159,14 +242,16 @@ static void visibility(const fai_problem *base, int64_t sq, int64_t skv, double 
     fai_oracle_out_free(&out);
 }
 
-/* Compares a visibility pattern ("x" visible, "." not; rows of skv characters) with O. */
+/* Compares a visibility pattern ("x" visible, "." not; rows of skv characters, one separator
+ * between rows) with O. */
 static int pattern_is(const double *o, int64_t sq, int64_t skv, const char *pattern) {
     for (int64_t i = 0; i < sq; i++) {
+        const char *row = pattern + i * (skv + 1);
         int count = 0;
         for (int64_t j = 0; j < skv; j++)
-            count += pattern[i * skv + j] == 'x';
+            count += row[j] == 'x';
         for (int64_t j = 0; j < skv; j++) {
-            const double want = pattern[i * skv + j] == 'x' ? 1.0 / count : 0.0;
+            const double want = row[j] == 'x' ? 1.0 / count : 0.0;
             if (fabs(o[i * skv + j] - want) > 1e-12) return 0;
         }
     }
@@ -174,66 +259,37 @@ static int pattern_is(const double *o, int64_t sq, int64_t skv, const char *patt
 }
 
 TEST(oracle_visibility) {
-    fai_problem pb;
-    fai_problem_init(&pb);
-    double o[64];
-    visibility(&pb, 3, 5, o);
-    CHECK(pattern_is(o, 3, 5,
-                     "xxxxx"
-                     "xxxxx"
-                     "xxxxx"));
-    pb.causal = FAI_CAUSAL_BOTTOM_RIGHT;
-    visibility(&pb, 3, 5, o);
-    CHECK(pattern_is(o, 3, 5,
-                     "xxx.."
-                     "xxxx."
-                     "xxxxx"));
-    pb.causal = FAI_CAUSAL_TOP_LEFT;
-    visibility(&pb, 3, 5, o);
-    CHECK(pattern_is(o, 3, 5,
-                     "x...."
-                     "xx..."
-                     "xxx.."));
-    /* bottom-right with more queries than keys: the first rows see nothing */
-    pb.causal = FAI_CAUSAL_BOTTOM_RIGHT;
-    visibility(&pb, 4, 2, o);
-    CHECK(pattern_is(o, 4, 2,
-                     ".."
-                     ".."
-                     "x."
-                     "xx"));
-    /* window from the bottom-right diagonal, without causal */
-    pb.causal = FAI_CAUSAL_NONE;
-    pb.window_left = 1;
-    pb.window_right = 1;
-    visibility(&pb, 3, 5, o);
-    CHECK(pattern_is(o, 3, 5,
-                     ".xxx."
-                     "..xxx"
-                     "...xx"));
-    /* causal clamps the right side to 0 */
-    pb.causal = FAI_CAUSAL_BOTTOM_RIGHT;
-    visibility(&pb, 3, 5, o);
-    CHECK(pattern_is(o, 3, 5,
-                     ".xx.."
-                     "..xx."
-                     "...xx"));
-    pb.causal = FAI_CAUSAL_TOP_LEFT;
-    pb.window_left = 0;
-    pb.window_right = -1;
-    visibility(&pb, 3, 5, o);
-    CHECK(pattern_is(o, 3, 5,
-                     "x...."
-                     ".x..."
-                     "..x.."));
-    pb.causal = FAI_CAUSAL_NONE;
-    pb.window_left = -1;
-    pb.window_right = 0;
-    visibility(&pb, 3, 5, o);
-    CHECK(pattern_is(o, 3, 5,
-                     "xxx.."
-                     "xxxx."
-                     "xxxxx"));
+    /* "x" visible, "." not: a row of Skv characters per query, "|" between rows */
+    static const struct {
+        fai_causal causal;
+        int64_t window_left, window_right, seq_q, seq_kv;
+        const char *pattern;
+    } patterns[] = {
+        {FAI_CAUSAL_NONE, -1, -1, 3, 5, "xxxxx|xxxxx|xxxxx"},
+        {FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 3, 5, "xxx..|xxxx.|xxxxx"},
+        {FAI_CAUSAL_TOP_LEFT, -1, -1, 3, 5, "x....|xx...|xxx.."},
+        /* bottom-right with more queries than keys: the first rows see nothing */
+        {FAI_CAUSAL_BOTTOM_RIGHT, -1, -1, 4, 2, "..|..|x.|xx"},
+        /* window from the bottom-right diagonal, without causal */
+        {FAI_CAUSAL_NONE, 1, 1, 3, 5, ".xxx.|..xxx|...xx"},
+        /* causal clamps the right side to 0 */
+        {FAI_CAUSAL_BOTTOM_RIGHT, 1, 1, 3, 5, ".xx..|..xx.|...xx"},
+        {FAI_CAUSAL_TOP_LEFT, 0, -1, 3, 5, "x....|.x...|..x.."},
+        {FAI_CAUSAL_NONE, -1, 0, 3, 5, "xxx..|xxxx.|xxxxx"},
+    };
+    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
+        fai_problem pb;
+        fai_problem_init(&pb);
+        pb.causal = patterns[i].causal;
+        pb.window_left = patterns[i].window_left;
+        pb.window_right = patterns[i].window_right;
+        double o[64];
+        visibility(&pb, patterns[i].seq_q, patterns[i].seq_kv, o);
+        if (!pattern_is(o, patterns[i].seq_q, patterns[i].seq_kv, patterns[i].pattern)) {
+            fprintf(stderr, "  visibility pattern %zu differs\n", i);
+            TEST_FAILED = 1;
+        }
+    }
 }
 
 TEST(oracle_softmax_by_hand) {
@@ -295,8 +351,7 @@ TEST(oracle_softmax_by_hand) {
 TEST(sweep_random) {
     const long cases = env_long("FAI_SWEEP_CASES", SWEEP_DEFAULT_CASES);
     const uint64_t base = (uint64_t)env_long("FAI_SWEEP_SEED", SWEEP_DEFAULT_SEED);
-    fai_case_spec spec;
-    fai_case_spec_any(&spec);
+    const fai_case_spec spec = spec_drawn(0);
     fai_case_stats stats;
     fai_case_stats_init(&stats);
     int shown = 0, pairs_off = 0;
@@ -319,63 +374,58 @@ TEST(sweep_random) {
 /* -- targeted cases ------------------------------------------------------------------------- */
 
 TEST(sweep_zero_and_one_lengths) {
-    static const int64_t lens[] = {0, 1, 2};
-    int failed = 0;
-    for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 3; b++)
-            for (int64_t q_lens = FAI_CASE_LEN_FULL; q_lens <= FAI_CASE_LEN_PACKED; q_lens++)
-                for (int64_t kv_lens = FAI_CASE_LEN_FULL; kv_lens <= FAI_CASE_LEN_PAGED;
-                     kv_lens++) {
-                    fai_case_spec s;
-                    spec_small(&s);
-                    s.batch = 2;
-                    s.seq_q = lens[a];
-                    s.seq_kv = lens[b];
-                    s.q_lens = q_lens;
-                    s.kv_lens = kv_lens;
-                    failed += run_cases(&s, (uint64_t)(a * 100 + b * 10 + q_lens * 4 + kv_lens), 2);
-                }
+    /* Sq and Skv of 0, 1 and 2 in every way lengths are given */
+    fai_case_spec s = spec_small();
+    s.batch = 2;
+    int failed =
+        run_grid(&s, 0, 2,
+                 AXES(AXIS(seq_q, 100, 0, 1, 2), AXIS(seq_kv, 10, 0, 1, 2),
+                      AXIS(q_lens, 4, FAI_CASE_LEN_FULL, FAI_CASE_LEN_SEQLENS, FAI_CASE_LEN_PACKED),
+                      AXIS(kv_lens, 1, FAI_CASE_LEN_FULL, FAI_CASE_LEN_SEQLENS, FAI_CASE_LEN_PACKED,
+                           FAI_CASE_LEN_PAGED)));
     /* an empty batch */
-    fai_case_spec s;
-    fai_case_spec_any(&s);
+    s = spec_drawn(0);
     s.batch = 0;
     failed += run_cases(&s, 77, 12);
     CHECK(failed == 0);
 }
 
 TEST(sweep_odd_head_dims) {
-    static const int64_t dims[] = {1, 3, 5, 7, 13, 17, 31, 33, 63, 65, 100, 127, 129, 255, 257};
-    int failed = 0;
-    for (int i = 0; i < (int)(sizeof dims / sizeof dims[0]); i++) {
-        fai_case_spec s;
-        spec_small(&s);
-        s.head_dim = dims[i];
-        s.head_dim_v = FAI_CASE_ANY;
-        failed += run_cases(&s, 300 + (uint64_t)i, 3);
-        s.head_dim_v = dims[(i + 5) % (int)(sizeof dims / sizeof dims[0])];
-        failed += run_cases(&s, 400 + (uint64_t)i, 2);
-    }
+    /* D odd or next to a power of two, with Dv drawn, then with another of these */
+    fai_case_spec s = spec_small();
+    s.head_dim_v = FAI_CASE_ANY;
+    int failed = run_grid(
+        &s, 300, 3,
+        AXES(AXIS(head_dim, 1, 1, 3, 5, 7, 13, 17, 31, 33, 63, 65, 100, 127, 129, 255, 257)));
+    failed += run_grid(
+        &s, 400, 2,
+        AXES(AXIS(head_dim, 1, 1, 3, 5, 7, 13, 17, 31, 33, 63, 65, 100, 127, 129, 255, 257),
+             ZIPPED(head_dim_v, 17, 31, 33, 63, 65, 100, 127, 129, 255, 257, 1, 3, 5, 7, 13)));
     CHECK(failed == 0);
+}
+
+/* MLA (DeepSeek): 16 query heads on one latent kv head, D 576 and Dv 512. */
+static fai_case_spec spec_mla(void) {
+    fai_case_spec s = spec_drawn(1e8);
+    s.heads_q = 16;
+    s.heads_kv = 1;
+    s.head_dim = 576;
+    s.head_dim_v = 512;
+    return s;
 }
 
 TEST(sweep_mla_decode) {
     int failed = 0;
     for (int i = 0; i < 6; i++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
+        fai_case_spec s = spec_mla();
         s.batch = 1 + i % 2;
-        s.heads_q = 16;
-        s.heads_kv = 1;
         s.seq_q = i < 4 ? 1 : 3;
         s.seq_kv = 100 + 37 * i;
-        s.head_dim = 576;
-        s.head_dim_v = 512;
         s.kv_lens = i % 2 ? FAI_CASE_LEN_PAGED : FAI_CASE_LEN_SEQLENS;
         s.page_size = i % 4 == 1 ? 16 : 1;
         s.q_dtype = i % 3 == 0 ? FAI_DTYPE_F32 : FAI_DTYPE_BF16;
         s.k_dtype = s.v_dtype = i % 2 ? FAI_DTYPE_BF16 : FAI_DTYPE_F16;
         s.causal = i >= 4 ? FAI_CAUSAL_BOTTOM_RIGHT : FAI_CAUSAL_NONE;
-        s.max_work = 1e8;
         failed += !run_case(&s, 500 + (uint64_t)i);
     }
     CHECK(failed == 0);
@@ -384,85 +434,59 @@ TEST(sweep_mla_decode) {
 /* MLA keeps one latent cache: V is the first Dv columns of K, the same memory. */
 TEST(sweep_mla_shared_kv) {
     for (int i = 0; i < 4; i++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
+        fai_case_spec s = spec_mla();
         s.batch = 2;
-        s.heads_q = 16;
-        s.heads_kv = 1;
         s.seq_q = 1 + (i % 2) * 3;
         s.seq_kv = 150 + 29 * i;
-        s.head_dim = 576;
-        s.head_dim_v = 512;
         s.kv_lens = i < 2 ? FAI_CASE_LEN_PAGED : FAI_CASE_LEN_SEQLENS;
         s.page_size = 16;
         s.k_dtype = s.v_dtype = i % 2 ? FAI_DTYPE_BF16 : FAI_DTYPE_F16;
         s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
-        s.max_work = 1e8;
         fai_case c;
         REQUIRE(fai_case_build(&c, &s, 550 + (uint64_t)i) == 0);
         c.tensors.v.data = c.tensors.k.data;
         c.tensors.v.stride_batch = c.tensors.k.stride_batch;
         c.tensors.v.stride_seq = c.tensors.k.stride_seq;
         c.tensors.v.stride_head = c.tensors.k.stride_head;
-        fai_case_result r;
-        CHECK(fai_case_check(&c, NULL, &r));
-        if (!r.ok) print_failure(&r);
+        CHECK(check_case(&c, NULL));
         fai_case_free(&c);
     }
 }
 
 TEST(sweep_gqa_heads) {
-    static const int64_t hkv[] = {1, 2, 7, 8}, groups[] = {1, 2, 3, 8};
-    int failed = 0;
-    for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 4; b++) {
-            fai_case_spec s;
-            fai_case_spec_any(&s);
-            s.heads_kv = hkv[a];
-            s.heads_q = hkv[a] * groups[b];
-            s.max_work = 5e5;
-            failed += run_cases(&s, 600 + (uint64_t)(a * 4 + b), 3);
-        }
-    CHECK(failed == 0);
+    /* 1, 2, 7 and 8 kv heads, each with groups of 1, 2, 3 and 8 query heads */
+    const fai_case_spec s = spec_drawn(5e5);
+    CHECK(run_grid(&s, 600, 3,
+                   AXES(AXIS(heads_kv, 1, 1, 1, 1, 1, 2, 2, 2, 2, 7, 7, 7, 7, 8, 8, 8, 8),
+                        ZIPPED(heads_q, 1, 2, 3, 8, 2, 4, 6, 16, 7, 14, 21, 56, 8, 16, 24, 64))) ==
+          0);
 }
 
 TEST(sweep_paged_pages) {
-    static const int64_t sizes[] = {1, 3, 16, 128};
-    int failed = 0;
-    for (int i = 0; i < 4; i++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
-        s.kv_lens = FAI_CASE_LEN_PAGED;
-        s.page_size = sizes[i];
-        s.batch = 3;
-        s.seq_kv = sizes[i] * 2 + 5;
-        s.max_work = 5e5;
-        failed += run_cases(&s, 700 + (uint64_t)i, 8);
-        s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
-        s.seq_q = 4;
-        failed += run_cases(&s, 710 + (uint64_t)i, 4);
-    }
+    /* pages of 1, 3, 16 and 128 slots, over two pages and a bit; then decoding 4 queries */
+    fai_case_spec s = spec_drawn(5e5);
+    s.kv_lens = FAI_CASE_LEN_PAGED;
+    s.batch = 3;
+    const grid_axis *pages =
+        AXES(AXIS(page_size, 1, 1, 3, 16, 128), ZIPPED(seq_kv, 7, 11, 37, 261));
+    int failed = run_grid(&s, 700, 8, pages);
+    s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    s.seq_q = 4;
+    failed += run_grid(&s, 710, 4, pages);
     CHECK(failed == 0);
 }
 
 TEST(sweep_mask_kinds) {
-    int failed = 0;
-    for (int64_t kind = FAI_MASK_KEEP; kind <= FAI_MASK_KEEP_BITS; kind++)
-        for (int64_t shape = 0; shape < FAI_CASE_MASK_SHAPES; shape++)
-            for (int combo = 0; combo < 4; combo++) {
-                fai_case_spec s;
-                fai_case_spec_any(&s);
-                s.mask_kind = kind;
-                s.mask_shape = shape;
-                s.causal = combo == 1   ? FAI_CAUSAL_BOTTOM_RIGHT
-                           : combo == 2 ? FAI_CAUSAL_TOP_LEFT
-                                        : FAI_CAUSAL_NONE;
-                s.window_left = combo == 3 ? 4 : -1;
-                s.window_right = combo == 3 ? 2 : -1;
-                s.max_work = 3e5;
-                failed += run_cases(&s, 800 + (uint64_t)(kind * 100 + shape * 10 + combo), 2);
-            }
-    CHECK(failed == 0);
+    /* every mask kind and shape: alone, with either causal corner, with a window */
+    const fai_case_spec s = spec_drawn(3e5);
+    CHECK(run_grid(&s, 900, 2,
+                   AXES(AXIS(mask_kind, 100, FAI_MASK_KEEP, FAI_MASK_DROP, FAI_MASK_ADD,
+                             FAI_MASK_KEEP_BITS),
+                        AXIS(mask_shape, 10, 0, 1, 2, 3, 4),
+                        AXIS(causal, 1, FAI_CAUSAL_NONE, FAI_CAUSAL_BOTTOM_RIGHT,
+                             FAI_CAUSAL_TOP_LEFT, FAI_CAUSAL_NONE),
+                        ZIPPED(window_left, -1, -1, -1, 4), ZIPPED(window_right, -1, -1, -1, 2))) ==
+          0);
 }
 
 /* Every combination of the score modifiers (soft-capping, ALiBi, sinks) with every mask kind
@@ -476,15 +500,13 @@ TEST(sweep_modifiers) {
             for (int64_t q_lens = FAI_CASE_LEN_FULL; q_lens <= FAI_CASE_LEN_PACKED; q_lens++)
                 for (int64_t kv_lens = FAI_CASE_LEN_FULL; kv_lens <= FAI_CASE_LEN_PAGED;
                      kv_lens++) {
-                    fai_case_spec s;
-                    fai_case_spec_any(&s);
+                    fai_case_spec s = spec_drawn(2e5);
                     s.softcap = mods & 1 ? (double)(1 + (q_lens + kv_lens + kind) % 3) * 10.0 : 0.0;
                     s.alibi = (mods >> 1) & 1;
                     s.sinks = (mods >> 2) & 1;
                     s.mask_kind = kind;
                     s.q_lens = q_lens;
                     s.kv_lens = kv_lens;
-                    s.max_work = 2e5;
                     const uint64_t seed =
                         5000 + (uint64_t)(mods * 1000 + kind * 100 + q_lens * 10 + kv_lens);
                     failed += run_cases(&s, seed, 2);
@@ -504,8 +526,7 @@ TEST(sweep_quantized_kv) {
         for (int64_t kv_lens = FAI_CASE_LEN_FULL; kv_lens <= FAI_CASE_LEN_PAGED; kv_lens++)
             for (int64_t kind = FAI_MASK_NONE; kind <= FAI_MASK_KEEP_BITS; kind++)
                 for (int prefill = 0; prefill < 2; prefill++) {
-                    fai_case_spec s;
-                    fai_case_spec_any(&s);
+                    fai_case_spec s = spec_drawn(prefill ? 4e6 : 5e5);
                     /* K quantized, or V when K is f16 */
                     s.k_dtype = k_dtype;
                     s.v_dtype = k_dtype == FAI_DTYPE_F16 ? FAI_DTYPE_I8 + kind % 3
@@ -515,7 +536,6 @@ TEST(sweep_quantized_kv) {
                     s.seq_q = prefill ? 40 + 37 * (kind + kv_lens) % 90 : 1 + kind % 3;
                     s.seq_kv = 60 + 53 * (kind + 2 * kv_lens) % 200;
                     s.head_dim = prefill ? 64 : FAI_CASE_ANY;
-                    s.max_work = prefill ? 4e6 : 5e5;
                     const uint64_t seed =
                         9000 + (uint64_t)(k_dtype * 1000 + kv_lens * 100 + kind * 10 + prefill);
                     failed += run_cases(&s, seed, 2);
@@ -526,74 +546,51 @@ TEST(sweep_quantized_kv) {
 }
 
 TEST(sweep_windows) {
-    static const int64_t w[][2] = {{0, 0}, {1, 0}, {0, 3}, {5, -1}, {-1, 2}, {3, 3}, {40, 1}};
-    int failed = 0;
-    for (int i = 0; i < 7; i++)
-        for (int64_t causal = 0; causal <= 2; causal++) {
-            fai_case_spec s;
-            fai_case_spec_any(&s);
-            s.window_left = w[i][0];
-            s.window_right = w[i][1];
-            s.causal = causal;
-            s.max_work = 3e5;
-            failed += run_cases(&s, 900 + (uint64_t)(i * 3 + causal), 2);
-        }
-    CHECK(failed == 0);
+    /* windows (left, right) of either side, both, or one unbounded, under each causal setting */
+    const fai_case_spec s = spec_drawn(3e5);
+    CHECK(run_grid(&s, 900, 2,
+                   AXES(AXIS(window_left, 3, 0, 1, 0, 5, -1, 3, 40),
+                        ZIPPED(window_right, 0, 0, 3, -1, 2, 3, 1),
+                        AXIS(causal, 1, FAI_CAUSAL_NONE, FAI_CAUSAL_BOTTOM_RIGHT,
+                             FAI_CAUSAL_TOP_LEFT))) == 0);
 }
 
 TEST(sweep_ragged_empty_sequences) {
     static const int32_t lq[][4] = {{0, 5, 0, 3}, {0, 0, 0, 0}, {7, 0, 0, 1}, {1, 1, 0, 33}};
     static const int32_t lk[][4] = {{4, 0, 0, 9}, {0, 3, 0, 0}, {7, 2, 0, 40}, {0, 1, 17, 33}};
     int failed = 0;
-    for (int i = 0; i < 4; i++)
-        for (int64_t kv_lens = FAI_CASE_LEN_SEQLENS; kv_lens <= FAI_CASE_LEN_PAGED; kv_lens++)
-            for (int64_t q_lens = FAI_CASE_LEN_SEQLENS; q_lens <= FAI_CASE_LEN_PACKED; q_lens++) {
-                fai_case_spec s;
-                fai_case_spec_any(&s);
-                s.batch = 4;
-                s.lens_q = lq[i];
-                s.lens_kv = lk[i];
-                s.q_lens = q_lens;
-                s.kv_lens = kv_lens;
-                s.head_dim = FAI_CASE_ANY;
-                s.max_work = 1e6;
-                failed += run_cases(&s, 1000 + (uint64_t)(i * 16 + kv_lens * 4 + q_lens), 2);
-            }
-    CHECK(failed == 0);
-}
-
-TEST(sweep_many_workers) {
-    int failed = 0;
-    static const int64_t workers[] = {1, 2, 3, 17, 1000, FAI_MAX_WORKERS};
-    for (int i = 0; i < 6; i++) {
-        fai_case_spec s;
-        spec_small(&s);
-        s.seq_q = 1;
-        s.seq_kv = 1;
-        s.heads_q = 1;
-        s.workers = workers[i];
-        failed += run_cases(&s, 1100 + (uint64_t)i, 2);
-        fai_case_spec_any(&s);
-        s.workers = workers[i];
-        s.max_work = 3e5;
-        failed += run_cases(&s, 1110 + (uint64_t)i, 3);
+    for (int i = 0; i < 4; i++) {
+        fai_case_spec s = spec_drawn(1e6);
+        s.batch = 4;
+        s.lens_q = lq[i];
+        s.lens_kv = lk[i];
+        /* the seed counts the modes from FULL: SEQLENS (1) adds 4 + 1 */
+        failed += run_grid(
+            &s, 1000 + 16 * (uint64_t)i + 4 * FAI_CASE_LEN_SEQLENS + FAI_CASE_LEN_SEQLENS, 2,
+            AXES(AXIS(kv_lens, 4, FAI_CASE_LEN_SEQLENS, FAI_CASE_LEN_PACKED, FAI_CASE_LEN_PAGED),
+                 AXIS(q_lens, 1, FAI_CASE_LEN_SEQLENS, FAI_CASE_LEN_PACKED)));
     }
     CHECK(failed == 0);
 }
 
-TEST(sweep_tile_overrides) {
-    static const int64_t tq[] = {1, 3, 16, 64, 128}, tkv[] = {1, 5, 16, 64, 256};
-    int failed = 0;
-    for (int a = 0; a < 5; a++)
-        for (int b = 0; b < 5; b++) {
-            fai_case_spec s;
-            fai_case_spec_any(&s);
-            s.tile_q = tq[a];
-            s.tile_kv = tkv[b];
-            s.max_work = 3e5;
-            failed += run_cases(&s, 1200 + (uint64_t)(a * 5 + b), 2);
-        }
+TEST(sweep_many_workers) {
+    /* one query, key and head split among few to many workers; then drawn cases */
+    fai_case_spec s = spec_small();
+    s.seq_q = 1;
+    s.seq_kv = 1;
+    s.heads_q = 1;
+    const grid_axis *worker_counts = AXES(AXIS(workers, 1, 1, 2, 3, 17, 1000, FAI_MAX_WORKERS));
+    int failed = run_grid(&s, 1100, 2, worker_counts);
+    s = spec_drawn(3e5);
+    failed += run_grid(&s, 1110, 3, worker_counts);
     CHECK(failed == 0);
+}
+
+TEST(sweep_tile_overrides) {
+    const fai_case_spec s = spec_drawn(3e5);
+    CHECK(run_grid(&s, 1200, 2,
+                   AXES(AXIS(tile_q, 5, 1, 3, 16, 64, 128), AXIS(tile_kv, 1, 1, 5, 16, 64, 256))) ==
+          0);
 }
 
 /* fai.h: 64-byte alignment of the workspace is fast, any is correct. */
@@ -601,17 +598,11 @@ TEST(sweep_workspace_alignment) {
     static const size_t offsets[] = {1, 2, 4, 8, 16, 32, 60};
     int failed = 0;
     for (int i = 0; i < 7; i++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
-        s.max_work = 3e5;
+        const fai_case_spec s = spec_drawn(3e5);
         fai_case c;
         REQUIRE(fai_case_build(&c, &s, 1250 + (uint64_t)i) == 0);
         c.workspace_offset = offsets[i];
-        fai_case_result r;
-        if (!fai_case_check(&c, NULL, &r)) {
-            print_failure(&r);
-            failed++;
-        }
+        failed += !check_case(&c, NULL);
         fai_case_free(&c);
     }
     CHECK(failed == 0);
@@ -634,10 +625,62 @@ static int run_plan_copy(fai_case *c, fai_plan *plan, unsigned char *o, unsigned
     return 0;
 }
 
+/* Runs the case's plan on a 1-thread and on a 2-thread pool, and with `alone` also a plan with
+ * threads = 1 on the 2-thread pool: the work is split the same whatever threads run it, so O and
+ * LSE must be the same bits each time. Then checks the case against the oracle on the 2-thread
+ * pool (with threads = 2 after `alone`). *split_kv, when given, counts plans that split keys. */
+static void check_threads_agree(int *test_failed_, fai_case *c, int alone, int *split_kv) {
+    enum { RUNS = 3 };
+    const size_t o_bytes = c->bytes[FAI_CASE_BUF_O], l_bytes = c->bytes[FAI_CASE_BUF_LSE];
+    const int runs = alone ? 3 : 2;
+    fai_pool *pool1 = NULL, *pool2 = NULL;
+    fai_plan *plan = NULL, *plan_alone = NULL;
+    unsigned char *o[RUNS] = {NULL}, *lse[RUNS] = {NULL};
+    for (int i = 0; i < runs; i++) {
+        o[i] = malloc(o_bytes);
+        lse[i] = malloc(l_bytes ? l_bytes : 1);
+        REQUIRE(o[i] && lse[i]);
+    }
+    REQUIRE(fai_pool_create(1, &pool1) == FAI_OK);
+    REQUIRE(fai_pool_create(2, &pool2) == FAI_OK);
+    REQUIRE(fai_plan_create(&c->problem, &plan) == FAI_OK);
+    if (split_kv) {
+        fai_plan_info info;
+        REQUIRE(fai_plan_get_info(plan, &info) == FAI_OK);
+        *split_kv += info.split_kv != 0;
+    }
+    /* one plan (threads 0: all of the pool's) on a 1-thread and on a 2-thread pool */
+    fai_plan_set_pool(plan, pool1);
+    CHECK(run_plan_copy(c, plan, o[0], lse[0]) == 0);
+    fai_plan_set_pool(plan, pool2);
+    CHECK(run_plan_copy(c, plan, o[1], lse[1]) == 0);
+    if (alone) {
+        c->problem.threads = 1;
+        REQUIRE(fai_plan_create(&c->problem, &plan_alone) == FAI_OK);
+        fai_plan_set_pool(plan_alone, pool2);
+        CHECK(run_plan_copy(c, plan_alone, o[2], lse[2]) == 0);
+        c->problem.threads = 2;
+    }
+    for (int i = 1; i < runs; i++) {
+        CHECK(memcmp(o[0], o[i], o_bytes) == 0);
+        CHECK(memcmp(lse[0], lse[i], l_bytes) == 0);
+    }
+    /* and the output is right */
+    fai_case_reset(c);
+    CHECK(check_case(c, pool2));
+    fai_plan_free(plan);
+    fai_plan_free(plan_alone);
+    fai_pool_free(pool1);
+    fai_pool_free(pool2);
+    for (int i = 0; i < runs; i++) {
+        free(o[i]);
+        free(lse[i]);
+    }
+}
+
 TEST(sweep_threads_bitwise) {
     for (int k = 0; k < 3; k++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
+        fai_case_spec s = spec_drawn(0);
         s.batch = 2;
         s.heads_q = 8;
         s.heads_kv = 2;
@@ -654,44 +697,7 @@ TEST(sweep_threads_bitwise) {
         fai_case c;
         REQUIRE(fai_case_build(&c, &s, 1300 + (uint64_t)k) == 0);
         if (k == 1) c.problem.workers = 5;
-        fai_pool *pool1 = NULL, *pool2 = NULL;
-        fai_plan *plan = NULL, *plan1 = NULL;
-        unsigned char *o[3], *lse[3];
-        for (int i = 0; i < 3; i++) {
-            o[i] = malloc(c.bytes[FAI_CASE_BUF_O]);
-            lse[i] = malloc(c.bytes[FAI_CASE_BUF_LSE] ? c.bytes[FAI_CASE_BUF_LSE] : 1);
-        }
-        REQUIRE(fai_pool_create(1, &pool1) == FAI_OK);
-        REQUIRE(fai_pool_create(2, &pool2) == FAI_OK);
-        REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
-        /* one plan (threads 0: all of the pool's) on a 1-thread and on a 2-thread pool */
-        fai_plan_set_pool(plan, pool1);
-        CHECK(run_plan_copy(&c, plan, o[0], lse[0]) == 0);
-        fai_plan_set_pool(plan, pool2);
-        CHECK(run_plan_copy(&c, plan, o[1], lse[1]) == 0);
-        /* a plan with threads = 1 on the 2-thread pool */
-        c.problem.threads = 1;
-        REQUIRE(fai_plan_create(&c.problem, &plan1) == FAI_OK);
-        fai_plan_set_pool(plan1, pool2);
-        CHECK(run_plan_copy(&c, plan1, o[2], lse[2]) == 0);
-        CHECK(memcmp(o[0], o[1], c.bytes[FAI_CASE_BUF_O]) == 0);
-        CHECK(memcmp(o[0], o[2], c.bytes[FAI_CASE_BUF_O]) == 0);
-        CHECK(memcmp(lse[0], lse[1], c.bytes[FAI_CASE_BUF_LSE]) == 0);
-        CHECK(memcmp(lse[0], lse[2], c.bytes[FAI_CASE_BUF_LSE]) == 0);
-        /* and the output is right */
-        fai_case_result r;
-        c.problem.threads = 2;
-        fai_case_reset(&c);
-        CHECK(fai_case_check(&c, pool2, &r));
-        if (!r.ok) print_failure(&r);
-        fai_plan_free(plan);
-        fai_plan_free(plan1);
-        fai_pool_free(pool1);
-        fai_pool_free(pool2);
-        for (int i = 0; i < 3; i++) {
-            free(o[i]);
-            free(lse[i]);
-        }
+        check_threads_agree(test_failed_, &c, 1, NULL);
         fai_case_free(&c);
     }
 }
@@ -701,51 +707,20 @@ TEST(sweep_threads_bitwise) {
 TEST(sweep_split_kv) {
     int split_seen = 0;
     for (int k = 0; k < 8; k++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
+        fai_case_spec s = spec_drawn(1e9);
         s.batch = 1 + k % 2;
         s.heads_kv = k % 3 == 0 ? 8 : 2;
         s.heads_q = 8;
         s.seq_q = k % 4 == 3 ? 5 : 1;
         s.seq_kv = 300 + 350 * k;
         s.head_dim = k % 2 ? 64 : 40;
-        s.head_dim_v = FAI_CASE_ANY;
         s.workers = k % 2 ? 16 : 7;
         s.threads = 0;
         s.split = FAI_SPLIT_AUTO;
         s.lse = 1;
-        s.max_work = 1e9;
         fai_case c;
         REQUIRE(fai_case_build(&c, &s, 1330 + (uint64_t)k) == 0);
-        fai_pool *pool1 = NULL, *pool2 = NULL;
-        fai_plan *plan = NULL;
-        REQUIRE(fai_pool_create(1, &pool1) == FAI_OK);
-        REQUIRE(fai_pool_create(2, &pool2) == FAI_OK);
-        REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
-        fai_plan_info info;
-        REQUIRE(fai_plan_get_info(plan, &info) == FAI_OK);
-        split_seen += info.split_kv != 0;
-        const size_t o_bytes = c.bytes[FAI_CASE_BUF_O], l_bytes = c.bytes[FAI_CASE_BUF_LSE];
-        unsigned char *o1 = malloc(o_bytes), *o2 = malloc(o_bytes);
-        unsigned char *l1 = malloc(l_bytes), *l2 = malloc(l_bytes);
-        REQUIRE(o1 && o2 && l1 && l2);
-        fai_plan_set_pool(plan, pool1);
-        CHECK(run_plan_copy(&c, plan, o1, l1) == 0);
-        fai_plan_set_pool(plan, pool2);
-        CHECK(run_plan_copy(&c, plan, o2, l2) == 0);
-        CHECK(memcmp(o1, o2, o_bytes) == 0);
-        CHECK(memcmp(l1, l2, l_bytes) == 0);
-        fai_case_result r;
-        fai_case_reset(&c);
-        CHECK(fai_case_check(&c, pool2, &r));
-        if (!r.ok) print_failure(&r);
-        free(o1);
-        free(o2);
-        free(l1);
-        free(l2);
-        fai_plan_free(plan);
-        fai_pool_free(pool1);
-        fai_pool_free(pool2);
+        check_threads_agree(test_failed_, &c, 0, &split_seen);
         fai_case_free(&c);
     }
     CHECK(split_seen > 0);
@@ -756,8 +731,7 @@ TEST(sweep_split_kv) {
 TEST(sweep_merge_states) {
     enum { PARTS = 3 };
     for (int k = 0; k < 4; k++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
+        fai_case_spec s = spec_drawn(0);
         s.batch = 2;
         s.heads_q = 4;
         s.heads_kv = 2;
@@ -882,8 +856,7 @@ static void *concurrent_main(void *arg) {
 
 TEST(sweep_concurrent_runs) {
     enum { RUNS = 4 };
-    fai_case_spec s;
-    fai_case_spec_any(&s);
+    fai_case_spec s = spec_drawn(0);
     s.batch = 2;
     s.heads_q = 4;
     s.heads_kv = 2;
@@ -928,10 +901,8 @@ TEST(sweep_concurrent_runs) {
         free(outs[i]);
         free(lses[i]);
     }
-    fai_case_result r;
     fai_case_reset(&c);
-    CHECK(fai_case_check(&c, NULL, &r));
-    if (!r.ok) print_failure(&r);
+    CHECK(check_case(&c, NULL));
     free(ref_o);
     free(ref_l);
     fai_plan_free(plan);
@@ -942,8 +913,7 @@ TEST(sweep_concurrent_runs) {
  * every logit is an exact multiple of 100 and the softmax is one-hot or uniform over ties. */
 TEST(sweep_large_logits) {
     for (int variant = 0; variant < 12; variant++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
+        fai_case_spec s = spec_drawn(0);
         s.batch = 2;
         s.heads_q = 2;
         s.heads_kv = 1;
@@ -973,34 +943,26 @@ TEST(sweep_large_logits) {
             }
         }
         fai_case_reset(&c);
-        fai_case_result r;
-        CHECK(fai_case_check(&c, NULL, &r));
-        if (!r.ok) print_failure(&r);
+        CHECK(check_case(&c, NULL));
         fai_case_free(&c);
     }
     /* random values of amplitude 100: logits up to ~1e4 with no structure, where the rounding
      * of f32 logits dominates: the tolerance grows with them (fai_case_row_tolerance) */
     for (int variant = 0; variant < 6; variant++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
+        fai_case_spec s = spec_drawn(3e5);
         s.amplitude = 100.0;
         s.scale = 1.0 / 16;
         s.head_dim = 16;
         s.mask_kind = FAI_MASK_NONE;
         s.lse = 1;
-        s.max_work = 3e5;
-        fai_case_result r;
-        if (!fai_case_run(&s, 1500 + (uint64_t)variant, &r)) print_failure(&r);
-        CHECK(r.ok);
+        CHECK(run_case(&s, 1500 + (uint64_t)variant));
     }
 }
 
 TEST(sweep_fully_masked_rows) {
     int failed = 0, masked_seen = 0;
     for (int i = 0; i < 12; i++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
-        s.max_work = 3e5;
+        fai_case_spec s = spec_drawn(3e5);
         s.lse = 1;
         if (i < 4) { /* every mask entry masks */
             s.mask_kind = FAI_MASK_KEEP + i % 3;
@@ -1020,11 +982,7 @@ TEST(sweep_fully_masked_rows) {
         }
         fai_case c;
         REQUIRE(fai_case_build(&c, &s, 1600 + (uint64_t)i) == 0);
-        fai_case_result r;
-        if (!fai_case_check(&c, NULL, &r)) {
-            print_failure(&r);
-            failed++;
-        }
+        failed += !check_case(&c, NULL);
         fai_oracle_out ref;
         if (fai_oracle_run(&c.problem, &c.tensors, &ref, NULL, 0) == FAI_OK) {
             masked_seen += ref.rows_masked > 0;
@@ -1037,34 +995,27 @@ TEST(sweep_fully_masked_rows) {
 }
 
 TEST(sweep_rows_past_seqlens) {
+    /* Q rows past seqlens_q, or past cu_seqlens_q[batch] with packed rows to spare */
     static const int32_t lq[3] = {0, 3, 7};
-    int failed = 0;
-    for (int i = 0; i < 8; i++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
-        s.batch = 3;
-        s.lens_q = lq;
-        s.seq_q = 9;
-        s.q_lens = i % 2 ? FAI_CASE_LEN_PACKED : FAI_CASE_LEN_SEQLENS;
-        s.packed_rows_extra = i % 4 < 2 ? 0 : 4;
-        s.lse = 1;
-        s.max_work = 5e5;
-        failed += run_cases(&s, 1700 + (uint64_t)i, 2);
-    }
-    CHECK(failed == 0);
+    fai_case_spec s = spec_drawn(5e5);
+    s.batch = 3;
+    s.lens_q = lq;
+    s.seq_q = 9;
+    s.lse = 1;
+    CHECK(run_grid(&s, 1700, 2,
+                   AXES(AXIS(packed_rows_extra, 2, 0, 4, 0, 4),
+                        AXIS(q_lens, 1, FAI_CASE_LEN_SEQLENS, FAI_CASE_LEN_PACKED))) == 0);
 }
 
 TEST(sweep_dtype_combinations) {
     /* every (q, k, v, o) dtype combination at least twice */
     int failed = 0;
     for (int combo = 0; combo < FAI_CASE_COMBOS; combo++) {
-        fai_case_spec s;
-        fai_case_spec_any(&s);
+        fai_case_spec s = spec_drawn(2e5);
         s.q_dtype = combo % 3;
         s.k_dtype = combo / 3 % 6;
         s.v_dtype = combo / 18 % 6;
         s.o_dtype = combo / 108 % 3;
-        s.max_work = 2e5;
         /* the float dtypes' combinations twice; with quantized K or V (each also in the random
          * sweep and the feature sweeps) once */
         const int quantized = s.k_dtype >= FAI_DTYPE_I8 || s.v_dtype >= FAI_DTYPE_I8;
