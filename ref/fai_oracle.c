@@ -246,6 +246,18 @@ static fai_status check_cu(const int32_t *cu, int64_t batch, int64_t rows, const
     return FAI_OK;
 }
 
+/* Sequence b's query and key counts: from cu_seqlens, else seqlens, else the padded lengths. */
+static void seq_lengths(const fai_problem *pb, int64_t b, int64_t *lq, int64_t *lk) {
+    if (pb->cu_seqlens_q)
+        *lq = (int64_t)pb->cu_seqlens_q[b + 1] - pb->cu_seqlens_q[b];
+    else
+        *lq = pb->seqlens_q ? pb->seqlens_q[b] : pb->seq_q;
+    if (pb->cu_seqlens_kv)
+        *lk = (int64_t)pb->cu_seqlens_kv[b + 1] - pb->cu_seqlens_kv[b];
+    else
+        *lk = pb->seqlens_kv ? pb->seqlens_kv[b] : pb->seq_kv;
+}
+
 fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracle_out *out,
                           char *err, size_t err_size) {
     if (err && err_size) err[0] = 0;
@@ -358,14 +370,7 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
     int64_t max_lk = 0;
     for (int64_t b = 0; b < B; b++) {
         int64_t lq, lk;
-        if (pb->cu_seqlens_q)
-            lq = (int64_t)pb->cu_seqlens_q[b + 1] - pb->cu_seqlens_q[b];
-        else
-            lq = pb->seqlens_q ? pb->seqlens_q[b] : Sq;
-        if (pb->cu_seqlens_kv)
-            lk = (int64_t)pb->cu_seqlens_kv[b + 1] - pb->cu_seqlens_kv[b];
-        else
-            lk = pb->seqlens_kv ? pb->seqlens_kv[b] : Skv;
+        seq_lengths(pb, b, &lq, &lk);
         if (lq < 0 || lq > Sq) {
             fai_oracle_out_free(out);
             return fail(err, err_size, FAI_ERR_INVALID_ARG, "query length %lld of batch %lld",
@@ -416,14 +421,7 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
 
     for (int64_t b = 0; b < B; b++) {
         int64_t lq, lk;
-        if (pb->cu_seqlens_q)
-            lq = (int64_t)pb->cu_seqlens_q[b + 1] - pb->cu_seqlens_q[b];
-        else
-            lq = pb->seqlens_q ? pb->seqlens_q[b] : Sq;
-        if (pb->cu_seqlens_kv)
-            lk = (int64_t)pb->cu_seqlens_kv[b + 1] - pb->cu_seqlens_kv[b];
-        else
-            lk = pb->seqlens_kv ? pb->seqlens_kv[b] : Skv;
+        seq_lengths(pb, b, &lq, &lk);
         /* with global positions: key j stands at kv_positions[b] + j, query i at
          * q_positions[b] + i, and diag is the key index at the query's position */
         const int64_t shift = pb->q_positions ? (int64_t)pb->q_positions[b] - pb->kv_positions[b]

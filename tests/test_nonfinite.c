@@ -419,14 +419,6 @@ TEST(nonfinite_merge_states) {
 
 /* -- the property test ------------------------------------------------------------------------- */
 
-static long env_long(const char *name, long fallback) {
-    const char *s = getenv(name);
-    if (!s || !*s) return fallback;
-    char *end;
-    const long v = strtol(s, &end, 0);
-    return *end ? fallback : v;
-}
-
 /* Where the value was put: tensor 0 Q, 1 K, 2 V; sequence b, position pos (query or key), head
  * (query head for Q, kv head for K and V), element d. The output rows that read it are in group
  * out_g, rows [row_begin, row_end): one row and one head for Q, the sequence's rows and the kv
@@ -618,8 +610,8 @@ static void property_case(uint64_t seed, int decode, double value, property_stat
  * tile override), a third of them decode shapes: one NaN, and separately one +Inf, at a random
  * readable position of Q, K or V. */
 TEST(nonfinite_rows_property) {
-    const long cases = env_long("FAI_NONFINITE_CASES", NONFINITE_DEFAULT_CASES);
-    const uint64_t base = (uint64_t)env_long("FAI_NONFINITE_SEED", NONFINITE_DEFAULT_SEED);
+    const long cases = test_env_long("FAI_NONFINITE_CASES", NONFINITE_DEFAULT_CASES);
+    const uint64_t base = (uint64_t)test_env_long("FAI_NONFINITE_SEED", NONFINITE_DEFAULT_SEED);
     property_stats ps;
     memset(&ps, 0, sizeof ps);
     for (long i = 0; i < cases; i++) {

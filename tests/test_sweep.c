@@ -33,14 +33,6 @@
 
 /* -- running cases -------------------------------------------------------------------------- */
 
-static long env_long(const char *name, long fallback) {
-    const char *s = getenv(name);
-    if (!s || !*s) return fallback;
-    char *end;
-    const long v = strtol(s, &end, 0);
-    return *end ? fallback : v;
-}
-
 static void print_failure(const fai_case_result *r) {
     fprintf(stderr, "  FAIL %s\n       %s\n", r->desc, r->why);
 }
@@ -349,8 +341,8 @@ TEST(oracle_softmax_by_hand) {
 /* -- the random sweep ----------------------------------------------------------------------- */
 
 TEST(sweep_random) {
-    const long cases = env_long("FAI_SWEEP_CASES", SWEEP_DEFAULT_CASES);
-    const uint64_t base = (uint64_t)env_long("FAI_SWEEP_SEED", SWEEP_DEFAULT_SEED);
+    const long cases = test_env_long("FAI_SWEEP_CASES", SWEEP_DEFAULT_CASES);
+    const uint64_t base = (uint64_t)test_env_long("FAI_SWEEP_SEED", SWEEP_DEFAULT_SEED);
     const fai_case_spec spec = spec_drawn(0);
     fai_case_stats stats;
     fai_case_stats_init(&stats);

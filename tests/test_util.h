@@ -48,4 +48,14 @@ int test_run_registered(const char *filter, test_runner run, int (*settle)(int f
 
 #define TEST_FAILED (*test_failed_)
 
+/* A count or seed from the environment (decimal, or 0x hex), or fallback when unset, empty or
+ * not a number: how a long test's size is chosen per run. */
+static inline long test_env_long(const char *name, long fallback) {
+    const char *s = getenv(name);
+    if (!s || !*s) return fallback;
+    char *end;
+    const long v = strtol(s, &end, 0);
+    return *end ? fallback : v;
+}
+
 #endif
