@@ -84,6 +84,24 @@ static inline fvec v_load_e4m3_unit(const uint8_t *p) {
     const __m128i codes = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
     return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(codes, 7), _mm_set1_epi16((short)0xBF80)));
 }
+/* Whether any of n e4m3 codes from p is the NaN code S.1111.111: 32 codes a comparison, the
+ * rest one by one */
+#define FAI_SIMD_E4M3_NAN 1
+static inline int v_e4m3_nan_in(const uint8_t *p, int64_t n) {
+    const __m256i low7 = _mm256_set1_epi8(0x7f);
+    __m256i seen = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        seen = _mm256_or_si256(
+            seen,
+            _mm256_cmpeq_epi8(
+                _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i)), low7),
+                low7));
+    int nan = _mm256_movemask_epi8(seen) != 0;
+    for (; i < n; i++)
+        nan |= (p[i] & 0x7f) == 0x7f;
+    return nan;
+}
 /* W fp8 e4m3 values as f32 (exact), the NaN code as NaN */
 static inline fvec v_load_e4m3(const uint8_t *p) {
     const fvec v = _mm256_mul_ps(v_load_e4m3_unit(p), v_set1(256.0f));

@@ -99,6 +99,23 @@ static inline fvec v_load_e4m3_unit(const uint8_t *p) {
     return _mm512_cvtph_ps(
         _mm256_and_si256(_mm256_slli_epi16(codes, 7), _mm256_set1_epi16((short)0xBF80)));
 }
+/* Whether any of n e4m3 codes from p is the NaN code S.1111.111: 64 codes a comparison (bytes
+ * past n are not read) */
+#define FAI_SIMD_E4M3_NAN 1
+static inline int v_e4m3_nan_in(const uint8_t *p, int64_t n) {
+    const __m512i low7 = _mm512_set1_epi8(0x7f);
+    __mmask64 seen = 0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        seen |= _mm512_cmpeq_epi8_mask(
+            _mm512_and_si512(_mm512_loadu_si512((const void *)(p + i)), low7), low7);
+    if (i < n) {
+        const __mmask64 rest = (__mmask64)((UINT64_C(1) << (n - i)) - 1);
+        seen |= _mm512_mask_cmpeq_epi8_mask(
+            rest, _mm512_and_si512(_mm512_maskz_loadu_epi8(rest, p + i), low7), low7);
+    }
+    return seen != 0;
+}
 /* W fp8 e4m3 values as f32 (exact), the NaN code as NaN */
 static inline fvec v_load_e4m3(const uint8_t *p) {
     const fvec v = _mm512_mul_ps(v_load_e4m3_unit(p), v_set1(256.0f));

@@ -165,10 +165,13 @@ static inline fvec load_row_unit(const void *row, int64_t x, fai_dtype dtype) {
 /* 2^8 for e4m3 (what load_row_unit's values are short of), else 1. */
 static inline float unit_of(fai_dtype dtype) { return dtype == FAI_DTYPE_E4M3 ? 256.0f : 1.0f; }
 
-/* Whether any of n e4m3 codes from p is the NaN code S.1111.111: masked to 7 bits and plus one,
- * the NaN code is the only one to reach bit 7, eight codes a word (in integer registers, beside
- * the vector work). */
+/* Whether any of n e4m3 codes from p is the NaN code S.1111.111: with the vocabulary's whole-vector
+ * comparison where it has one (FAI_SIMD_E4M3_NAN), else eight codes a word: masked to 7 bits and
+ * plus one, the NaN code is the only one to reach bit 7. */
 static inline int e4m3_nan_in(const uint8_t *p, int64_t n) {
+#if defined(FAI_SIMD_E4M3_NAN)
+    return v_e4m3_nan_in(p, n);
+#else
     const uint64_t low7 = 0x7f7f7f7f7f7f7f7fu, one = 0x0101010101010101u;
     uint64_t seen = 0;
     int64_t i = 0;
@@ -181,6 +184,7 @@ static inline int e4m3_nan_in(const uint8_t *p, int64_t n) {
     for (; i < n; i++)
         nan |= (p[i] & 0x7f) == 0x7f;
     return nan;
+#endif
 }
 
 /* The count (< W) elements of a row from x on, zero-filled to W; nothing past them is read. */
