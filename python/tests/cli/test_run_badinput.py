@@ -15,6 +15,8 @@ import sys
 import tempfile
 import threading
 
+from tool_args import fai_from_argv
+
 
 def npy(descr, shape, payload=None, fortran=False, version=1, header=None, fill=0.25):
     """A .npy image. payload defaults to the right number of bytes (float32 `fill` for '<f4')."""
@@ -432,13 +434,7 @@ def streams(fai):
 
 
 def main():
-    if len(sys.argv) != 2:
-        print("usage: test_run_badinput.py /path/to/fai")
-        return 2
-    fai = os.path.abspath(sys.argv[1])
-    if not os.access(fai, os.X_OK):
-        print("test_run_badinput: %s is not an executable" % fai)
-        return 1
+    fai = fai_from_argv("test_run_badinput")
     passed = failed = 0
     for why in sanity(fai) + streams(fai):
         print("FAIL sanity: %s" % why)

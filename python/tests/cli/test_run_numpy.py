@@ -29,6 +29,7 @@ except ImportError:
 # the float64 reference the package's tests use too, one directory up
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from reference import attention_ref  # noqa: E402
+from tool_args import fai_from_argv  # noqa: E402
 
 GARBAGE = 37.0  # magnitude of values the tool must never read (padding rows, unused pages)
 
@@ -449,13 +450,7 @@ def check(fai, c, seed):
 
 
 def main():
-    if len(sys.argv) != 2:
-        print("usage: test_run_numpy.py /path/to/fai")
-        return 2
-    fai = os.path.abspath(sys.argv[1])
-    if not os.access(fai, os.X_OK):
-        print("test_run_numpy: %s is not an executable" % fai)
-        return 1
+    fai = fai_from_argv("test_run_numpy")
     only = os.environ.get("FAI_RUN_CASE")
     passed = failed = 0
     for n, c in enumerate(CASES):
