@@ -258,13 +258,9 @@ static void seq_lengths(const fai_problem *pb, int64_t b, int64_t *lq, int64_t *
         *lk = pb->seqlens_kv ? pb->seqlens_kv[b] : pb->seq_kv;
 }
 
-fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracle_out *out,
-                          char *err, size_t err_size) {
-    if (err && err_size) err[0] = 0;
-    if (!pb || !t || !out) return fail(err, err_size, FAI_ERR_INVALID_ARG, "NULL argument");
-    memset(out, 0, sizeof *out);
-
-    /* -- validation: only what the reference needs to be well defined -- */
+/* What the reference needs of the problem to be well defined (fai's own checks are stricter). */
+static fai_status check_problem(const fai_problem *pb, const fai_tensors *t, char *err,
+                                size_t err_size) {
     const int64_t B = pb->batch, Hq = pb->heads_q, Hkv = pb->heads_kv;
     const int64_t Sq = pb->seq_q, Skv = pb->seq_kv, D = pb->head_dim;
     const int64_t Dv = fai_oracle_head_dim_v(pb);
@@ -289,8 +285,7 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "tensor dtypes differ from the problem");
     uint32_t scale_bits;
     memcpy(&scale_bits, &pb->scale, sizeof scale_bits);
-    const int default_scale = scale_bits == FAI_SCALE_DEFAULT_BITS;
-    if (!isfinite(pb->scale) && !default_scale)
+    if (!isfinite(pb->scale) && scale_bits != FAI_SCALE_DEFAULT_BITS)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "scale = %g", (double)pb->scale);
     if (pb->causal != FAI_CAUSAL_NONE && pb->causal != FAI_CAUSAL_BOTTOM_RIGHT &&
         pb->causal != FAI_CAUSAL_TOP_LEFT)
@@ -310,14 +305,13 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "seqlens_q with cu_seqlens_q");
     if (pb->seqlens_kv && pb->cu_seqlens_kv)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "seqlens_kv with cu_seqlens_kv");
-    const int paged = pb->page_size > 0;
     if (pb->page_size < 0)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "page_size = %lld",
                     (long long)pb->page_size);
-    if (paged && (pb->cu_seqlens_kv || !pb->seqlens_kv || !t->block_table))
+    if (pb->page_size > 0 && (pb->cu_seqlens_kv || !pb->seqlens_kv || !t->block_table))
         return fail(err, err_size, FAI_ERR_INVALID_ARG,
                     "paged KV needs seqlens_kv and a block table, and no cu_seqlens_kv");
-    if (paged && (pb->pages_per_seq < 0 || pb->num_pages < 0))
+    if (pb->page_size > 0 && (pb->pages_per_seq < 0 || pb->num_pages < 0))
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "pages_per_seq = %lld, num_pages = %lld",
                     (long long)pb->pages_per_seq, (long long)pb->num_pages);
     if (B > 0 && pb->cu_seqlens_q) {
@@ -328,32 +322,208 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
         const fai_status st = check_cu(pb->cu_seqlens_kv, B, Skv, "cu_seqlens_kv", err, err_size);
         if (st != FAI_OK) return st;
     }
+    return FAI_OK;
+}
 
-    const double scale = default_scale ? 1.0 / sqrt((double)D) : (double)pb->scale;
-    const int64_t G = Hq / Hkv;
-    const int64_t groups = pb->cu_seqlens_q ? 1 : B;
-    const double n_out = (double)groups * (double)Sq * (double)Hq;
-    if (n_out * (double)Dv > 1e9)
-        return fail(err, err_size, FAI_ERR_OVERFLOW, "output too large for the reference");
+/* Every sequence's lengths within the tensors, the block table entries that will be read within
+ * the pool, a mask where one is read; the longest key count into *max_lk. */
+static fai_status check_lengths(const fai_problem *pb, const fai_tensors *t, const seq_map *kvmap,
+                                int64_t *max_lk, char *err, size_t err_size) {
+    *max_lk = 0;
+    for (int64_t b = 0; b < pb->batch; b++) {
+        int64_t lq, lk;
+        seq_lengths(pb, b, &lq, &lk);
+        if (lq < 0 || lq > pb->seq_q)
+            return fail(err, err_size, FAI_ERR_INVALID_ARG, "query length %lld of batch %lld",
+                        (long long)lq, (long long)b);
+        const int64_t kv_cap = kvmap->paged ? pb->pages_per_seq * pb->page_size : pb->seq_kv;
+        if (lk < 0 || lk > kv_cap)
+            return fail(err, err_size, FAI_ERR_INVALID_ARG, "key length %lld of batch %lld",
+                        (long long)lk, (long long)b);
+        if (kvmap->paged)
+            for (int64_t p = 0; p * pb->page_size < lk; p++) {
+                const int32_t page = t->block_table[b * kvmap->bt_stride + p];
+                if (page < 0 || page >= pb->num_pages)
+                    return fail(err, err_size, FAI_ERR_INVALID_ARG, "block_table[%lld][%lld] = %d",
+                                (long long)b, (long long)p, page);
+            }
+        if (lq > 0 && lk > 0 && pb->mask_kind != FAI_MASK_NONE && !t->mask.data)
+            return fail(err, err_size, FAI_ERR_INVALID_ARG, "mask data NULL");
+        if (lk > *max_lk) *max_lk = lk;
+    }
+    return FAI_OK;
+}
 
+/* The output arrays for groups x rows x heads_q rows of head_dim_v; 0 or -1 (out of memory). */
+static int alloc_out(fai_oracle_out *out, int64_t groups, int64_t rows, int64_t heads_q,
+                     int64_t head_dim_v) {
     out->groups = groups;
-    out->rows = Sq;
-    out->heads_q = Hq;
-    out->head_dim_v = Dv;
-    const size_t n_rows = (size_t)(groups * Sq * Hq);
-    out->o = calloc(n_rows * (size_t)Dv + 1, sizeof(double));
+    out->rows = rows;
+    out->heads_q = heads_q;
+    out->head_dim_v = head_dim_v;
+    const size_t n_rows = (size_t)(groups * rows * heads_q);
+    out->o = calloc(n_rows * (size_t)head_dim_v + 1, sizeof(double));
     out->lse = malloc((n_rows + 1) * sizeof(double));
     out->row_state = malloc(n_rows + 1);
-    out->o_mag = calloc(n_rows * (size_t)Dv + 1, sizeof(double));
+    out->o_mag = calloc(n_rows * (size_t)head_dim_v + 1, sizeof(double));
     out->logit_mag = calloc(n_rows + 1, sizeof(double));
     out->keys = calloc(n_rows + 1, sizeof(int64_t));
-    if (!out->o || !out->lse || !out->row_state || !out->o_mag || !out->logit_mag || !out->keys) {
-        fai_oracle_out_free(out);
-        return fail(err, err_size, FAI_ERR_NO_MEMORY, "out of memory");
-    }
+    if (!out->o || !out->lse || !out->row_state || !out->o_mag || !out->logit_mag || !out->keys)
+        return -1;
     for (size_t r = 0; r < n_rows; r++) {
         out->lse[r] = -INFINITY;
         out->row_state[r] = FAI_ORACLE_ROW_PAST;
+    }
+    return 0;
+}
+
+/* One kv head's work: its decoded keys and values, the problem, and per-row scratch. */
+typedef struct head_work {
+    const fai_problem *pb;
+    const fai_tensors *t;
+    double scale;                     /* the softmax scale, resolved */
+    int64_t wl, wr;                   /* the window, causal folded into wr */
+    const double *kd, *vd;            /* [lk, D], [lk, Dv]: K and V, dequantized */
+    double *s, *qd;                   /* [lk] scores, [D] the query */
+    unsigned char *vis;               /* [lk] which keys the row sees */
+    int64_t b, lk, shift, head_dim_v; /* shift: the key index of query 0's position */
+} head_work;
+
+/* The additive mask value of (query i, key j) of head h into *add; 0 when the mask removes the
+ * key. */
+static int mask_keeps(const head_work *w, int64_t h, int64_t i, int64_t j, double *add) {
+    const fai_problem *pb = w->pb;
+    const fai_mask *mask = &w->t->mask;
+    *add = 0.0;
+    if (pb->mask_kind == FAI_MASK_NONE) return 1;
+    const int64_t mo = w->b * mask->stride_batch + h * mask->stride_head + i * mask->stride_q + j;
+    if (pb->mask_kind == FAI_MASK_ADD) {
+        float f;
+        memcpy(&f, (const char *)mask->data + mo * 4, 4);
+        if (f == -INFINITY) return 0;
+        *add = (double)f;
+        return 1;
+    }
+    if (pb->mask_kind == FAI_MASK_KEEP_BITS) {
+        const unsigned char byte = ((const unsigned char *)mask->data)[mo - j + j / 8];
+        return (byte >> (j % 8)) & 1;
+    }
+    const unsigned char byte = ((const unsigned char *)mask->data)[mo];
+    return (pb->mask_kind == FAI_MASK_KEEP) != (byte == 0);
+}
+
+/* Query i of head h (its row orow of the output, LSE at *lse): the visible keys' scores in
+ * w->s, then O, LSE and the magnitudes the tolerances use. */
+static void attend_row(const head_work *w, int64_t h, int64_t i, size_t orow, double *lse,
+                       fai_oracle_out *out) {
+    const fai_problem *pb = w->pb;
+    const fai_tensors *t = w->t;
+    const int64_t D = pb->head_dim, Dv = w->head_dim_v;
+    double *o = out->o + orow * (size_t)Dv;
+    double *o_mag = out->o_mag + orow * (size_t)Dv;
+    double logit_mag = 0.0;
+    int64_t keys = 0;
+    const int64_t diag = i + w->shift;
+    const double cap = pb->softcap;
+    const double slope = pb->alibi ? (double)t->alibi_slopes[h] : 0.0;
+    const double sink = pb->sinks ? (double)t->sinks[h] : -INFINITY;
+    double m = -INFINITY;
+    for (int64_t j = 0; j < w->lk; j++) {
+        w->vis[j] = 0;
+        if (w->wl >= 0 && j < diag - w->wl) continue;
+        if (w->wr >= 0 && j > diag + w->wr) continue;
+        double add;
+        if (!mask_keeps(w, h, i, j, &add)) continue;
+        double dot = 0.0, dot_mag = 0.0;
+        for (int64_t d = 0; d < D; d++) {
+            dot += w->qd[d] * w->kd[j * D + d];
+            dot_mag += fabs(w->qd[d] * w->kd[j * D + d]);
+        }
+        const double raw = w->scale * dot;
+        double logit = raw, mag = fabs(w->scale) * dot_mag;
+        if (cap > 0.0) {
+            /* the raw logit's rounding passes through tanh's slope, and the capped value
+             * brings the tanh's own */
+            logit = cap * tanh(raw / cap);
+            const double slope_there = 1.0 / cosh(raw / cap);
+            mag = mag * slope_there * slope_there + 2.0 * fabs(logit);
+        }
+        const double bias = slope * fabs((double)(j - diag));
+        w->s[j] = logit - bias + add;
+        w->vis[j] = 1;
+        keys++;
+        mag += fabs(add) + fabs(bias);
+        if (mag > logit_mag) logit_mag = mag;
+        /* a NaN logit makes the max NaN for good, and so the whole row */
+        if (w->s[j] > m || isnan(w->s[j])) m = w->s[j];
+    }
+    if (m == -INFINITY) {
+        out->row_state[orow] = FAI_ORACLE_ROW_MASKED;
+        out->rows_masked++;
+        *lse = sink; /* -inf without a sink */
+        return;      /* O stays 0 */
+    }
+    /* the sink joins the denominator (a NaN row stays NaN) */
+    if (sink > m) m = sink;
+    double sum = sink > -INFINITY ? exp(sink - m) : 0.0;
+    if (sink > -INFINITY && fabs(sink) > logit_mag) logit_mag = fabs(sink);
+    for (int64_t j = 0; j < w->lk; j++) {
+        if (!w->vis[j]) continue;
+        const double p = exp(w->s[j] - m);
+        sum += p;
+        for (int64_t d = 0; d < Dv; d++) {
+            o[d] += p * w->vd[j * Dv + d];
+            o_mag[d] += p * fabs(w->vd[j * Dv + d]);
+        }
+    }
+    for (int64_t d = 0; d < Dv; d++) {
+        o[d] /= sum;
+        o_mag[d] /= sum;
+    }
+    out->logit_mag[orow] = logit_mag;
+    out->keys[orow] = keys;
+    *lse = m + log(sum);
+    out->row_state[orow] = FAI_ORACLE_ROW_VALID;
+    out->rows_valid++;
+}
+
+/* Sequence b's keys and values of kv head hk, dequantized, into kd [lk, D] and vd [lk, Dv]. */
+static void decode_kv(const fai_problem *pb, const fai_tensors *t, const seq_map *kvmap, int64_t b,
+                      int64_t hk, int64_t lk, int64_t Dv, double *kd, double *vd) {
+    const int64_t D = pb->head_dim;
+    for (int64_t j = 0; j < lk; j++) {
+        const int64_t ko = token_offset(kvmap, &t->k, b, j) + hk * t->k.stride_head;
+        const int64_t vo = token_offset(kvmap, &t->v, b, j) + hk * t->v.stride_head;
+        const double ks = token_scale(kvmap, &t->k_scale, pb->k_dtype, b, j, hk);
+        const double vs = token_scale(kvmap, &t->v_scale, pb->v_dtype, b, j, hk);
+        for (int64_t d = 0; d < D; d++)
+            kd[j * D + d] = ks * fai_oracle_load(t->k.data, pb->k_dtype, ko + d);
+        for (int64_t d = 0; d < Dv; d++)
+            vd[j * Dv + d] = vs * fai_oracle_load(t->v.data, pb->v_dtype, vo + d);
+    }
+}
+
+fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracle_out *out,
+                          char *err, size_t err_size) {
+    if (err && err_size) err[0] = 0;
+    if (!pb || !t || !out) return fail(err, err_size, FAI_ERR_INVALID_ARG, "NULL argument");
+    memset(out, 0, sizeof *out);
+    const fai_status checked = check_problem(pb, t, err, err_size);
+    if (checked != FAI_OK) return checked;
+
+    const int64_t B = pb->batch, Hq = pb->heads_q, Hkv = pb->heads_kv;
+    const int64_t Sq = pb->seq_q, D = pb->head_dim, Dv = fai_oracle_head_dim_v(pb);
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &pb->scale, sizeof scale_bits);
+    const double scale =
+        scale_bits == FAI_SCALE_DEFAULT_BITS ? 1.0 / sqrt((double)D) : (double)pb->scale;
+    const int64_t G = Hq / Hkv;
+    const int64_t groups = pb->cu_seqlens_q ? 1 : B;
+    if ((double)groups * (double)Sq * (double)Hq * (double)Dv > 1e9)
+        return fail(err, err_size, FAI_ERR_OVERFLOW, "output too large for the reference");
+    if (alloc_out(out, groups, Sq, Hq, Dv)) {
+        fai_oracle_out_free(out);
+        return fail(err, err_size, FAI_ERR_NO_MEMORY, "out of memory");
     }
 
     seq_map qmap = {0}, kvmap = {0};
@@ -361,41 +531,16 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
     qmap.cu = pb->cu_seqlens_q;
     kvmap.packed = pb->cu_seqlens_kv != NULL;
     kvmap.cu = pb->cu_seqlens_kv;
-    kvmap.paged = paged;
+    kvmap.paged = pb->page_size > 0;
     kvmap.bt = t->block_table;
     kvmap.bt_stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
     kvmap.page_size = pb->page_size;
 
-    /* -- pass 1: lengths, and the block table entries that will be read -- */
-    int64_t max_lk = 0;
-    for (int64_t b = 0; b < B; b++) {
-        int64_t lq, lk;
-        seq_lengths(pb, b, &lq, &lk);
-        if (lq < 0 || lq > Sq) {
-            fai_oracle_out_free(out);
-            return fail(err, err_size, FAI_ERR_INVALID_ARG, "query length %lld of batch %lld",
-                        (long long)lq, (long long)b);
-        }
-        const int64_t kv_cap = paged ? pb->pages_per_seq * pb->page_size : Skv;
-        if (lk < 0 || lk > kv_cap) {
-            fai_oracle_out_free(out);
-            return fail(err, err_size, FAI_ERR_INVALID_ARG, "key length %lld of batch %lld",
-                        (long long)lk, (long long)b);
-        }
-        if (paged)
-            for (int64_t p = 0; p * pb->page_size < lk; p++) {
-                const int32_t page = t->block_table[b * kvmap.bt_stride + p];
-                if (page < 0 || page >= pb->num_pages) {
-                    fai_oracle_out_free(out);
-                    return fail(err, err_size, FAI_ERR_INVALID_ARG, "block_table[%lld][%lld] = %d",
-                                (long long)b, (long long)p, page);
-                }
-            }
-        if (lq > 0 && lk > 0 && pb->mask_kind != FAI_MASK_NONE && !t->mask.data) {
-            fai_oracle_out_free(out);
-            return fail(err, err_size, FAI_ERR_INVALID_ARG, "mask data NULL");
-        }
-        if (lk > max_lk) max_lk = lk;
+    int64_t max_lk;
+    const fai_status lengths = check_lengths(pb, t, &kvmap, &max_lk, err, err_size);
+    if (lengths != FAI_OK) {
+        fai_oracle_out_free(out);
+        return lengths;
     }
 
     double *kd = malloc(((size_t)max_lk * (size_t)D + 1) * sizeof(double));
@@ -413,142 +558,48 @@ fai_status fai_oracle_run(const fai_problem *pb, const fai_tensors *t, fai_oracl
         return fail(err, err_size, FAI_ERR_NO_MEMORY, "out of memory");
     }
 
-    const int top_left = pb->causal == FAI_CAUSAL_TOP_LEFT;
-    const int64_t wl = pb->window_left;
-    int64_t wr = pb->window_right;
+    head_work w = {pb, t, scale, pb->window_left, pb->window_right, kd, vd, s, qd, vis, 0,
+                   0,  0, Dv};
     /* causal is window_right = min(window_right, 0), unbounded included: windows are -1 or >= 0 */
-    if (pb->causal != FAI_CAUSAL_NONE) wr = 0;
+    if (pb->causal != FAI_CAUSAL_NONE) w.wr = 0;
 
     for (int64_t b = 0; b < B; b++) {
         int64_t lq, lk;
         seq_lengths(pb, b, &lq, &lk);
         /* with global positions: key j stands at kv_positions[b] + j, query i at
          * q_positions[b] + i, and diag is the key index at the query's position */
-        const int64_t shift = pb->q_positions ? (int64_t)pb->q_positions[b] - pb->kv_positions[b]
-                              : top_left      ? 0
-                                              : lk - lq;
+        w.b = b;
+        w.lk = lk;
+        w.shift = pb->q_positions ? (int64_t)pb->q_positions[b] - pb->kv_positions[b]
+                  : pb->causal == FAI_CAUSAL_TOP_LEFT ? 0
+                                                      : lk - lq;
         const int64_t g = pb->cu_seqlens_q ? 0 : b;
         const int64_t row0 = pb->cu_seqlens_q ? pb->cu_seqlens_q[b] : 0;
 
         /* visible pairs (causal, window, lengths) */
         for (int64_t i = 0; i < lq; i++) {
-            const int64_t diag = i + shift;
+            const int64_t diag = i + w.shift;
             int64_t lo = 0, hi = lk - 1;
-            if (wl >= 0 && diag - wl > lo) lo = diag - wl;
-            if (wr >= 0 && diag + wr < hi) hi = diag + wr;
+            if (w.wl >= 0 && diag - w.wl > lo) lo = diag - w.wl;
+            if (w.wr >= 0 && diag + w.wr < hi) hi = diag + w.wr;
             if (hi >= lo) out->visible_pairs += (hi - lo + 1) * Hq;
         }
+        if (lq == 0) continue;
 
         for (int64_t hk = 0; hk < Hkv; hk++) {
-            /* decode this kv head's keys and values */
-            for (int64_t j = 0; j < lk && lq > 0; j++) {
-                const int64_t ko = token_offset(&kvmap, &t->k, b, j) + hk * t->k.stride_head;
-                const int64_t vo = token_offset(&kvmap, &t->v, b, j) + hk * t->v.stride_head;
-                const double ks = token_scale(&kvmap, &t->k_scale, pb->k_dtype, b, j, hk);
-                const double vs = token_scale(&kvmap, &t->v_scale, pb->v_dtype, b, j, hk);
-                for (int64_t d = 0; d < D; d++)
-                    kd[j * D + d] = ks * fai_oracle_load(t->k.data, pb->k_dtype, ko + d);
-                for (int64_t d = 0; d < Dv; d++)
-                    vd[j * Dv + d] = vs * fai_oracle_load(t->v.data, pb->v_dtype, vo + d);
-            }
-            for (int64_t hg = 0; hg < G; hg++) {
-                const int64_t h = hk * G + hg;
+            decode_kv(pb, t, &kvmap, b, hk, lk, Dv, kd, vd);
+            for (int64_t h = hk * G; h < (hk + 1) * G; h++)
                 for (int64_t i = 0; i < lq; i++) {
                     const int64_t r = row0 + i;
-                    const size_t orow = (size_t)((g * Sq + r) * Hq + h);
-                    double *o = out->o + orow * (size_t)Dv;
-                    double *o_mag = out->o_mag + orow * (size_t)Dv;
-                    double logit_mag = 0.0;
-                    int64_t keys = 0;
-                    double *lse = out->lse + (size_t)((g * Hq + h) * Sq + r);
                     const int64_t qo = token_offset(&qmap, &t->q, b, i) + h * t->q.stride_head;
                     for (int64_t d = 0; d < D; d++)
                         qd[d] = fai_oracle_load(t->q.data, pb->q_dtype, qo + d);
-
-                    const int64_t diag = i + shift;
-                    const double cap = pb->softcap;
-                    const double slope = pb->alibi ? (double)t->alibi_slopes[h] : 0.0;
-                    const double sink = pb->sinks ? (double)t->sinks[h] : -INFINITY;
-                    double m = -INFINITY;
-                    for (int64_t j = 0; j < lk; j++) {
-                        vis[j] = 0;
-                        if (wl >= 0 && j < diag - wl) continue;
-                        if (wr >= 0 && j > diag + wr) continue;
-                        double add = 0.0;
-                        if (pb->mask_kind != FAI_MASK_NONE) {
-                            const int64_t mo = b * t->mask.stride_batch + h * t->mask.stride_head +
-                                               i * t->mask.stride_q + j;
-                            if (pb->mask_kind == FAI_MASK_ADD) {
-                                float f;
-                                memcpy(&f, (const char *)t->mask.data + mo * 4, 4);
-                                if (f == -INFINITY) continue;
-                                add = (double)f;
-                            } else if (pb->mask_kind == FAI_MASK_KEEP_BITS) {
-                                const unsigned char byte =
-                                    ((const unsigned char *)t->mask.data)[mo - j + j / 8];
-                                if (!((byte >> (j % 8)) & 1)) continue;
-                            } else {
-                                const unsigned char byte =
-                                    ((const unsigned char *)t->mask.data)[mo];
-                                if ((pb->mask_kind == FAI_MASK_KEEP) == (byte == 0)) continue;
-                            }
-                        }
-                        double dot = 0.0, dot_mag = 0.0;
-                        for (int64_t d = 0; d < D; d++) {
-                            dot += qd[d] * kd[j * D + d];
-                            dot_mag += fabs(qd[d] * kd[j * D + d]);
-                        }
-                        const double raw = scale * dot;
-                        double logit = raw, mag = fabs(scale) * dot_mag;
-                        if (cap > 0.0) {
-                            /* the raw logit's rounding passes through tanh's slope, and the
-                             * capped value brings the tanh's own */
-                            logit = cap * tanh(raw / cap);
-                            const double slope_there = 1.0 / cosh(raw / cap);
-                            mag = mag * slope_there * slope_there + 2.0 * fabs(logit);
-                        }
-                        const double bias = slope * fabs((double)(j - diag));
-                        s[j] = logit - bias + add;
-                        vis[j] = 1;
-                        keys++;
-                        mag += fabs(add) + fabs(bias);
-                        if (mag > logit_mag) logit_mag = mag;
-                        /* a NaN logit makes the max NaN for good, and so the whole row */
-                        if (s[j] > m || isnan(s[j])) m = s[j];
-                    }
-                    if (m == -INFINITY) {
-                        out->row_state[orow] = FAI_ORACLE_ROW_MASKED;
-                        out->rows_masked++;
-                        *lse = sink; /* -inf without a sink */
-                        continue;    /* O stays 0 */
-                    }
-                    /* the sink joins the denominator (a NaN row stays NaN) */
-                    if (sink > m) m = sink;
-                    double sum = sink > -INFINITY ? exp(sink - m) : 0.0;
-                    if (sink > -INFINITY && fabs(sink) > logit_mag) logit_mag = fabs(sink);
-                    for (int64_t j = 0; j < lk; j++) {
-                        if (!vis[j]) continue;
-                        const double p = exp(s[j] - m);
-                        sum += p;
-                        for (int64_t d = 0; d < Dv; d++) {
-                            o[d] += p * vd[j * Dv + d];
-                            o_mag[d] += p * fabs(vd[j * Dv + d]);
-                        }
-                    }
-                    for (int64_t d = 0; d < Dv; d++) {
-                        o[d] /= sum;
-                        o_mag[d] /= sum;
-                    }
-                    out->logit_mag[orow] = logit_mag;
-                    out->keys[orow] = keys;
-                    *lse = m + log(sum);
-                    out->row_state[orow] = FAI_ORACLE_ROW_VALID;
-                    out->rows_valid++;
+                    attend_row(&w, h, i, (size_t)((g * Sq + r) * Hq + h),
+                               out->lse + (size_t)((g * Hq + h) * Sq + r), out);
                 }
-            }
         }
     }
-    out->rows_past = (int64_t)n_rows - out->rows_valid - out->rows_masked;
+    out->rows_past = (int64_t)(groups * Sq * Hq) - out->rows_valid - out->rows_masked;
     free(kd);
     free(vd);
     free(s);
