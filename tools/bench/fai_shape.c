@@ -12,21 +12,15 @@
 #include <time.h>
 
 int ft_parse_dtype(const char *text, fai_dtype *dtype) {
-    if (!strcmp(text, "f32"))
-        *dtype = FAI_DTYPE_F32;
-    else if (!strcmp(text, "f16"))
-        *dtype = FAI_DTYPE_F16;
-    else if (!strcmp(text, "bf16"))
-        *dtype = FAI_DTYPE_BF16;
-    else if (!strcmp(text, "int8"))
-        *dtype = FAI_DTYPE_I8;
-    else if (!strcmp(text, "e4m3"))
-        *dtype = FAI_DTYPE_E4M3;
-    else if (!strcmp(text, "e5m2"))
-        *dtype = FAI_DTYPE_E5M2;
-    else
-        return -1;
-    return 0;
+    /* the names fai_dtype_name gives, so the tools and the library spell them one way */
+    static const fai_dtype all[] = {FAI_DTYPE_F32, FAI_DTYPE_F16,  FAI_DTYPE_BF16,
+                                    FAI_DTYPE_I8,  FAI_DTYPE_E4M3, FAI_DTYPE_E5M2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(text, fai_dtype_name(all[i]))) {
+            *dtype = all[i];
+            return 0;
+        }
+    return -1;
 }
 
 int ft_parse_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
@@ -119,7 +113,8 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
                                : arg[2] == 'k' ? &shape->kv_dtype
                                                : &shape->out_dtype;
             if (i + 1 >= argc || ft_parse_dtype(argv[i + 1], field)) {
-                fprintf(stderr, "fai %s: %s needs f32, f16 or bf16, got '%s'\n", cmd, arg,
+                fprintf(stderr, "fai %s: %s needs %s, got '%s'\n", cmd, arg,
+                        arg[2] == 'k' ? "f32, f16, bf16, int8, e4m3 or e5m2" : "f32, f16 or bf16",
                         i + 1 < argc ? argv[i + 1] : "");
                 return -1;
             }
