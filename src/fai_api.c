@@ -85,10 +85,11 @@ static fai_status check_block_table(const fai_plan *plan, const fai_tensors *t) 
     return FAI_OK;
 }
 
-/* Whether count scales `stride` apart are all finite and > 0: as bits, 0 < bits < +inf's (a
- * sign bit or a NaN is above). Branch-free, as the scales of a long cache are many. */
+/* Whether count scales `stride` apart are all finite and > 0, branch-free, as the scales of a
+ * long cache are many: a run (stride 1) by two float comparisons the compiler vectorises (NaN
+ * fails both), scattered scales as bits, 0 < bits < +inf's (a sign bit or a NaN is above). */
 static int scales_ok(const float *at, int64_t count, int64_t stride) {
-    if (stride == 1) { /* a run of scales: two comparisons the compiler vectorises (NaN fails) */
+    if (stride == 1) {
         int bad = 0;
         for (int64_t i = 0; i < count; i++)
             bad |= !(at[i] > 0.0f) | !(at[i] <= FLT_MAX);
