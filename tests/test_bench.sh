@@ -29,12 +29,21 @@ assert threads == [1, 2], threads
 PY
 
 # --kv-dtypes: the shape once per K/V dtype, in the list's order, each checked against fp64
-# (the quantized ones with their scales); a bad list exits 2
-"$fai" bench --b 1 --hq 2 --hkv 1 --sq 1 --skv 300 --d 32 --page-size 16 --runs 1 --threads 1 \
+# (the quantized ones with their scales), then each dtype's speedup over the first from
+# interleaved rounds, per thread count; a bad list exits 2
+"$fai" bench --b 1 --hq 2 --hkv 1 --sq 1 --skv 300 --d 32 --page-size 16 --runs 1 --threads 1,2 \
     --json --no-peaks --kv-dtypes f16,int8,e4m3,e5m2 >"$tmp/kv"
 python3 - "$tmp/kv" <<'PY'
 import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1]).read().splitlines()]
+lines = [json.loads(line) for line in open(sys.argv[1]).read().splitlines()]
+compared = [row for row in lines if "compare_threads" in row]
+rows = [row for row in lines if "compare_threads" not in row and row["threads"] == 1]
+assert [(row["compare_threads"], row["kv_dtype"], row["over_kv_dtype"]) for row in compared] == [
+    (t, dtype, "f16") for t in (1, 2) for dtype in ("int8", "e4m3", "e5m2")], compared
+for row in compared:
+    assert row["rounds"] == 3, row
+    assert 0 < row["speedup_q1"] <= row["speedup_median"] <= row["speedup_q3"], row
+assert lines.index(compared[0]) == len(lines) - len(compared), "the comparison comes last"
 assert [row["kv_dtype"] for row in rows] == ["f16", "int8", "e4m3", "e5m2"], rows
 assert all(row["check"] == "ok" for row in rows), rows
 # the quantized caches read a scale per token and kv head beside their 1-byte codes

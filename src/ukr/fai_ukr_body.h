@@ -594,23 +594,26 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
         const float *o_row[4];                                                                     \
         for (int r = 0; r < 4; r++)                                                                \
             o_row[r] = o + (r < rows ? r : 0) * ld_o + x0;                                         \
+        /* e4m3 sums in units of 2^8 (the values load_row_unit gives), scaled back when stored:    \
+         * powers of two, exact */                                                                 \
+        const fvec to_unit = v_set1(1.0f / unit_of(DTYPE)), from_unit = v_set1(unit_of(DTYPE));    \
         fvec acc[4][VECS];                                                                         \
         for (int r = 0; r < 4; r++)                                                                \
             for (int c = 0; c < VECS; c++)                                                         \
-                acc[r][c] = v_load(o_row[r] + c * W);                                              \
+                acc[r][c] = DTYPE == FAI_DTYPE_E4M3 ? v_mul(v_load(o_row[r] + c * W), to_unit)     \
+                                                    : v_load(o_row[r] + c * W);                    \
         for (int64_t j = 0; j < n; j++) {                                                          \
             if (x0 == 0 && j + ahead < prefetch_end) prefetch_row(v_rows[j + ahead], row_bytes);   \
             fvec values[VECS];                                                                     \
             if (TAIL)                                                                              \
-                values[0] = load_row_tail(v_rows[j], x0, dv - x0, DTYPE);                          \
-            else if (DTYPE != FAI_DTYPE_E4M3 ||                                                    \
+                values[0] = v_mul(load_row_tail(v_rows[j], x0, dv - x0, DTYPE), to_unit);          \
+            else if (DTYPE == FAI_DTYPE_E4M3 &&                                                    \
                      e4m3_nan_in((const uint8_t *)v_rows[j] + x0, VECS * W))                       \
+                for (int c = 0; c < VECS; c++) /* the NaN code read as NaN */                      \
+                    values[c] = v_mul(load_row_full(v_rows[j], x0 + c * W, DTYPE), to_unit);       \
+            else                                                                                   \
                 for (int c = 0; c < VECS; c++)                                                     \
-                    values[c] = load_row_full(v_rows[j], x0 + c * W, DTYPE);                       \
-            else /* e4m3 without the NaN code: its cheaper conversion */                           \
-                for (int c = 0; c < VECS; c++)                                                     \
-                    values[c] = v_mul(load_row_unit(v_rows[j], x0 + c * W, DTYPE),                 \
-                                      v_set1(unit_of(DTYPE)));                                     \
+                    values[c] = load_row_unit(v_rows[j], x0 + c * W, DTYPE);                       \
             const float *p_key = p + j;                                                            \
             for (int r = 0; r < 4; r++) {                                                          \
                 const fvec p_r = v_set1(p_key[(r < rows ? r : 0) * ld_n]);                         \
@@ -621,7 +624,8 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
         for (int r = 0; r < 4; r++)                                                                \
             if (r < rows)                                                                          \
                 for (int c = 0; c < VECS; c++)                                                     \
-                    v_store(o + r * ld_o + x0 + c * W, acc[r][c]);                                 \
+                    v_store(o + r * ld_o + x0 + c * W,                                             \
+                            DTYPE == FAI_DTYPE_E4M3 ? v_mul(acc[r][c], from_unit) : acc[r][c]);    \
     }
 
 #define DEFINE_PV_ROWS(NAME, DTYPE)                                                                \

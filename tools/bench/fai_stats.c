@@ -12,3 +12,8 @@ double ft_median(double *values, int64_t count) {
     qsort(values, (size_t)count, sizeof *values, ft_compare_double);
     return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
 }
+
+double ft_quantile(const double *sorted, int64_t n, double q) {
+    const int64_t at = (int64_t)(q * (double)(n - 1) + 0.5);
+    return sorted[at < 0 ? 0 : at >= n ? n - 1 : at];
+}

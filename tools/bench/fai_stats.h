@@ -10,4 +10,7 @@ int ft_compare_double(const void *a, const void *b);
 /* The median of count > 0 values (the mean of the middle two when count is even); sorts them. */
 double ft_median(double *values, int64_t count);
 
+/* The value at fraction q of n > 0 sorted values (nearest rank). */
+double ft_quantile(const double *sorted, int64_t n, double q);
+
 #endif

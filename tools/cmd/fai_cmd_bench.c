@@ -5,6 +5,7 @@
  * counts in the same run. */
 #include "fai_baseline.h"
 #include "fai_stats.h"
+#include "fai_bench_compare.h"
 #include "fai_bench_profile.h"
 #include "fai_bench_scaling.h"
 #include "fai_bench_wake.h"
@@ -204,8 +205,15 @@ static int bench_all(const bench_options *opt, const ft_peak *peaks) {
         }
     }
     if (!opt->json && !failures) ft_bench_print_table_header(opt->baseline);
-    for (int s = 0; s < opt->shape_count && !failures; s++)
+    const int group = opt->kv_dtype_count;
+    for (int s = 0; s < opt->shape_count && !failures; s++) {
         failures += bench_shape(&opt->shapes[s], 1000 + (uint64_t)s, pools, opt, peaks);
+        /* after the last dtype of a --kv-dtypes group, the group's interleaved comparison */
+        if (!failures && s < opt->compared_shapes && (s + 1) % group == 0)
+            failures += ft_bench_compare(&opt->shapes[s + 1 - group], group, 1000 + (uint64_t)s,
+                                         pools, opt->threads, opt->thread_count, 3 * opt->runs,
+                                         opt->pieces, opt->json) != 0;
+    }
     for (int t = 0; t < opt->thread_count && opt->wake && !failures; t++)
         if (opt->threads[t] > 1)
             failures += ft_bench_wake(pools[t], opt->threads[t], 3 * opt->runs, opt->json) != 0;

@@ -24,6 +24,7 @@ typedef struct bench_options {
     int json, peaks, bf16_too, baseline, profile, scaling, wake;
     fai_dtype kv_dtypes[8]; /* --kv-dtypes: each shape once per K/V dtype listed */
     int kv_dtype_count;
+    int compared_shapes; /* shapes [0, this) are groups of kv_dtype_count dtypes of one shape */
 } bench_options;
 
 /* One (shape, thread count) measurement. */

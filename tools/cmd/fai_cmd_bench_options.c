@@ -38,8 +38,10 @@ static void print_usage(FILE *out) {
         "  --pieces N     workers per thread (default 1): threads take workers from a shared\n"
         "                 counter, so smaller pieces let a faster thread take more of them\n"
         "  --kv-dtypes LIST  each shape once per K/V dtype of the comma-separated list (f32\n"
-        "                 f16 bf16 int8 e4m3 e5m2), one after the other, so that one run\n"
-        "                 compares them (e.g. --kv-dtypes f16,int8,e4m3)\n"
+        "                 f16 bf16 int8 e4m3 e5m2), one after the other (e.g. --kv-dtypes\n"
+        "                 f16,int8,e4m3); then each dtype's speedup over the first, as the\n"
+        "                 median of --runs x 3 interleaved rounds (one run of every dtype per\n"
+        "                 round), on every thread count\n"
         "  --bf16-too     also run each shape with Q, K, V and O all bf16\n"
         "  --json         one JSON object per line: the peaks, then one per (shape, threads)\n"
         "  --no-peaks     skip the machine-limit probes (about 1 s per thread count)\n"
@@ -295,6 +297,7 @@ int ft_bench_read_command_line(bench_options *opt, int argc, char **argv) {
     }
     if (status < 0 && build_shapes(opt, argc, argv, used)) status = 2;
     if (status < 0 && opt->kv_dtype_count > 0 && apply_kv_dtypes(opt)) status = 2;
+    if (status < 0 && opt->kv_dtype_count > 1) opt->compared_shapes = opt->shape_count;
     if (status < 0 && opt->bf16_too && add_bf16_variants(opt)) status = 2;
     if (status < 0 && validate_shapes(opt)) status = 2;
     free(used);
