@@ -50,56 +50,71 @@ static int64_t row_offset(const fai_rows *r, int64_t b, int64_t s) {
     return b * r->batch + s * r->seq;
 }
 
-/* The run of keys from `key` on that share a page, at most `left` of them: the byte offset of
- * the first one's row (head 0). One table lookup and one division per page, not per key. */
-static int64_t page_run(const fai_rows *r, int64_t b, int64_t key, int64_t left, int64_t *offset) {
-    const int64_t slot = key % r->page_size;
-    *offset =
-        (int64_t)r->table[b * r->table_stride + key / r->page_size] * r->batch + slot * r->seq;
-    return r->page_size - slot < left ? r->page_size - slot : left;
+/* A walk over keys [key, key + left) of sequence b, kv head h, one run of rows a time: the keys of
+ * a page (paged; one division for the whole walk, then page after page) or all of them (not
+ * paged). */
+typedef struct row_walk {
+    const fai_rows *r;
+    const unsigned char *head; /* head h's element 0 of row 0 of a page, or of the sequence */
+    const int32_t *pages;      /* sequence b's block-table row (paged) */
+    int64_t page, slot, left;
+} row_walk;
+
+static row_walk walk_begin(const fai_rows *r, int64_t b, int64_t h, int64_t key, int64_t count) {
+    row_walk w = {r, r->data + h * r->head, NULL, 0, 0, count};
+    if (r->table) {
+        w.pages = r->table + b * r->table_stride;
+        w.page = key / r->page_size;
+        w.slot = key - w.page * r->page_size;
+    } else {
+        w.head += row_offset(r, b, key);
+    }
+    return w;
+}
+
+/* The next run: its first row's address and its length (0 when the walk is done). */
+static int64_t walk_next(row_walk *w, const unsigned char **first) {
+    if (w->left == 0) return 0;
+    int64_t run = w->left;
+    if (w->pages) {
+        const fai_rows *r = w->r;
+        *first = w->head + (int64_t)w->pages[w->page] * r->batch + w->slot * r->seq;
+        if (r->page_size - w->slot < run) run = r->page_size - w->slot;
+        w->page++;
+        w->slot = 0;
+    } else {
+        *first = w->head;
+    }
+    w->left -= run;
+    return run;
 }
 
 void fai__kv_rows(const fai_rows *kv, int64_t b, int64_t h, int64_t key_begin, int64_t count,
                   const void **rows) {
-    const unsigned char *head = kv->data + h * kv->head;
-    if (kv->table) {
-        int64_t offset;
-        for (int64_t r = 0, run; r < count; r += run) {
-            run = page_run(kv, b, key_begin + r, count - r, &offset);
-            const unsigned char *row = head + offset;
-            for (int64_t k = 0; k < run; k++, row += kv->seq)
-                rows[r + k] = row;
-        }
-        return;
-    }
-    const unsigned char *row = head + row_offset(kv, b, key_begin);
-    for (int64_t r = 0; r < count; r++, row += kv->seq)
-        rows[r] = row;
+    row_walk w = walk_begin(kv, b, h, key_begin, count);
+    const unsigned char *row;
+    for (int64_t run; (run = walk_next(&w, &row)) > 0;)
+        for (int64_t k = 0; k < run; k++, row += kv->seq)
+            *rows++ = row;
 }
 
 void fai__kv_scales(const fai_rows *scale, int64_t b, int64_t h, int64_t key_begin, int64_t count,
                     float *out) {
-    enum { CHUNK = 64 };
-    const void *at[CHUNK]; /* the scales are rows of one f32 each */
-    for (int64_t done = 0; done < count; done += CHUNK) {
-        const int64_t chunk = count - done < CHUNK ? count - done : CHUNK;
-        fai__kv_rows(scale, b, h, key_begin + done, chunk, at);
-        for (int64_t r = 0; r < chunk; r++)
-            memcpy(&out[done + r], at[r], sizeof(float));
-    }
+    row_walk w = walk_begin(scale, b, h, key_begin, count);
+    const unsigned char *at;
+    for (int64_t run; (run = walk_next(&w, &at)) > 0;)
+        for (int64_t k = 0; k < run; k++, at += scale->seq) /* the scales are rows of one f32 */
+            memcpy(out++, at, sizeof(float));
 }
 
 void fai__kv_prefetch(const fai_rows *kv, int64_t b, int64_t h, int64_t key_begin, int64_t count,
                       int64_t row_bytes) {
-    enum { CHUNK = 16 };
-    const void *rows[CHUNK];
-    for (int64_t done = 0; done < count; done += CHUNK) {
-        const int64_t chunk = count - done < CHUNK ? count - done : CHUNK;
-        fai__kv_rows(kv, b, h, key_begin + done, chunk, rows);
-        for (int64_t r = 0; r < chunk; r++)
+    row_walk w = walk_begin(kv, b, h, key_begin, count);
+    const unsigned char *row;
+    for (int64_t run; (run = walk_next(&w, &row)) > 0;)
+        for (int64_t k = 0; k < run; k++, row += kv->seq)
             for (int64_t offset = 0; offset < row_bytes; offset += 64)
-                __builtin_prefetch((const char *)rows[r] + offset, 0, 2);
-    }
+                __builtin_prefetch(row + offset, 0, 2);
 }
 
 void *fai__q_row(const fai_rows *q, int64_t b, int64_t i, int64_t h) {
