@@ -230,33 +230,32 @@ static void pack_q_simd(float *q_t, int64_t ld_s, const void *const *rows, int64
     }
 }
 
-static int pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
-                          int64_t dim, fai_dtype dtype) {
-    /* x * 0 is 0 for finite x and NaN for Inf or NaN: one FMA per vector finds them */
-    fvec non_finite = v_zero();
-    int finite = 1;
-    for (int64_t r = 0; r < n; r++) {
-        float *out = dst + r * ld_dst;
-        int64_t x = 0;
-        if (dtype == FAI_DTYPE_F32) {
-            memcpy(out, rows[r], (size_t)dim * sizeof(float));
-            x = dim;
-        } else {
-            for (; x + W <= dim; x += W)
-                v_store(out + x, load_row_full(rows[r], x, dtype));
-            for (; x < dim; x++)
-                out[x] = fai__load_element(rows[r], x, dtype);
-        }
-        for (; x < ld_dst; x++)
-            out[x] = 0.0f;
-        int64_t k = 0;
-        for (; k + W <= dim; k += W)
-            non_finite = v_fma(v_load(out + k), v_zero(), non_finite);
-        for (; k < dim; k++)
-            finite &= isfinite(out[k]) != 0;
+/* One instance per dtype (the load's switch folds away). Each converted vector is stored and
+ * checked at once: x * 0 is 0 for finite x and NaN for Inf or NaN, one FMA per vector, into four
+ * sums in turn (one would chain every FMA of the tile behind the one before). */
+#define DEFINE_PACK_ROWS(NAME, DTYPE)                                                              \
+    static int NAME(float *dst, int64_t ld_dst, const void *const *rows, int64_t n, int64_t dim) { \
+        fvec non_finite[4] = {v_zero(), v_zero(), v_zero(), v_zero()};                             \
+        int finite = 1;                                                                            \
+        for (int64_t r = 0; r < n; r++) {                                                          \
+            float *out = dst + r * ld_dst;                                                         \
+            int64_t x = 0;                                                                         \
+            for (; x + W <= dim; x += W) {                                                         \
+                const fvec v = load_row_full(rows[r], x, DTYPE);                                   \
+                v_store(out + x, v);                                                               \
+                non_finite[x / W % 4] = v_fma(v, v_zero(), non_finite[x / W % 4]);                 \
+            }                                                                                      \
+            for (; x < dim; x++) {                                                                 \
+                out[x] = fai__load_element(rows[r], x, DTYPE);                                     \
+                finite &= isfinite(out[x]) != 0;                                                   \
+            }                                                                                      \
+            for (; x < ld_dst; x++)                                                                \
+                out[x] = 0.0f;                                                                     \
+        }                                                                                          \
+        const fvec all =                                                                           \
+            v_add(v_add(non_finite[0], non_finite[1]), v_add(non_finite[2], non_finite[3]));       \
+        return finite && v_hsum(all) == 0.0f;                                                      \
     }
-    return finite && v_hsum(non_finite) == 0.0f;
-}
 
 /* Dequantization scales on the scores (and on P): S^T [n, ld_s] row j (key j) times scale[j],
  * all ld_s columns; row-major s [m, ld_n] column j times scale[j], keys j < n. */
@@ -563,6 +562,22 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
     X(i8, FAI_DTYPE_I8)                                                                            \
     X(e4m3, FAI_DTYPE_E4M3)                                                                        \
     X(e5m2, FAI_DTYPE_E5M2)
+
+#define PACK_ROWS_INSTANCE(SUFFIX, DTYPE) DEFINE_PACK_ROWS(pack_rows_##SUFFIX, DTYPE)
+FAI_KV_DTYPES(PACK_ROWS_INSTANCE)
+#undef PACK_ROWS_INSTANCE
+
+typedef int (*pack_rows_fn)(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
+                            int64_t dim);
+
+/* The dtype is checked by the plan: every fai_dtype has its instance. */
+static int pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
+                          int64_t dim, fai_dtype dtype) {
+#define PACK_ROWS_ENTRY(SUFFIX, DTYPE) [DTYPE] = pack_rows_##SUFFIX,
+    static const pack_rows_fn by_dtype[] = {FAI_KV_DTYPES(PACK_ROWS_ENTRY)};
+#undef PACK_ROWS_ENTRY
+    return by_dtype[dtype](dst, ld_dst, rows, n, dim);
+}
 
 #define QK_ROWS_INSTANCE(SUFFIX, DTYPE) DEFINE_QK_ROWS(qk_rows_##SUFFIX, DTYPE)
 FAI_KV_DTYPES(QK_ROWS_INSTANCE)
