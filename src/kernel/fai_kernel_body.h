@@ -370,14 +370,14 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
 #define QK_CHUNK_BYTES 512
 
 static int prefetch_spread(const fai_plan *plan, const fai_tensors *t) {
-    return !plan->direct_kv && !plan->bf16_qk &&
-           plan->pb.head_dim * (int64_t)fai_dtype_size(t->k.dtype) +
-                   plan->head_dim_v * (int64_t)fai_dtype_size(t->v.dtype) <=
-               QK_CHUNK_BYTES;
+    return !plan->direct_kv && plan->pb.head_dim * (int64_t)fai_dtype_size(t->k.dtype) +
+                                       plan->head_dim_v * (int64_t)fai_dtype_size(t->v.dtype) <=
+                                   QK_CHUNK_BYTES;
 }
 
-/* Stage 1 on a packed K tile, QK_CHUNK_KEYS keys a call, with the next tile's K and V rows
- * [next, next + next_n) asked for along the way (next_n 0: none). */
+/* Stage 1, QK_CHUNK_KEYS keys a call, on the packed K tile (or, with bf16 dot products, on the
+ * K rows sc->row_ptrs), with the next tile's K and V rows [next, next + next_n) asked for along
+ * the way (next_n 0: none). */
 static void qk_prefetching(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                            const unit_scratch *sc, const float *k_packed, int64_t n, int64_t next,
                            int64_t next_n) {
@@ -390,8 +390,12 @@ static void qk_prefetching(const fai_plan *plan, const fai_tensors *t, const fai
         const int64_t count = c + keys >= n ? next_n - c : keys < next_n - c ? keys : next_n - c;
         if (count > 0)
             fai__kv_prefetch(&sc->rows->k, unit->batch, unit->head_kv, next + c, count, k_bytes);
-        plan->cntx->qk(sc->s_tile + c * ld_s, ld_s, sc->q_tile, k_packed + c * d, keys, d,
-                       plan->scale);
+        if (plan->bf16_qk)
+            plan->cntx->qk_bf16(sc->s_tile + c * ld_s, ld_s, (const uint16_t *)sc->q_tile,
+                                sc->row_ptrs + c, keys, d, plan->scale);
+        else
+            plan->cntx->qk(sc->s_tile + c * ld_s, ld_s, sc->q_tile, k_packed + c * d, keys, d,
+                           plan->scale);
         if (count > 0)
             fai__kv_prefetch(&sc->rows->v, unit->batch, unit->head_kv, next + c, count, v_bytes);
     }
@@ -453,8 +457,11 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
                       t->k.dtype, n, d, plan->scale);
     } else if (plan->bf16_qk) { /* bf16 dot products straight from the K rows */
-        cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
-                      plan->scale);
+        if (spread)
+            qk_prefetching(plan, t, unit, sc, NULL, n, next, next_n);
+        else
+            cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
+                          plan->scale);
     } else {
         if (!from_cache) cntx->pack_rows(k_packed, d, sc->row_ptrs, n, d, t->k.dtype);
         FAI_LAP(FAI_STAGE_PACK_KV);
