@@ -114,6 +114,10 @@ struct fai_plan {
     int64_t ld_n; /* direct: scores are row-major [rows, ld_n], tile_kv padded to the width */
     int bf16_qk;  /* bf16 Q and K with an even d on a CPU with bf16 dot products */
     int bf16_pv;  /* and bf16 V: PV on the same dot products (pack_v_bf16, pv_bf16) */
+    /* Packed prefill on the vector tables with K and V rows of at most FAI_SPREAD_ROW_BYTES a
+     * key together: the next tile's rows are asked for a chunk of QK at a time, not at once
+     * (the kernel's qk_prefetching says why) */
+    int prefetch_spread;
     /* The matrix engine (the table's mx_ entries) runs QK and PV: prefill tiles with 16-bit K
      * and V. ld_s is then the Q tile's rows padded to 32 (m_pad), ld_o Dv padded to 32, ld_n the
      * kv tile padded to 32, d_pad D padded to 32; the *_parts say in how many bf16 parts each
@@ -157,6 +161,10 @@ struct fai_plan {
 /* Whether a Q tile of `rows` rows is a decode tile (the tile chooser and the workspace layout
  * decide by this one rule). */
 static inline int fai__is_decode_tile(int64_t rows) { return rows <= FAI_DIRECT_KV_MAX_ROWS; }
+/* Packed prefill asks for the next kv tile's rows a chunk of QK at a time when a key's K and V
+ * rows together are at most this many bytes (16-bit rows of 128 and less); longer rows keep
+ * the one burst at the tile's start (measured on AMD Zen 5: docs/design.md, "Run"). */
+#define FAI_SPREAD_ROW_BYTES 512
 /* Decode units of one sequence run in lockstep up to this many at a time (each its own scratch
  * slot), so that a token's K/V of all kv heads is streamed together. */
 #define FAI_LOCKSTEP_UNITS 8

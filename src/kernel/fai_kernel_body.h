@@ -364,16 +364,10 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
  * packing rows that had not arrived. Spread over QK, a chunk of QK_CHUNK_KEYS keys at a time
  * (a whole register block of every table: 12 on AVX-512 and NEON, 2 x 6 on AVX2) asking for as
  * many of the next tile's K rows before it and V rows after it, the share fell to 20 % and C1
- * ran 1.1-1.3x faster. Rows longer than QK_CHUNK_BYTES a key (K and V together; f32 at D 128)
- * gained nothing in such bursts and keep the one at the tile's start. */
+ * ran 1.1-1.3x faster. Rows longer than FAI_SPREAD_ROW_BYTES a key (K and V together; f32 at D
+ * 128) gained nothing in such bursts and keep the one at the tile's start (plan->prefetch_spread
+ * says which). */
 #define QK_CHUNK_KEYS 12
-#define QK_CHUNK_BYTES 512
-
-static int prefetch_spread(const fai_plan *plan, const fai_tensors *t) {
-    return !plan->direct_kv && plan->pb.head_dim * (int64_t)fai_dtype_size(t->k.dtype) +
-                                       plan->head_dim_v * (int64_t)fai_dtype_size(t->v.dtype) <=
-                                   QK_CHUNK_BYTES;
-}
 
 /* Stage 1, QK_CHUNK_KEYS keys a call, on the packed K tile (or, with bf16 dot products, on the
  * K rows sc->row_ptrs), with the next tile's K and V rows [next, next + next_n) asked for along
@@ -444,8 +438,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         plan->direct_kv || tile + 1 >= unit->kv_tiles || (next_state && *next_state) ? 0
         : seq->kv_len - next < tile_kv ? seq->kv_len - next
                                        : tile_kv;
-    const int spread = prefetch_spread(plan, t);
-    if (next_n > 0 && !spread) {
+    if (next_n > 0 && !plan->prefetch_spread) {
         fai__kv_prefetch(&sc->rows->k, b, unit->head_kv, next, next_n,
                          d * (int64_t)fai_dtype_size(t->k.dtype));
         fai__kv_prefetch(&sc->rows->v, b, unit->head_kv, next, next_n,
@@ -457,7 +450,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
                       t->k.dtype, n, d, plan->scale);
     } else if (plan->bf16_qk) { /* bf16 dot products straight from the K rows */
-        if (spread)
+        if (plan->prefetch_spread)
             qk_prefetching(plan, t, unit, sc, NULL, n, next, next_n);
         else
             cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
@@ -465,7 +458,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     } else {
         if (!from_cache) cntx->pack_rows(k_packed, d, sc->row_ptrs, n, d, t->k.dtype);
         FAI_LAP(FAI_STAGE_PACK_KV);
-        if (spread)
+        if (plan->prefetch_spread)
             qk_prefetching(plan, t, unit, sc, k_packed, n, next, next_n);
         else
             cntx->qk(sc->s_tile, ld_s, sc->q_tile, k_packed, n, d, plan->scale);

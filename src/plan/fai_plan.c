@@ -175,6 +175,10 @@ static fai_status layout_workspace(fai_plan *plan) {
     plan->bf16_pv = plan->bf16_qk && plan->cntx->pv_bf16 && plan->pb.v_dtype == FAI_DTYPE_BF16;
     plan->p_parts = plan->pb.round_p_bf16 ? 1 : 2;
     plan->mx = use_matrix_engine(plan);
+    plan->prefetch_spread = !plan->direct_kv && !plan->mx &&
+                            plan->pb.head_dim * (int64_t)fai_dtype_size(plan->pb.k_dtype) +
+                                    plan->head_dim_v * (int64_t)fai_dtype_size(plan->pb.v_dtype) <=
+                                FAI_SPREAD_ROW_BYTES;
     if (plan->mx) {
         plan->bf16_qk = plan->bf16_pv = 0;
         plan->ld_s = fai__ceil_div(plan->tile_rows, 32) * 32;

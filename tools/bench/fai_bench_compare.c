@@ -45,16 +45,9 @@ static int compare_on(const ft_shape *variants, const ft_shape_data *data, int c
     int status = 0;
     for (int v = 0; v < count && !status; v++)
         status = ft_timed_plan_create(&plans[v], &variants[v], &data[v], pool, threads, pieces);
-    for (int64_t r = -1; r < rounds && !status; r++) /* a warmup round, then the timed ones */
-        for (int v = 0; v < count && !status; v++) {
-            const double s = ft_timed_plan_run(&plans[v], &variants[v], &data[v]);
-            if (s < 0) status = -1;
-            if (r >= 0) seconds[v * rounds + r] = s;
-        }
+    if (!status) status = ft_timed_plans_rounds(plans, count, rounds, seconds);
     for (int v = 1; v < count && !status; v++) {
-        for (int64_t r = 0; r < rounds; r++)
-            ratios[r] = seconds[r] / seconds[v * rounds + r];
-        qsort(ratios, (size_t)rounds, sizeof *ratios, ft_compare_double);
+        ft_timed_plans_speedups(seconds, rounds, v, ratios);
         print_result(&variants[v], &variants[0], threads, ratios, rounds, json);
     }
     fflush(stdout);

@@ -60,16 +60,9 @@ int ft_bench_scaling(const ft_shape *shape, const ft_shape_data *data, fai_pool 
     for (int t = 0; t < count && !status; t++)
         status = ft_timed_plan_create(&plans[t], shape, data, pools[t], threads[t], pieces);
     /* a warmup round, then the timed ones: every thread count once per round */
-    for (int64_t r = -1; r < rounds && !status; r++)
-        for (int t = 0; t < count && !status; t++) {
-            const double s = ft_timed_plan_run(&plans[t], shape, data);
-            if (s < 0) status = -1;
-            if (r >= 0) seconds[t * rounds + r] = s;
-        }
+    if (!status) status = ft_timed_plans_rounds(plans, count, rounds, seconds);
     for (int t = 1; t < count && !status; t++) {
-        for (int64_t r = 0; r < rounds; r++)
-            ratios[r] = seconds[r] / seconds[t * rounds + r];
-        qsort(ratios, (size_t)rounds, sizeof *ratios, ft_compare_double);
+        ft_timed_plans_speedups(seconds, rounds, t, ratios);
         print_result(shape, threads[0], threads[t], ratios, rounds, peaks ? &peaks[0] : NULL,
                      peaks ? &peaks[t] : NULL, json);
     }

@@ -17,6 +17,8 @@ int ft_timed_plan_create(ft_timed_plan *p, const ft_shape *shape, const ft_shape
         return -1;
     }
     fai_plan_set_pool(p->plan, pool);
+    p->shape = shape;
+    p->data = data;
     p->bytes = fai_plan_workspace_size(p->plan);
     p->workspace = malloc(p->bytes + 1);
     if (!p->workspace) {
@@ -27,13 +29,25 @@ int ft_timed_plan_create(ft_timed_plan *p, const ft_shape *shape, const ft_shape
     return 0;
 }
 
-double ft_timed_plan_run(const ft_timed_plan *p, const ft_shape *shape, const ft_shape_data *data) {
-    const double start = ft_now_seconds();
-    const fai_status status = fai_run(p->plan, &data->tensors, p->workspace, p->bytes);
-    const double seconds = ft_now_seconds() - start;
-    if (status == FAI_OK) return seconds;
-    fprintf(stderr, "fai bench: %s: %s\n", shape->name, fai_last_error());
-    return -1.0;
+int ft_timed_plans_rounds(const ft_timed_plan *plans, int count, int64_t rounds, double *seconds) {
+    for (int64_t r = -1; r < rounds; r++)
+        for (int i = 0; i < count; i++) {
+            const ft_timed_plan *p = &plans[i];
+            const double start = ft_now_seconds();
+            const fai_status status = fai_run(p->plan, &p->data->tensors, p->workspace, p->bytes);
+            if (status != FAI_OK) {
+                fprintf(stderr, "fai bench: %s: %s\n", p->shape->name, fai_last_error());
+                return -1;
+            }
+            if (r >= 0) seconds[i * rounds + r] = ft_now_seconds() - start;
+        }
+    return 0;
+}
+
+void ft_timed_plans_speedups(const double *seconds, int64_t rounds, int i, double *ratios) {
+    for (int64_t r = 0; r < rounds; r++)
+        ratios[r] = seconds[r] / seconds[i * rounds + r];
+    qsort(ratios, (size_t)rounds, sizeof *ratios, ft_compare_double);
 }
 
 void ft_timed_plan_free(ft_timed_plan *p) {

@@ -13,15 +13,24 @@ typedef struct ft_timed_plan {
     fai_plan *plan;
     void *workspace;
     size_t bytes;
+    const ft_shape *shape;     /* what it runs, for messages */
+    const ft_shape_data *data; /* the tensors it runs on */
 } ft_timed_plan;
 
 /* Plans data's problem for `threads` threads (workers = threads x pieces) on the pool, with its
- * workspace. Returns 0, or -1 after printing why (the plan is then left empty). */
+ * workspace; p keeps shape and data. Returns 0, or -1 after printing why (the plan is then left
+ * empty). */
 int ft_timed_plan_create(ft_timed_plan *p, const ft_shape *shape, const ft_shape_data *data,
                          fai_pool *pool, int64_t threads, int64_t pieces);
 
-/* Seconds of one fai_run of the plan on data; -1 after printing why when the run fails. */
-double ft_timed_plan_run(const ft_timed_plan *p, const ft_shape *shape, const ft_shape_data *data);
+/* One warmup round, then `rounds` interleaved rounds, each one fai_run of every plan back to
+ * back: seconds[i * rounds + r] is plan i's time in round r. Returns 0, or -1 after printing why
+ * a run failed. */
+int ft_timed_plans_rounds(const ft_timed_plan *plans, int count, int64_t rounds, double *seconds);
+
+/* Plan i's per-round speedups over plan 0 (its time in a round over theirs), sorted, into
+ * ratios[0 .. rounds). */
+void ft_timed_plans_speedups(const double *seconds, int64_t rounds, int i, double *ratios);
 
 /* Frees the plan and its workspace (an empty one too). */
 void ft_timed_plan_free(ft_timed_plan *p);
