@@ -111,9 +111,10 @@ struct fai_plan {
      * row-major with rows of ld_q (d padded to the vector width). */
     int direct_kv;
     int64_t ld_q;
-    int64_t ld_n; /* direct: scores are row-major [rows, ld_n], tile_kv padded to the width */
-    int bf16_qk;  /* bf16 Q and K with an even d on a CPU with bf16 dot products */
-    int bf16_pv;  /* and bf16 V: PV on the same dot products (pack_v_bf16, pv_bf16) */
+    int64_t ld_n;     /* direct: scores are row-major [rows, ld_n], tile_kv padded to the width */
+    int bf16_qk;      /* bf16 Q and K with an even d on a CPU with bf16 dot products */
+    int bf16_qk_rows; /* decode's QK on bf16 dot products: bf16 Q and K, and the CPU has them */
+    int bf16_pv;      /* and bf16 V: PV on the same dot products (pack_v_bf16, pv_bf16) */
     /* Packed prefill on the vector tables with K and V rows of at most FAI_SPREAD_ROW_BYTES a
      * key together: the next tile's rows are asked for a chunk of QK at a time, not at once
      * (the kernel's qk_prefetching says why) */

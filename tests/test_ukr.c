@@ -304,6 +304,65 @@ TEST(ukr_bf16_qk_matches_reference) {
     }
 }
 
+/* Decode's bf16 dot-product QK (where the CPU has it) against the reference qk_rows on bf16 data,
+ * on any d (the last pairs read under a mask: each K row is its own allocation, so a read past it
+ * is caught under the sanitizers), row and key counts that are not multiples of the 4 x 4 block,
+ * the -inf padding, and an Inf and a NaN in K giving what f32 products give. */
+TEST(ukr_bf16_qk_rows_matches_reference) {
+    const fai_cntx *ref = fai__cntx_by_name("ref");
+    const fai_cntx *cntx = fai__cntx_by_name("avx512");
+    REQUIRE(ref != NULL);
+    if (!cntx || !cntx->qk_rows_bf16) {
+        printf("  skipped: no bf16 dot products on this CPU\n");
+        return;
+    }
+    static const int64_t shapes[][3] = {{1, 1, 1},    {4, 256, 128}, {3, 37, 17},
+                                        {5, 29, 576}, {8, 7, 33},    {4, 5, 16}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int64_t m = shapes[s][0], n = shapes[s][1], d = shapes[s][2];
+        const int64_t ld_q = (d + 15) / 16 * 16, ld_n = (n + 15) / 16 * 16;
+        float *q = calloc((size_t)(m * ld_q), sizeof(float));
+        uint64_t state = 11 + s;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t x = 0; x < d; x++)
+                q[i * ld_q + x] = fai__bf16_to_f32(fai__f32_to_bf16(uniform(&state)));
+        uint16_t **k = malloc(sizeof(uint16_t *) * (size_t)n);
+        for (int64_t j = 0; j < n; j++) {
+            k[j] = malloc(sizeof(uint16_t) * (size_t)d);
+            for (int64_t x = 0; x < d; x++)
+                k[j][x] = fai__f32_to_bf16(uniform(&state));
+        }
+        if (n > 2) {
+            k[1][d - 1] = fai__f32_to_bf16(INFINITY);
+            k[2][0] = fai__f32_to_bf16(NAN);
+        }
+        float *s_ref = malloc(sizeof(float) * (size_t)(m * ld_n));
+        float *s_bf16 = malloc(sizeof(float) * (size_t)(m * ld_n));
+        ref->qk_rows(s_ref, ld_n, q, ld_q, m, (const void *const *)k, 0, FAI_DTYPE_BF16, n, d,
+                     0.3f);
+        cntx->qk_rows_bf16(s_bf16, ld_n, q, ld_q, m, (const void *const *)k, 0, n, d, 0.3f);
+        double worst = 0.0;
+        int same_special = 1;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < ld_n; j++) {
+                const float want = s_ref[i * ld_n + j], got = s_bf16[i * ld_n + j];
+                if (isfinite(want) || isfinite(got)) {
+                    worst = worse(worst, want, got, 1.0);
+                    same_special &= isfinite(want) && isfinite(got);
+                } else {
+                    same_special &= isnan(want) ? isnan(got) : want == got;
+                }
+            }
+        CHECK(worst <= 1e-6 * (double)d && same_special);
+        if (worst > 1e-6 * (double)d || !same_special)
+            printf("  m=%lld n=%lld d=%lld: error %.3g, non-finite %s\n", (long long)m,
+                   (long long)n, (long long)d, worst, same_special ? "alike" : "differ");
+        for (int64_t j = 0; j < n; j++)
+            free(k[j]);
+        free(k), free(q), free(s_ref), free(s_bf16);
+    }
+}
+
 /* The output conversions: every table's store_row writes exactly the portable rounding's bits
  * (round to nearest even, f16 saturating finite values only, Inf kept, NaN quiet) for values
  * around each boundary, at every vector offset. */

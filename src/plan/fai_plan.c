@@ -173,6 +173,8 @@ static fai_status layout_workspace(fai_plan *plan) {
     plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
                     plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0;
     plan->bf16_pv = plan->bf16_qk && plan->cntx->pv_bf16 && plan->pb.v_dtype == FAI_DTYPE_BF16;
+    plan->bf16_qk_rows = plan->cntx->qk_rows_bf16 && plan->direct_kv &&
+                         plan->pb.q_dtype == FAI_DTYPE_BF16 && plan->pb.k_dtype == FAI_DTYPE_BF16;
     plan->p_parts = plan->pb.round_p_bf16 ? 1 : 2;
     plan->mx = use_matrix_engine(plan);
     plan->prefetch_spread = !plan->direct_kv && !plan->mx &&

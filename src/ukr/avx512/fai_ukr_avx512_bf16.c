@@ -6,10 +6,16 @@
  * Layouts: Q^T is packed in pairs, q_pairs [d/2, ld_s, 2] (lane i of a vector holds
  * Q[i][2p], Q[i][2p+1]), so that one broadcast 32-bit pair of a K row feeds a whole vector of
  * query rows. K rows are read where they are (no packing): the pair K[j][2p..2p+1] is one 32-bit
- * load. d must be even. PV pairs keys instead (fai_ukr_avx512_bf16_pv.c). */
+ * load. d must be even. PV pairs keys instead (fai_ukr_avx512_bf16_pv.c).
+ *
+ * Decode (qk_rows_bf16) has a handful of query rows, too few for a vector of them: its lanes
+ * pair head-dim elements instead, a K row's 32 elements a vector against the same 32 of a Q row,
+ * summed across lanes at the end, as the f32 qk_rows does with 16. */
+#include "ukr/fai_simd_avx512.h"
 #include "ukr/fai_ukr.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define W 16
@@ -96,8 +102,76 @@ static void qk_bf16(float *s_t, int64_t ld_s, const uint16_t *q_pairs, const voi
     }
 }
 
+/* Decode QK for bf16 Q and K: s [m, ld_n] = scale * q . k_rows^T, -inf in columns [n, ld_n),
+ * as qk_rows (fai_ukr.h). q holds bf16 values in f32 (decode's Q tile), each exactly a bf16, so
+ * converting them back is exact. 4 keys x 4 rows of 32-element dot products a block, in 16
+ * accumulators reduced at the end; the last pairs of a row are read under a mask (nothing past
+ * d), and edge blocks repeat a valid row or key and store only the valid results. */
+#define QK_ROWS_KEYS 4
+#define QK_ROWS_ROWS 4
+static void qk_rows_bf16(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
+                         const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
+                         float scale) {
+    uint16_t q_bf16[QK_ROWS_ROWS][FAI_MAX_HEAD_DIM + 32];
+    const int64_t ahead = FAI_PREFETCH_BYTES / (2 * d) < 16 ? 16
+                          : FAI_PREFETCH_BYTES / (2 * d) > FAI_PREFETCH_ROWS
+                              ? FAI_PREFETCH_ROWS
+                              : FAI_PREFETCH_BYTES / (2 * d);
+    const int64_t full = d / 32 * 32;
+    const __mmask32 tail = (__mmask32)((UINT64_C(1) << (d - full)) - 1);
+    for (int64_t i0 = 0; i0 < m; i0 += QK_ROWS_ROWS) {
+        for (int r = 0; r < QK_ROWS_ROWS; r++) {
+            const float *row = q + (i0 + r < m ? i0 + r : i0) * ld_q;
+            for (int64_t x = 0; x < d; x += 32) { /* ld_q: d padded with zeros to 16 */
+                const __m512 high =
+                    x + 16 < ld_q ? _mm512_loadu_ps(row + x + 16) : _mm512_setzero_ps();
+                _mm512_storeu_si512(q_bf16[r] + x,
+                                    (__m512i)_mm512_cvtne2ps_pbh(high, _mm512_loadu_ps(row + x)));
+            }
+        }
+        for (int64_t j0 = 0; j0 < n; j0 += QK_ROWS_KEYS) {
+            const uint16_t *key[QK_ROWS_KEYS];
+            for (int c = 0; c < QK_ROWS_KEYS; c++)
+                key[c] = k_rows[j0 + c < n ? j0 + c : j0];
+            for (int c = 0; i0 == 0 && c < QK_ROWS_KEYS && j0 + ahead + c < n + rows_ahead; c++)
+                for (int64_t offset = 0; offset < 2 * d; offset += 64)
+                    __builtin_prefetch((const char *)k_rows[j0 + ahead + c] + offset, 0,
+                                       FAI_PREFETCH_LOCALITY);
+            __m512 acc[QK_ROWS_ROWS * QK_ROWS_KEYS]; /* [row][key] */
+            for (int a = 0; a < QK_ROWS_ROWS * QK_ROWS_KEYS; a++)
+                acc[a] = _mm512_setzero_ps();
+            for (int64_t x = 0; x < d; x += 32) {
+                __m512bh kv[QK_ROWS_KEYS];
+                for (int c = 0; c < QK_ROWS_KEYS; c++)
+                    kv[c] = (__m512bh)(x < full ? _mm512_loadu_si512(key[c] + x)
+                                                : _mm512_maskz_loadu_epi16(tail, key[c] + x));
+                for (int r = 0; r < QK_ROWS_ROWS; r++) {
+                    const __m512bh qv = (__m512bh)_mm512_loadu_si512(q_bf16[r] + x);
+                    for (int c = 0; c < QK_ROWS_KEYS; c++)
+                        acc[r * QK_ROWS_KEYS + c] =
+                            _mm512_dpbf16_ps(acc[r * QK_ROWS_KEYS + c], qv, kv[c]);
+                }
+            }
+            float sums[QK_ROWS_ROWS * QK_ROWS_KEYS];
+            v_hsum16(acc, sums);
+            v_store(sums, v_mul(v_load(sums), v_set1(scale)));
+            if (j0 + QK_ROWS_KEYS <= n && i0 + QK_ROWS_ROWS <= m) /* a row's 4 keys follow */
+                for (int r = 0; r < QK_ROWS_ROWS; r++)
+                    memcpy(s + (i0 + r) * ld_n + j0, sums + r * QK_ROWS_KEYS, sizeof(float) * 4);
+            else
+                for (int r = 0; r < QK_ROWS_ROWS && i0 + r < m; r++)
+                    for (int c = 0; c < QK_ROWS_KEYS && j0 + c < n; c++)
+                        s[(i0 + r) * ld_n + j0 + c] = sums[r * QK_ROWS_KEYS + c];
+        }
+    }
+    for (int64_t i = 0; i < m; i++) /* the padding keys: masked */
+        for (int64_t j = n; j < ld_n; j++)
+            s[i * ld_n + j] = -INFINITY;
+}
+
 void fai__cntx_add_avx512_bf16(fai_cntx *cntx) {
     cntx->pack_q_bf16 = pack_q_bf16_pairs;
     cntx->qk_bf16 = qk_bf16;
+    cntx->qk_rows_bf16 = qk_rows_bf16;
     fai__cntx_add_avx512_bf16_pv(cntx);
 }
