@@ -332,15 +332,16 @@ TEST(ukr_bf16_qk_rows_matches_reference) {
             for (int64_t x = 0; x < d; x++)
                 k[j][x] = fai__f32_to_bf16(uniform(&state));
         }
-        if (n > 2) {
+        if (n > 3) {
             k[1][d - 1] = fai__f32_to_bf16(INFINITY);
             k[2][0] = fai__f32_to_bf16(NAN);
+            k[3][d / 2] = 0x0001; /* a subnormal, read as zero: its product is negligible */
         }
         float *s_ref = malloc(sizeof(float) * (size_t)(m * ld_n));
         float *s_bf16 = malloc(sizeof(float) * (size_t)(m * ld_n));
         ref->qk_rows(s_ref, ld_n, q, ld_q, m, (const void *const *)k, 0, FAI_DTYPE_BF16, n, d,
                      0.3f);
-        cntx->qk_rows_bf16(s_bf16, ld_n, q, ld_q, m, (const void *const *)k, 0, n, d, 0.3f);
+        CHECK(cntx->qk_rows_bf16(s_bf16, ld_n, q, ld_q, m, (const void *const *)k, 0, n, d, 0.3f));
         double worst = 0.0;
         int same_special = 1;
         for (int64_t i = 0; i < m; i++)
@@ -361,6 +362,42 @@ TEST(ukr_bf16_qk_rows_matches_reference) {
             free(k[j]);
         free(k), free(q), free(s_ref), free(s_bf16);
     }
+}
+
+/* Decode's bf16 dot-product QK refuses, writing nothing, a Q with a subnormal (which the dot
+ * products would read as zero) or with rows so large that a subnormal K element would matter;
+ * the f32 qk_rows does such tiles. */
+TEST(ukr_bf16_qk_rows_refuses_what_it_would_lose) {
+    const fai_cntx *cntx = fai__cntx_by_name("avx512");
+    if (!cntx || !cntx->qk_rows_bf16) {
+        printf("  skipped: no bf16 dot products on this CPU\n");
+        return;
+    }
+    enum { D = 40, LD_Q = 48, N = 5, LD_N = 16 };
+    float q[2 * LD_Q] = {0};
+    uint16_t k_data[N][D];
+    const void *k[N];
+    for (int j = 0; j < N; j++) {
+        for (int x = 0; x < D; x++)
+            k_data[j][x] = fai__f32_to_bf16(1.0f);
+        k[j] = k_data[j];
+    }
+    for (int x = 0; x < D; x++)
+        q[x] = q[LD_Q + x] = 0.5f;
+    static const float bad[] = {0x1p-130f, -0x1p-127f, 0x1p110f, INFINITY, NAN};
+    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
+        float s[2 * LD_N];
+        for (int i = 0; i < 2 * LD_N; i++)
+            s[i] = 7.0f;
+        q[LD_Q + 3] = bad[b];
+        CHECK(!cntx->qk_rows_bf16(s, LD_N, q, LD_Q, 2, k, 0, N, D, 0.125f));
+        for (int i = 0; i < 2 * LD_N; i++)
+            CHECK(s[i] == 7.0f);
+    }
+    q[LD_Q + 3] = 0.5f;
+    float s[2 * LD_N];
+    CHECK(cntx->qk_rows_bf16(s, LD_N, q, LD_Q, 2, k, 0, N, D, 0.125f));
+    CHECK(s[0] == 0.125f * 0.5f * D && s[LD_N + N] == -INFINITY);
 }
 
 /* The output conversions: every table's store_row writes exactly the portable rounding's bits

@@ -446,9 +446,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     }
     fai__kv_rows(&sc->rows->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
     FAI_LAP(FAI_STAGE_PACK_KV);
-    if (plan->bf16_qk_rows) {
-        cntx->qk_rows_bf16(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs,
-                           ahead, n, d, plan->scale);
+    if (plan->bf16_qk_rows && cntx->qk_rows_bf16(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q,
+                                                 rows, sc->row_ptrs, ahead, n, d, plan->scale)) {
+        /* done on bf16 dot products */
     } else if (plan->direct_kv) {
         cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
                       t->k.dtype, n, d, plan->scale);

@@ -118,10 +118,12 @@ typedef struct fai_cntx {
     void (*qk_bf16)(float *s_t, int64_t ld_s, const uint16_t *q_pairs, const void *const *k_rows,
                     int64_t n, int64_t d, float scale);
     /* Optional, beside qk_bf16: qk_rows for bf16 Q and K (decode), at the same rate; q holds the
-     * bf16 values of Q in f32 as qk_rows has it. */
-    void (*qk_rows_bf16)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
-                         const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
-                         float scale);
+     * bf16 values of Q in f32 as qk_rows has it. Returns 0, writing nothing, for a Q whose
+     * products the dot products could lose (subnormals, which they read as zero, or rows so large
+     * that a subnormal K element matters): qk_rows then does the tile. */
+    int (*qk_rows_bf16)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
+                        const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
+                        float scale);
 
     /* Optional, beside qk_bf16: PV for bf16 V at the bf16 dot-product rate. pack_v_bf16 packs n
      * V rows in key pairs, v_pairs [ceil(n/2), ld_o, 2] (lane x of pair q: V[2q][x], V[2q+1][x];

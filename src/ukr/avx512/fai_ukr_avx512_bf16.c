@@ -103,15 +103,39 @@ static void qk_bf16(float *s_t, int64_t ld_s, const uint16_t *q_pairs, const voi
 }
 
 /* Decode QK for bf16 Q and K: s [m, ld_n] = scale * q . k_rows^T, -inf in columns [n, ld_n),
- * as qk_rows (fai_ukr.h). q holds bf16 values in f32 (decode's Q tile), each exactly a bf16, so
- * converting them back is exact. 4 keys x 4 rows of 32-element dot products a block, in 16
- * accumulators reduced at the end; the last pairs of a row are read under a mask (nothing past
- * d), and edge blocks repeat a valid row or key and store only the valid results. */
+ * as qk_rows (fai_ukr.h), or 0 without writing when q_rows_safe_for_bf16 refuses Q. q holds bf16
+ * values in f32 (decode's Q tile), each exactly a bf16, so converting them back is exact. 4 keys x
+ * 4 rows of 32-element dot products a block, in 16 accumulators reduced at the end; the last pairs
+ * of a row are read under a mask (nothing past d), and edge blocks repeat a valid row or key and
+ * store only the valid results. */
 #define QK_ROWS_KEYS 4
 #define QK_ROWS_ROWS 4
-static void qk_rows_bf16(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
-                         const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
-                         float scale) {
+/* Whether no query row holds a subnormal and every row's scale * sum |q| is at most 2^100.
+ * vdpbf16ps reads subnormal inputs as zero: a product with a subnormal q is lost, and one with a
+ * subnormal k (below 2^-126) is at most 2^-126 |q_d|, so within this bound the logit loses at
+ * most 2^-26, far below what f32 logits carry (the tolerance holds 2^-22 for any row). */
+static int q_rows_safe_for_bf16(const float *q, int64_t ld_q, int64_t m, int64_t d, float scale) {
+    const __m512 tiny = _mm512_set1_ps(0x1p-126f);
+    for (int64_t i = 0; i < m; i++) {
+        __m512 sum = _mm512_setzero_ps();
+        __mmask16 subnormal = 0;
+        for (int64_t x = 0; x < d; x += W) { /* ld_q: d padded with zeros to W */
+            const __m512 magnitude = _mm512_abs_ps(_mm512_loadu_ps(q + i * ld_q + x));
+            subnormal |= _mm512_mask_cmp_ps_mask(
+                _mm512_cmp_ps_mask(magnitude, _mm512_setzero_ps(), _CMP_GT_OQ), magnitude, tiny,
+                _CMP_LT_OQ);
+            sum = _mm512_add_ps(sum, magnitude);
+        }
+        /* a NaN sum fails the comparison: NaN and Inf in Q take the f32 path too */
+        if (subnormal || !(_mm512_reduce_add_ps(sum) * fabsf(scale) <= 0x1p100f)) return 0;
+    }
+    return 1;
+}
+
+static int qk_rows_bf16(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
+                        const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
+                        float scale) {
+    if (!q_rows_safe_for_bf16(q, ld_q, m, d, scale)) return 0;
     uint16_t q_bf16[QK_ROWS_ROWS][FAI_MAX_HEAD_DIM + 32];
     const int64_t ahead = FAI_PREFETCH_BYTES / (2 * d) < 16 ? 16
                           : FAI_PREFETCH_BYTES / (2 * d) > FAI_PREFETCH_ROWS
@@ -167,6 +191,7 @@ static void qk_rows_bf16(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
     for (int64_t i = 0; i < m; i++) /* the padding keys: masked */
         for (int64_t j = n; j < ld_n; j++)
             s[i * ld_n + j] = -INFINITY;
+    return 1;
 }
 
 void fai__cntx_add_avx512_bf16(fai_cntx *cntx) {
