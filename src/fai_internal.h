@@ -77,8 +77,8 @@ typedef struct fai_ws_layout {
     /* the packed K/V cache after the slots: its state at kv_cache, its tiles from
      * kv_cache_tiles_at, each kv_cache_tile_bytes (K, then V at kv_cache_k_bytes) */
     size_t kv_cache, kv_cache_tiles_at, kv_cache_k_bytes, kv_cache_tile_bytes;
-    size_t mx_flags;    /* in a matrix-engine slot: whether the unit's Q is finite */
-    size_t mx_row_sums; /* and its rows' running sums, FAI_MX_SUM_LANES wide */
+    size_t unit_flags;  /* whether the unit's Q is in range for bf16 dot or tile products */
+    size_t mx_row_sums; /* the matrix engine's rows' running sums, FAI_MX_SUM_LANES wide */
     size_t
         per_thread; /* bytes of one thread's slice: fai__slots_per_thread slots (and the cache) */
     /* after the threads' slices: the split units' partial results and completion counters */
@@ -181,12 +181,25 @@ static inline int64_t fai__slots_per_thread(const fai_plan *plan) {
 /* Plan steps (plan/). */
 void fai__choose_tile(fai_plan *plan);
 
+/* bf16 dot products (AVX512_BF16) and tile products (AMX) read subnormal inputs as zero. QK on
+ * them stays within the tolerance when every Q value is 0 or of magnitude in [2^-100, 2^80)
+ * (then no bf16 part of Q is subnormal: each part is at least 2^-24 of its value) and |scale| <
+ * 2^10: a product lost to a subnormal K part is below 2^-126 |q_d|, and scale * sum_d |q_d| <
+ * 2^10 * 576 * 2^80 < 2^100 keeps their sum below 2^-26 of a logit. A unit whose Q is out of that
+ * range takes an f32 QK; a plan whose scale is, the FMA tables. PV: a lost P part (below 2^-126)
+ * times a V of magnitude below 2^80 is below 2^-46, so V tiles holding larger values (or Inf
+ * or NaN) take an f32 PV. The tables check values against FAI_BF16_DOT_Q_LOW and
+ * FAI_BF16_DOT_HIGH (ukr/fai_ukr.h). */
+static inline int fai__dot_products_scale_ok(const fai_plan *plan) {
+    return plan->scale < 0x1p10f && plan->scale > -0x1p10f;
+}
+
 /* Whether the plan's table has a matrix engine and its K and V are 16-bit: f32 K/V would need
  * three passes of each product for f32 accuracy, and stay on the FMA tables. Prefill tiles of
  * such a plan run on the matrix engine. */
 static inline int fai__mx_serves(const fai_plan *plan) {
     return plan->cntx->mx_qk && plan->pb.k_dtype != FAI_DTYPE_F32 &&
-           plan->pb.v_dtype != FAI_DTYPE_F32;
+           plan->pb.v_dtype != FAI_DTYPE_F32 && fai__dot_products_scale_ok(plan);
 }
 /* The tuning cache (fai_tuning.c): the plan's shape class, and the tuned tile for it. */
 void fai__tuning_class(fai_plan *plan, int64_t max_q, int64_t max_kv);

@@ -198,3 +198,83 @@ TEST(edges_f16_subnormal_inputs) {
         fai_case_free(&c);
     }
 }
+
+/* bf16 dot products read subnormal inputs as zero: a bf16 Q holding subnormals against K
+ * elements large enough for those products to count (2^-127 x 2^126 = 1/2 each) must still
+ * come out within the tolerance, in prefill and in decode, so such Q takes the f32 QK. */
+TEST(edges_bf16_subnormal_q_against_large_k) {
+    for (int variant = 0; variant < 2; variant++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 1;
+        s.heads_q = 4;
+        s.heads_kv = 1;
+        s.seq_q = variant ? 1 : 40;
+        s.seq_kv = 70;
+        s.head_dim = s.head_dim_v = 64;
+        s.q_dtype = s.k_dtype = s.v_dtype = FAI_DTYPE_BF16;
+        s.o_dtype = FAI_DTYPE_F32;
+        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
+        s.mask_kind = FAI_MASK_NONE;
+        s.causal = FAI_CAUSAL_NONE;
+        s.window_left = s.window_right = -1;
+        s.positions = 0;
+        s.softcap = 0.0;
+        s.alibi = s.sinks = 0;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 3500 + (uint64_t)variant) == 0);
+        for (int64_t h = 0; h < 4; h++)
+            for (int64_t i = 0; i < s.seq_q; i++)
+                for (int64_t d = 0; d < 64; d += 4)
+                    fai_case_set(&c.tensors.q, 0, i, h, d, 0x1p-127);
+        for (int64_t j = 0; j < 70; j++)
+            for (int64_t d = 0; d < 64; d += 4)
+                fai_case_set(&c.tensors.k, 0, j, 0, d, (j % 3 ? 1 : -1) * 0x1p126);
+        fai_case_reset(&c);
+        fai_case_result r;
+        CHECK(fai_case_check(&c, NULL, &r));
+        if (!r.ok) fprintf(stderr, "  %s\n  %s\n", r.desc, r.why);
+        fai_case_free(&c);
+    }
+}
+
+/* The same for V: a weight below 2^-126 (a logit 90 under the row's max) times a V of 2^126 adds
+ * 0.25 to O, which dot or tile products would lose with the weight's bf16 parts. V tiles holding
+ * such magnitudes take an f32 PV. */
+TEST(edges_bf16_tiny_weight_against_large_v) {
+    for (int variant = 0; variant < 2; variant++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 1;
+        s.heads_q = 4;
+        s.heads_kv = 1;
+        s.seq_q = variant ? 1 : 40;
+        s.seq_kv = 8;
+        s.head_dim = s.head_dim_v = 64;
+        s.q_dtype = s.k_dtype = s.v_dtype = FAI_DTYPE_BF16;
+        s.o_dtype = FAI_DTYPE_F32;
+        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
+        s.mask_kind = FAI_MASK_NONE;
+        s.causal = FAI_CAUSAL_NONE;
+        s.scale = FAI_CASE_SCALE_DEFAULT;
+        s.softcap = 0.0;
+        s.alibi = s.sinks = 0;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 3600 + (uint64_t)variant) == 0);
+        for (int64_t d = 0; d < 64; d++) {
+            for (int64_t h = 0; h < 4; h++)
+                for (int64_t i = 0; i < s.seq_q; i++)
+                    fai_case_set(&c.tensors.q, 0, i, h, d, 1.0);
+            for (int64_t j = 0; j < 8; j++) { /* keys 1..3: logit -90 (scale 1/8), V 2^126 */
+                const int far = j >= 1 && j <= 3;
+                fai_case_set(&c.tensors.k, 0, j, 0, d, far ? -11.25 : 0.0);
+                fai_case_set(&c.tensors.v, 0, j, 0, d, far ? 0x1p126 : 0.5);
+            }
+        }
+        fai_case_reset(&c);
+        fai_case_result r;
+        CHECK(fai_case_check(&c, NULL, &r));
+        if (!r.ok) fprintf(stderr, "  %s\n  %s\n", r.desc, r.why);
+        fai_case_free(&c);
+    }
+}

@@ -55,8 +55,8 @@ typedef struct unit_scratch {
     const void **row_ptrs;
     const fai_run_rows *rows; /* the run's tensors, resolved (kv/fai_kv.h) */
     unsigned char *kv_cache;  /* the thread's packed K/V cache (slot 0 only), or NULL */
-    int *mx_q_finite;         /* the matrix engine: 0 when the unit's Q holds Inf or NaN */
-    float *mx_row_sums;       /* and its rows' running sums [ld_s, FAI_MX_SUM_LANES] */
+    int *q_dot_ok; /* bf16 dot or tile products: the unit's Q in their range (fai_internal.h) */
+    float *mx_row_sums; /* the matrix engine: its rows' running sums [ld_s, FAI_MX_SUM_LANES] */
 } unit_scratch;
 
 static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws,
@@ -77,7 +77,7 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws,
     sc.v_scales = sc.k_scales + plan->ld_n;
     sc.row_ptrs = (const void **)(ws + plan->ws.kv_rows);
     sc.kv_cache = NULL;
-    sc.mx_q_finite = (int *)(ws + plan->ws.mx_flags);
+    sc.q_dot_ok = (int *)(ws + plan->ws.unit_flags);
     sc.mx_row_sums = (float *)(ws + plan->ws.mx_row_sums);
     return sc;
 }
@@ -339,9 +339,8 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
         mx_pack_q_blocks(plan, sc, rows, t->q.dtype);
     else if (plan->direct_kv)
         cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
-    else if (plan->bf16_qk)
-        cntx->pack_q_bf16((uint16_t *)sc->q_tile, ld_s, sc->row_ptrs, rows, d);
-    else
+    else if (!(plan->bf16_qk && (*sc->q_dot_ok = cntx->pack_q_bf16((uint16_t *)sc->q_tile, ld_s,
+                                                                   sc->row_ptrs, rows, d))))
         cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
     for (int64_t r = 0; r < ld_s; r++) { /* the vector lanes past `rows` too */
         sc->row_max[r] = -INFINITY;
@@ -369,9 +368,9 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
  * says which). */
 #define QK_CHUNK_KEYS 12
 
-/* Stage 1, QK_CHUNK_KEYS keys a call, on the packed K tile (or, with bf16 dot products, on the
- * K rows sc->row_ptrs), with the next tile's K and V rows [next, next + next_n) asked for along
- * the way (next_n 0: none). */
+/* Stage 1, QK_CHUNK_KEYS keys a call, on the packed K tile (or, with bf16 dot products, k_packed
+ * NULL, on the K rows sc->row_ptrs), with the next tile's K and V rows [next, next + next_n) asked
+ * for along the way (next_n 0: none). */
 static void qk_prefetching(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                            const unit_scratch *sc, const float *k_packed, int64_t n, int64_t next,
                            int64_t next_n) {
@@ -384,7 +383,7 @@ static void qk_prefetching(const fai_plan *plan, const fai_tensors *t, const fai
         const int64_t count = c + keys >= n ? next_n - c : keys < next_n - c ? keys : next_n - c;
         if (count > 0)
             fai__kv_prefetch(&sc->rows->k, unit->batch, unit->head_kv, next + c, count, k_bytes);
-        if (plan->bf16_qk)
+        if (!k_packed)
             plan->cntx->qk_bf16(sc->s_tile + c * ld_s, ld_s, (const uint16_t *)sc->q_tile,
                                 sc->row_ptrs + c, keys, d, plan->scale);
         else
@@ -415,7 +414,11 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     unsigned char *state =
         plan->direct_kv ? NULL : kv_cache_find(plan, sc, unit, key_begin, &cached);
     const int from_cache = state && *state;
-    float *k_packed = state ? (float *)cached : sc->k_tile;
+    /* bf16 QK reads the K rows in place (the cache holds no K); a unit whose Q is out of its
+     * range packs K into the slot's own tile */
+    const int bf16_qk = plan->bf16_qk && *sc->q_dot_ok;
+    const int k_from_cache = from_cache && !plan->bf16_qk;
+    float *k_packed = state && !plan->bf16_qk ? (float *)cached : sc->k_tile;
     float *v_packed = state ? (float *)(cached + plan->ws.kv_cache_k_bytes) : sc->v_tile;
 
     FAI_LAP(FAI_STAGE_OTHER);
@@ -452,14 +455,14 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     } else if (plan->direct_kv) {
         cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
                       t->k.dtype, n, d, plan->scale);
-    } else if (plan->bf16_qk) { /* bf16 dot products straight from the K rows */
+    } else if (bf16_qk) { /* bf16 dot products straight from the K rows */
         if (plan->prefetch_spread)
             qk_prefetching(plan, t, unit, sc, NULL, n, next, next_n);
         else
             cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
                           plan->scale);
     } else {
-        if (!from_cache) cntx->pack_rows(k_packed, d, sc->row_ptrs, n, d, t->k.dtype);
+        if (!k_from_cache) cntx->pack_rows(k_packed, d, sc->row_ptrs, n, d, t->k.dtype);
         FAI_LAP(FAI_STAGE_PACK_KV);
         if (plan->prefetch_spread)
             qk_prefetching(plan, t, unit, sc, k_packed, n, next, next_n);

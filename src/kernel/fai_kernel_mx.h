@@ -38,14 +38,14 @@ static uint16_t *mx_p_block(const fai_plan *plan, const unit_scratch *sc, int64_
 /* Step 1 on the matrix engine: the unit's Q rows, block by block, into bf16 parts. */
 static void mx_pack_q_blocks(const fai_plan *plan, const unit_scratch *sc, int64_t rows,
                              fai_dtype dtype) {
-    int finite = 1;
+    int in_range = 1;
     for (int64_t r0 = 0; r0 < rows; r0 += FAI_MX_BLOCK_ROWS) {
         const int64_t m = rows - r0 < FAI_MX_BLOCK_ROWS ? rows - r0 : FAI_MX_BLOCK_ROWS;
-        finite &= plan->cntx->mx_pack_q(mx_q_block(plan, sc, r0 / FAI_MX_BLOCK_ROWS),
-                                        plan->mx_q_parts, sc->row_ptrs + r0, m, FAI_MX_BLOCK_ROWS,
-                                        plan->pb.head_dim, plan->d_pad, dtype);
+        in_range &= plan->cntx->mx_pack_q(mx_q_block(plan, sc, r0 / FAI_MX_BLOCK_ROWS),
+                                          plan->mx_q_parts, sc->row_ptrs + r0, m, FAI_MX_BLOCK_ROWS,
+                                          plan->pb.head_dim, plan->d_pad, dtype);
     }
-    *sc->mx_q_finite = finite;
+    *sc->q_dot_ok = in_range;
     memset(sc->mx_row_sums, 0, (size_t)(plan->ld_s * FAI_MX_SUM_LANES) * sizeof(float));
 }
 
@@ -101,7 +101,9 @@ static void mx_qk_block(const fai_plan *plan, const fai_tensors *t, const fai_un
     if (plan->pb.mask_kind == FAI_MASK_KEEP_BITS &&
         bits_rows_empty(t, unit, mt->extent.key_begin, mt->extent.n, r0, r0 + m))
         return; /* its softmax and PV are skipped too */
-    if (mx_qk_has_parts(plan) && (!*sc->mx_q_finite || (mt->state & KV_K_NONFINITE)))
+    /* exact where the tile products could lose a product: Q out of their range (which takes
+     * Inf and NaN in), or Inf and NaN in K meeting a part of 0 */
+    if (!*sc->q_dot_ok || (mx_qk_has_parts(plan) && (mt->state & KV_K_NONFINITE)))
         cntx->mx_qk_exact(s, ld_n, q, plan->mx_q_parts, mt->k, plan->mx_k_parts, m, mt->extent.n,
                           FAI_MX_BLOCK_ROWS, mt->n_pad, plan->pb.head_dim, plan->d_pad);
     else
@@ -142,16 +144,20 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
         apply_masks_rows(plan, t, unit, &e->band, e->band_partial, e->key_begin, e->n, sc->s_tile,
                          ld_n, 1, r0, r0 + m);
     uint16_t *p = mx_p_block(plan, sc, block);
+    /* a V tile with Inf, NaN or large values takes an f32 PV, and P in f32 (its weights below
+     * 2^-118 times such values count) */
+    const int sparse = (mt->state & KV_V_NONFINITE) != 0;
+    const int p_parts = sparse ? 0 : plan->p_parts;
     cntx->mx_softmax(s, ld_n, m, FAI_MX_BLOCK_ROWS, e->n, mt->n_pad, scale, sc->row_max + r0,
-                     sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0, p, plan->p_parts,
+                     sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0, p, p_parts,
                      plan->v_scaled ? sc->v_scales : NULL);
     FAI_LAP(FAI_STAGE_SOFTMAX);
     float *o = sc->o_acc + r0 * ld_o;
     cntx->rescale_o(o, ld_o, m, sc->row_alpha + r0);
     FAI_LAP(FAI_STAGE_RESCALE);
-    if (mt->state & KV_V_NONFINITE)
-        cntx->mx_pv_sparse(o, ld_o, p, plan->p_parts, mt->v, plan->mx_v_parts, m, e->n,
-                           FAI_MX_BLOCK_ROWS, mt->n_pad, plan->head_dim_v, ld_o);
+    if (sparse)
+        cntx->mx_pv_sparse(o, ld_o, p, p_parts, mt->v, plan->mx_v_parts, m, e->n, FAI_MX_BLOCK_ROWS,
+                           mt->n_pad, plan->head_dim_v, ld_o);
     else
         cntx->mx_pv(o, ld_o, p, plan->p_parts, mt->v, plan->mx_v_parts, FAI_MX_BLOCK_ROWS,
                     mt->n_pad, ld_o);

@@ -56,7 +56,7 @@ static void layout_mx_slot(fai_plan *plan, size_t *offset) {
     ws->v_tile = *offset, *offset += align64(2 * n_pad * dv_pad * half * (size_t)plan->mx_v_parts);
     ws->s_tile = *offset, *offset += align64(m_pad * n_pad * (sizeof(float) + 2 * half));
     ws->o_acc = *offset, *offset += align64(m_pad * dv_pad * sizeof(float));
-    ws->mx_flags = *offset, *offset += 64;
+    ws->unit_flags = *offset, *offset += 64;
     ws->mx_row_sums = *offset, *offset += align64(m_pad * FAI_MX_SUM_LANES * sizeof(float));
 }
 
@@ -79,6 +79,7 @@ static void layout_vector_slot(fai_plan *plan, size_t *offset_io) {
     const size_t s_floats = plan->direct_kv ? rows * (size_t)plan->ld_n : keys * ld_s;
     ws->s_tile = offset, offset += align64(s_floats * sizeof(float));
     ws->o_acc = offset, offset += align64(rows * ld_o * sizeof(float)); /* O [rows, ld_o] */
+    ws->unit_flags = offset, offset += 64;
     *offset_io = offset;
 }
 
@@ -171,10 +172,12 @@ int64_t fai__vector_slot_bytes(const fai_plan *plan, int64_t rows, int64_t tile_
 static fai_status layout_workspace(fai_plan *plan) {
     set_vector_dims(plan);
     plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
-                    plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0;
+                    plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0 &&
+                    fai__dot_products_scale_ok(plan);
     plan->bf16_pv = plan->bf16_qk && plan->cntx->pv_bf16 && plan->pb.v_dtype == FAI_DTYPE_BF16;
     plan->bf16_qk_rows = plan->cntx->qk_rows_bf16 && plan->direct_kv &&
-                         plan->pb.q_dtype == FAI_DTYPE_BF16 && plan->pb.k_dtype == FAI_DTYPE_BF16;
+                         plan->pb.q_dtype == FAI_DTYPE_BF16 && plan->pb.k_dtype == FAI_DTYPE_BF16 &&
+                         fai__dot_products_scale_ok(plan);
     plan->p_parts = plan->pb.round_p_bf16 ? 1 : 2;
     plan->mx = use_matrix_engine(plan);
     plan->prefetch_spread = !plan->direct_kv && !plan->mx &&

@@ -17,6 +17,13 @@
 
 #include <stdint.h>
 
+/* The range of values bf16 dot and tile products take without losing a product to their reading
+ * subnormal inputs as zero (why: fai__dot_products_scale_ok in fai_internal.h), as bf16 bit
+ * patterns with the sign cleared: Q values 0 or in [FAI_BF16_DOT_Q_LOW, FAI_BF16_DOT_HIGH)
+ * (2^-100 and 2^80), V values below FAI_BF16_DOT_HIGH. Inf and NaN lie above it. */
+#define FAI_BF16_DOT_Q_LOW 0x0D80 /* 2^-100: exponent field 27 */
+#define FAI_BF16_DOT_HIGH 0x6780  /* 2^80: exponent field 207 */
+
 /* Lanes of the matrix engine's running row sums (its vector width on every table). */
 #define FAI_MX_SUM_LANES 16
 
@@ -111,16 +118,16 @@ typedef struct fai_cntx {
     void (*store_row)(void *dst, fai_dtype dtype, const float *src, int64_t dim, float mul);
 
     /* Optional (NULL when the CPU lacks bf16 dot products): QK for bf16 Q and K with an even d,
-     * at the bf16 dot-product rate. pack_q_bf16 packs Q^T in pairs, q_pairs [d/2, ld_s, 2];
-     * qk_bf16 reads the K rows where they are and writes s_t as qk does. */
-    void (*pack_q_bf16)(uint16_t *q_pairs, int64_t ld_s, const void *const *rows, int64_t m,
-                        int64_t d);
+     * at the bf16 dot-product rate. pack_q_bf16 packs Q^T in pairs, q_pairs [d/2, ld_s, 2],
+     * returning 0 if a value of Q is out of the products' range (FAI_BF16_DOT_Q_LOW; the caller
+     * then packs Q for qk); qk_bf16 reads the K rows where they are and writes s_t as qk does. */
+    int (*pack_q_bf16)(uint16_t *q_pairs, int64_t ld_s, const void *const *rows, int64_t m,
+                       int64_t d);
     void (*qk_bf16)(float *s_t, int64_t ld_s, const uint16_t *q_pairs, const void *const *k_rows,
                     int64_t n, int64_t d, float scale);
     /* Optional, beside qk_bf16: qk_rows for bf16 Q and K (decode), at the same rate; q holds the
-     * bf16 values of Q in f32 as qk_rows has it. Returns 0, writing nothing, for a Q whose
-     * products the dot products could lose (subnormals, which they read as zero, or rows so large
-     * that a subnormal K element matters): qk_rows then does the tile. */
+     * bf16 values of Q in f32 as qk_rows has it. Returns 0, writing nothing, if a value of Q is
+     * out of the products' range (FAI_BF16_DOT_Q_LOW): qk_rows then does the tile. */
     int (*qk_rows_bf16)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                         const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
                         float scale);
@@ -128,9 +135,10 @@ typedef struct fai_cntx {
     /* Optional, beside qk_bf16: PV for bf16 V at the bf16 dot-product rate. pack_v_bf16 packs n
      * V rows in key pairs, v_pairs [ceil(n/2), ld_o, 2] (lane x of pair q: V[2q][x], V[2q+1][x];
      * columns [dv, ld_o) and a key after an odd n zero), returning nonzero when every value is
-     * finite. pv_bf16 adds p_t^T V to o as pv does, with P in p_parts bf16 parts (2: hi + lo,
-     * within 2^-16 of P; 1: P rounded to bf16, for round_p_bf16), which it writes over p_t;
-     * with `exact` (V holds Inf or NaN) it adds only nonzero P, in f32, and leaves p_t. */
+     * finite and below FAI_BF16_DOT_HIGH. pv_bf16 adds p_t^T V to o as pv does, with P in p_parts
+     * bf16 parts (2: hi + lo, within 2^-16 of P; 1: P rounded to bf16, for round_p_bf16), which
+     * it writes over p_t; with `exact` (V holds Inf, NaN or larger values) it adds only nonzero
+     * P, in f32, and leaves p_t. */
     int (*pack_v_bf16)(uint16_t *v_pairs, int64_t ld_o, const void *const *rows, int64_t n,
                        int64_t dv);
     void (*pv_bf16)(float *o, int64_t ld_o, float *p_t, int64_t ld_s, const uint16_t *v_pairs,
@@ -145,24 +153,26 @@ typedef struct fai_cntx {
      * shared; P as hi + lo, [m_pad, n_pad] each).
      *   mx_enter / mx_leave: configure this thread's tiles before a worker's first tile
      *     instruction, and release them after its last.
-     *   mx_pack_q: m Q rows into Q [m_pad, d_pad]; returns 0 if Q holds Inf or NaN.
+     *   mx_pack_q: m Q rows into Q [m_pad, d_pad]; returns 0 if a value of Q is out of the
+     *     products' range (FAI_BF16_DOT_Q_LOW: Inf and NaN among them).
      *   mx_pack_k: n K rows into key pairs [d_pad / 2, n_pad, 2]; with check_finite, returns 0
      *     if a value is Inf or NaN.
      *   mx_pack_v: n V rows into value pairs [n_pad / 2, dv_pad, 2]; returns 0 if a value is
-     *     Inf or NaN.
+     *     Inf, NaN or of magnitude FAI_BF16_DOT_HIGH or more.
      *   mx_qk: S = Q K^T, unscaled.
      *   mx_qk_exact: the same in plain f32 for the first m rows and n keys, for tiles where Q
      *     or K holds Inf or NaN and one of them has parts (Inf x 0 between parts would be NaN
      *     where the exact score is -Inf).
      *   mx_softmax: the online softmax of the raw scores with scale > 0 folded in, writing P
-     *     in p_parts parts (2: hi + lo; 1: P rounded to bf16);
+     *     in p_parts parts (2: hi + lo; 1: P rounded to bf16; 0: P in f32 over the same bytes,
+     *     [m_pad, n_pad], for mx_pv_sparse);
      *     row_max and row_alpha as softmax leaves them (the max may trail the true max by a
      *     bounded amount: O and l use the same one), the row sums kept FAI_MX_SUM_LANES wide in
      *     row_sums [m_pad, FAI_MX_SUM_LANES] (the driver adds the lanes after the unit's last
      *     tile).
      *   mx_pv: O += P V.
-     *   mx_pv_sparse: the same where only nonzero P may reach O (a masked tile whose V holds Inf
-     *     or NaN). */
+     *   mx_pv_sparse: the same in f32 where only nonzero P may reach O, for a tile whose V holds
+     *     Inf, NaN or values of FAI_BF16_DOT_HIGH or more (P in any of mx_softmax's forms). */
     void (*mx_enter)(void);
     void (*mx_leave)(void);
     int (*mx_pack_q)(uint16_t *q, int parts, const void *const *rows, int64_t m, int64_t m_pad,

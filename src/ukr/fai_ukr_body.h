@@ -12,12 +12,16 @@
 /* exp(x), vectorised: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), exp(r) by its
  * degree-7 Taylor polynomial (truncation error below 5e-9 relative), times 2^k built in the
  * exponent bits. Measured maximum relative error against exp in double: see the test
- * ukr_exp_accuracy (7.5e-8 measured, 2e-7 enforced). x below -87.3 (where e^x leaves the normal f32
- * range), including -inf, gives exactly 0; NaN stays NaN. */
+ * ukr_exp_accuracy (7.5e-8 measured, 2e-7 enforced). x below -103.97 (where e^x rounds to 0 in
+ * f32), including -inf, gives exactly 0; NaN stays NaN. Below -87.3 e^x is subnormal: 2^k is then
+ * applied as two normal powers of two, in a branch that only vectors holding such an x take (a
+ * subnormal result costs a microcode assist on some CPUs; masked scores, -inf, never take it).
+ * Weights that small still count where V is large: e^-90 times a V of 2^126 is 0.07. */
 static inline fvec v_exp(fvec x) {
-    const fvec lowest = v_set1(-87.3f);
-    fvec clamped = v_max(lowest, x); /* NaN in x is kept (second operand) */
-    clamped = v_min(v_set1(88.0f), clamped);
+    const fvec lowest = v_set1(-103.97f), normal = v_set1(-87.3f);
+    const fmask gone = v_lt(x, lowest);
+    const fvec kept = v_select(gone, v_zero(), x);   /* NaN in x is kept */
+    const fvec clamped = v_min(v_set1(88.0f), kept); /* and here (second operand) */
     const fvec k = v_round(v_mul(clamped, v_set1(1.44269504088896341f)));
     fvec r = v_fma(k, v_set1(-0.693359375f), clamped);
     r = v_fma(k, v_set1(2.12194440e-4f), r);
@@ -29,7 +33,9 @@ static inline fvec v_exp(fvec x) {
     p = v_fma(p, r, v_set1(0.5f));
     p = v_fma(p, r, v_set1(1.0f));
     p = v_fma(p, r, v_set1(1.0f));
-    return v_select(v_lt(x, lowest), v_zero(), v_mul(p, v_exp2i(k)));
+    if (v_all(v_lt(normal, kept))) return v_select(gone, v_zero(), v_mul(p, v_exp2i(k)));
+    const fvec half = v_round(v_mul(k, v_set1(0.5f))); /* a subnormal (or NaN) lane */
+    return v_select(gone, v_zero(), v_mul(v_mul(p, v_exp2i(half)), v_exp2i(v_sub(k, half))));
 }
 
 /* Vector exp over an array, for the accuracy test: n a multiple of W. */

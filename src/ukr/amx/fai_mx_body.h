@@ -92,16 +92,19 @@ static void zero_parts(uint16_t *out, int parts, int64_t part_stride, int64_t co
         memset(out + part * part_stride, 0, (size_t)count * sizeof(uint16_t));
 }
 
-/* Nonzero when one of count bf16 values (count a multiple of 32) is Inf or NaN. */
-static int any_nonfinite(const uint16_t *values, int64_t count) {
-    int nonfinite = 0;
+/* Nonzero when one of count bf16 values (count a multiple of 32) is outside [low, high) as
+ * v_outside32_bf16 says: Inf or NaN with (0, 0x7f80). */
+static int any_outside(const uint16_t *values, int64_t count, uint16_t low, uint16_t high) {
+    int outside = 0;
     for (int64_t x = 0; x < count; x += PAIR_COLS)
-        nonfinite |= v_nonfinite32_bf16(values + x);
-    return nonfinite;
+        outside |= v_outside32_bf16(values + x, low, high);
+    return outside;
 }
 
 /* Q rows into Q [m_pad, d_pad], each part m_pad * d_pad elements after the last. Returns 0 when
- * Q holds Inf or NaN (see mx_qk_exact), else 1. */
+ * a value of Q is out of the tile products' range (FAI_BF16_DOT_Q_LOW in fai_ukr.h: Inf and NaN
+ * among them; see mx_qk_exact), else 1. Each value's exponent is its hi part's, and its other
+ * parts are at least 2^-24 of it, so the hi part tells. */
 static int mx_pack_q(uint16_t *q, int parts, const void *const *rows, int64_t m, int64_t m_pad,
                      int64_t d, int64_t d_pad, fai_dtype dtype) {
     const int64_t part_stride = m_pad * d_pad;
@@ -111,7 +114,7 @@ static int mx_pack_q(uint16_t *q, int parts, const void *const *rows, int64_t m,
         if (filled) split_row(out, parts, part_stride, rows[i], d, dtype);
         zero_parts(out + filled, parts, part_stride, d_pad - filled);
     }
-    return !any_nonfinite(q, part_stride);
+    return !any_outside(q, part_stride, FAI_BF16_DOT_Q_LOW, FAI_BF16_DOT_HIGH);
 }
 
 /* K rows into key pairs [d_pad / 2, n_pad, 2] (each part n_pad * d_pad elements after the
@@ -145,11 +148,11 @@ static int mx_pack_k(uint16_t *k, int parts, const void *const *rows, int64_t n,
                 v_transpose16_u32(src[part], (uint32_t *)(k + part * part_stride) + at, n_pad);
         }
     }
-    return !check_finite || !any_nonfinite(k, part_stride);
+    return !check_finite || !any_outside(k, part_stride, 0, 0x7f80);
 }
 
 /* V rows into value pairs [n_pad / 2, dv_pad, 2] (each part n_pad * dv_pad elements after the
- * last). Returns 0 when a value is Inf or NaN, else 1. */
+ * last). Returns 0 when a value is Inf, NaN or of magnitude FAI_BF16_DOT_HIGH or more, else 1. */
 static int mx_pack_v(uint16_t *v, int parts, const void *const *rows, int64_t n, int64_t n_pad,
                      int64_t dv, int64_t dv_pad, fai_dtype dtype) {
     enum { ROW = FAI_MAX_HEAD_DIM + PAIR_COLS };
@@ -177,7 +180,8 @@ static int mx_pack_v(uint16_t *v, int parts, const void *const *rows, int64_t n,
                 v_interleave32_u16(v + part * part_stride + j * dv_pad + 2 * x, a[part] + x,
                                    b[part] + x);
     }
-    return !any_nonfinite(v, part_stride); /* hi carries every Inf and NaN */
+    /* hi carries every Inf and NaN, and each value's exponent */
+    return !any_outside(v, part_stride, 0, FAI_BF16_DOT_HIGH);
 }
 
 /* C (tiles 0-3, a 2 x 2 block of 16 x 16 accumulators) += A B for A rows a0, a1 and B columns b0,
@@ -261,16 +265,25 @@ static void mx_qk_exact(float *s, int64_t ld_n, const uint16_t *q, int q_parts, 
  * folded into the exponent: for each row i < m, over keys j < n, m' = the running max of
  * scale * s, held back while it grows by less than LAZY_MAX_GROWTH (which W comparisons tell
  * without a horizontal max), P = e^(scale s - m') split into P hi and lo [m_pad, n_pad] (or,
- * with p_parts 1, P rounded to bf16 in hi alone) (keys
+ * with p_parts 1, P rounded to bf16 in hi alone; with p_parts 0, P in f32 [m_pad, n_pad] over the
+ * same bytes, for mx_pv_sparse) (keys
  * [n, n_pad) and rows [m, m_pad) zero), row_alpha and row_max as the other tables' softmax
  * leaves them. The row sums stay W lanes wide, row_sums [m_pad, W], scaled by alpha with the
  * row: the driver adds the lanes once at the end of the unit. S's columns [n, n_pad) are
  * overwritten. With p_scale (n_pad entries, a quantized V's scales), P's key j is multiplied
- * by p_scale[j] after it joined the sum and before it is split. */
+ * by p_scale[j] after it joined the sum and before it is split.
+ *
+ * P below 2^-118 is 0 in parts: a subnormal costs a microcode assist to compute, bf16 parts
+ * could not hold it, and times a V below 2^80 (mx_pack_v sends larger ones to mx_pv_sparse) it
+ * is below 2^-38. In f32 P is computed down to the smallest subnormal, 2^-149. */
+#define MX_P_CUT_PARTS (-118.0f)
+#define MX_P_CUT_F32 (-150.0f)
 static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
                        float scale, float *row_max, float *row_sums, float *row_alpha, uint16_t *p,
                        int p_parts, const float *p_scale) {
     uint16_t *p_hi = p, *p_lo = p + m_pad * n_pad;
+    float *p_f32 = (float *)(void *)p;
+    const float cut = p_parts == 0 ? MX_P_CUT_F32 : MX_P_CUT_PARTS;
     const float log2e = 1.44269504088896341f;
     const fvec scale_log2e = v_set1(scale * log2e);
     for (int64_t i = 0; i < m; i++) {
@@ -294,17 +307,21 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
         for (int64_t j = 0; j < n_pad; j += 2 * W) {
             const fvec ta = v_fma(v_load(row + j), scale_log2e, minus_shift);
             const fvec tb = v_fma(v_load(row + j + W), scale_log2e, minus_shift);
-            fvec a = v_exp2_cut(ta, exp2_poly);
-            fvec b = v_exp2_cut(tb, exp2_poly);
+            fvec a = v_exp2_cut(ta, exp2_poly, cut);
+            fvec b = v_exp2_cut(tb, exp2_poly, cut);
             sum = v_add(sum, v_add(a, b));
             if (p_scale) {
                 a = v_mul(a, v_load(p_scale + j));
                 b = v_mul(b, v_load(p_scale + j + W));
             }
-            if (p_parts == 2)
+            if (p_parts == 0) {
+                v_store(p_f32 + i * n_pad + j, a);
+                v_store(p_f32 + i * n_pad + j + W, b);
+            } else if (p_parts == 2) {
                 v_split_store(a, b, hi + j, lo + j);
-            else
+            } else {
                 v_store_bf16_rounded(a, b, hi + j);
+            }
         }
         const float alpha = old_max == new_max ? 1.0f : expf(old_max - new_max);
         row_alpha[i] = alpha;
@@ -312,7 +329,8 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
         row_max[i] = new_max;
     }
     for (int64_t i = m; i < m_pad; i++) {
-        memset(p_hi + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));
+        if (p_parts == 0) memset(p_f32 + i * n_pad, 0, (size_t)n_pad * sizeof(float));
+        if (p_parts >= 1) memset(p_hi + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));
         if (p_parts == 2) memset(p_lo + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));
         row_alpha[i] = 1.0f;
     }
@@ -350,8 +368,13 @@ static void mx_pv_sparse(float *o, int64_t ld_o, const uint16_t *p, int p_parts,
     const int64_t p_part = m_pad * n_pad, v_part = n_pad * dv_pad;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-            float weight = fai__bf16_to_f32(p[i * n_pad + j]);
-            if (p_parts == 2) weight += fai__bf16_to_f32(p[p_part + i * n_pad + j]);
+            float weight;
+            if (p_parts == 0) {
+                memcpy(&weight, p + 2 * (i * n_pad + j), sizeof weight);
+            } else {
+                weight = fai__bf16_to_f32(p[i * n_pad + j]);
+                if (p_parts == 2) weight += fai__bf16_to_f32(p[p_part + i * n_pad + j]);
+            }
             if (weight == 0.0f) continue;
             const int64_t at = (j / 2) * dv_pad * 2 + (j % 2);
             for (int64_t x = 0; x < dv; x++) {

@@ -9,13 +9,13 @@
 
 #define W FAI_SIMD_WIDTH
 
-/* 2^t for t >= -118, 0 below (and for -inf), NaN for NaN: 2^f for f = t - floor(t) in [0, 1) by
- * the polynomial c (degree 4, c[0] first), scaled by 2^floor(t) with vscalefps; vreduceps gives
- * f in one instruction. The lanes below -118 are masked off, never computed: a result in or near
- * the denormal range costs a microcode assist of hundreds of cycles, and masked scores (-inf)
- * are common. 2^-118 is far below what a row's sum (>= 1) can resolve. */
-static inline fvec v_exp2_cut(fvec t, const float c[5]) {
-    const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-118.0f), _CMP_NLT_UQ);
+/* 2^t for t >= cut, 0 below (and for -inf), NaN for NaN: 2^f for f = t - floor(t) in [0, 1) by
+ * the polynomial c (degree 4, c[0] first), scaled by 2^floor(t) with vscalefps (subnormal results
+ * too); vreduceps gives f in one instruction. The lanes below the cut are masked off, never
+ * computed: a result in or near the denormal range costs a microcode assist of hundreds of
+ * cycles, and masked scores (-inf) are common (see mx_softmax for the cuts). */
+static inline fvec v_exp2_cut(fvec t, const float c[5], float cut) {
+    const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(cut), _CMP_NLT_UQ);
     const fvec f = _mm512_maskz_reduce_ps(keep, t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     fvec p = _mm512_set1_ps(c[4]);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[3]));
@@ -128,11 +128,13 @@ static inline void v_interleave32_u16(uint16_t *dst, const uint16_t *a, const ui
     _mm512_storeu_si512(dst + 32, _mm512_permutex2var_epi16(va, second, vb));
 }
 
-/* Nonzero when one of 32 bf16 values is Inf or NaN. */
-static inline int v_nonfinite32_bf16(const uint16_t *p) {
-    const __m512i exponent = _mm512_set1_epi16(0x7f80);
-    const __m512i x = _mm512_and_si512(_mm512_loadu_si512(p), exponent);
-    return _mm512_cmpeq_epi16_mask(x, exponent) != 0;
+/* Nonzero when one of 32 bf16 values, as a magnitude's bits m, is nonzero and below `low`, or
+ * `high` or more (Inf and NaN are 0x7f80 and more). */
+static inline int v_outside32_bf16(const uint16_t *p, uint16_t low, uint16_t high) {
+    const __m512i m = _mm512_and_si512(_mm512_loadu_si512(p), _mm512_set1_epi16(0x7fff));
+    const __mmask32 small = _mm512_mask_cmplt_epu16_mask(_mm512_test_epi16_mask(m, m), m,
+                                                         _mm512_set1_epi16((short)low));
+    return (small | _mm512_cmpge_epu16_mask(m, _mm512_set1_epi16((short)high))) != 0;
 }
 
 #endif

@@ -56,13 +56,13 @@ static inline float v_hmax(fvec v) {
     return top;
 }
 
-/* 2^t for t >= -118, 0 below (and for -inf), NaN for NaN: 2^f for f = t - floor(t) in [0, 1)
- * by the polynomial c (degree 4, c[0] first), scaled by 2^floor(t). */
-static inline fvec v_exp2_cut(fvec t, const float c[5]) {
+/* 2^t for t >= cut, 0 below (and for -inf), NaN for NaN: 2^f for f = t - floor(t) in [0, 1)
+ * by the polynomial c (degree 4, c[0] first), scaled by 2^floor(t) (subnormal results too). */
+static inline fvec v_exp2_cut(fvec t, const float c[5], float cut) {
     for (int i = 0; i < W; i++) {
         const float x = t.lane[i];
         if (x != x) continue; /* NaN stays */
-        if (x < -118.0f) {
+        if (x < cut) {
             t.lane[i] = 0.0f;
             continue;
         }
@@ -160,11 +160,14 @@ static inline void v_interleave32_u16(uint16_t *dst, const uint16_t *a, const ui
     }
 }
 
-/* Nonzero when one of 32 bf16 values is Inf or NaN. */
-static inline int v_nonfinite32_bf16(const uint16_t *p) {
+/* Nonzero when one of 32 bf16 values, as a magnitude's bits m, is nonzero and below `low`, or
+ * `high` or more (Inf and NaN are 0x7f80 and more). */
+static inline int v_outside32_bf16(const uint16_t *p, uint16_t low, uint16_t high) {
     int any = 0;
-    for (int x = 0; x < 32; x++)
-        any |= (p[x] & 0x7f80) == 0x7f80;
+    for (int x = 0; x < 32; x++) {
+        const uint16_t m = p[x] & 0x7fff;
+        any |= (m != 0 && m < low) || m >= high;
+    }
     return any;
 }
 

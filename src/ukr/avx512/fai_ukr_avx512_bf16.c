@@ -21,19 +21,34 @@
 #define W 16
 #define QK_KEYS 12
 
-/* q_pairs [d/2, ld_s, 2] from m bf16 rows of d elements; columns [m, ld_s) zero. */
-static void pack_q_bf16_pairs(uint16_t *q_pairs, int64_t ld_s, const void *const *rows, int64_t m,
-                              int64_t d) {
+/* Whether a bf16 value is 0 or of magnitude in [FAI_BF16_DOT_Q_LOW, FAI_BF16_DOT_HIGH) (fai_ukr.h),
+ * two to a 32-bit pair. */
+static inline int pair_in_dot_range(uint32_t pair) {
+    for (int half = 0; half < 2; half++) {
+        const uint32_t magnitude = (pair >> (16 * half)) & 0x7fff;
+        if (magnitude && (magnitude < FAI_BF16_DOT_Q_LOW || magnitude >= FAI_BF16_DOT_HIGH))
+            return 0;
+    }
+    return 1;
+}
+
+/* q_pairs [d/2, ld_s, 2] from m bf16 rows of d elements; columns [m, ld_s) zero. Returns 0 if a
+ * value is out of the products' range. */
+static int pack_q_bf16_pairs(uint16_t *q_pairs, int64_t ld_s, const void *const *rows, int64_t m,
+                             int64_t d) {
+    int in_range = 1;
     for (int64_t p = 0; p < d / 2; p++) {
         uint32_t *out = (uint32_t *)(q_pairs + 2 * p * ld_s);
         for (int64_t i = 0; i < m; i++) {
             uint32_t pair;
             memcpy(&pair, (const uint16_t *)rows[i] + 2 * p, sizeof pair);
             out[i] = pair;
+            in_range &= pair_in_dot_range(pair);
         }
         for (int64_t i = m; i < ld_s; i++)
             out[i] = 0;
     }
+    return in_range;
 }
 
 static inline __m512bh broadcast_pair(const void *row, int64_t p) {
@@ -103,39 +118,35 @@ static void qk_bf16(float *s_t, int64_t ld_s, const uint16_t *q_pairs, const voi
 }
 
 /* Decode QK for bf16 Q and K: s [m, ld_n] = scale * q . k_rows^T, -inf in columns [n, ld_n),
- * as qk_rows (fai_ukr.h), or 0 without writing when q_rows_safe_for_bf16 refuses Q. q holds bf16
- * values in f32 (decode's Q tile), each exactly a bf16, so converting them back is exact. 4 keys x
- * 4 rows of 32-element dot products a block, in 16 accumulators reduced at the end; the last pairs
- * of a row are read under a mask (nothing past d), and edge blocks repeat a valid row or key and
- * store only the valid results. */
+ * as qk_rows (fai_ukr.h), or 0 without writing when a value of Q is out of the products' range. q
+ * holds bf16 values in f32 (decode's Q tile), each exactly a bf16, so converting them back is
+ * exact. 4 keys x 4 rows of 32-element dot products a block, in 16 accumulators reduced at the end;
+ * the last pairs of a row are read under a mask (nothing past d), and edge blocks repeat a valid
+ * row or key and store only the valid results. */
 #define QK_ROWS_KEYS 4
 #define QK_ROWS_ROWS 4
-/* Whether no query row holds a subnormal and every row's scale * sum |q| is at most 2^100.
- * vdpbf16ps reads subnormal inputs as zero: a product with a subnormal q is lost, and one with a
- * subnormal k (below 2^-126) is at most 2^-126 |q_d|, so within this bound the logit loses at
- * most 2^-26, far below what f32 logits carry (the tolerance holds 2^-22 for any row). */
-static int q_rows_safe_for_bf16(const float *q, int64_t ld_q, int64_t m, int64_t d, float scale) {
-    const __m512 tiny = _mm512_set1_ps(0x1p-126f);
-    for (int64_t i = 0; i < m; i++) {
-        __m512 sum = _mm512_setzero_ps();
-        __mmask16 subnormal = 0;
-        for (int64_t x = 0; x < d; x += W) { /* ld_q: d padded with zeros to W */
-            const __m512 magnitude = _mm512_abs_ps(_mm512_loadu_ps(q + i * ld_q + x));
-            subnormal |= _mm512_mask_cmp_ps_mask(
-                _mm512_cmp_ps_mask(magnitude, _mm512_setzero_ps(), _CMP_GT_OQ), magnitude, tiny,
-                _CMP_LT_OQ);
-            sum = _mm512_add_ps(sum, magnitude);
+/* Whether every value of m query rows (bf16 values in f32, rows of ld_q with zeros past d) is 0
+ * or of magnitude in [FAI_BF16_DOT_Q_LOW, FAI_BF16_DOT_HIGH): as f32 bits, [2^-100, 2^80). */
+static int q_rows_in_dot_range(const float *q, int64_t ld_q, int64_t m) {
+    const __m512i low = _mm512_set1_epi32(FAI_BF16_DOT_Q_LOW << 16);
+    const __m512i high = _mm512_set1_epi32(FAI_BF16_DOT_HIGH << 16);
+    const __m512i magnitude_bits = _mm512_set1_epi32(0x7fffffff);
+    __mmask16 out = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t x = 0; x < ld_q; x += W) {
+            const __m512i magnitude = _mm512_and_si512(
+                _mm512_castps_si512(_mm512_loadu_ps(q + i * ld_q + x)), magnitude_bits);
+            out |= _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(magnitude, magnitude),
+                                                magnitude, low) |
+                   _mm512_cmpge_epu32_mask(magnitude, high);
         }
-        /* a NaN sum fails the comparison: NaN and Inf in Q take the f32 path too */
-        if (subnormal || !(_mm512_reduce_add_ps(sum) * fabsf(scale) <= 0x1p100f)) return 0;
-    }
-    return 1;
+    return out == 0;
 }
 
 static int qk_rows_bf16(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                         const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
                         float scale) {
-    if (!q_rows_safe_for_bf16(q, ld_q, m, d, scale)) return 0;
+    if (!q_rows_in_dot_range(q, ld_q, m)) return 0;
     uint16_t q_bf16[QK_ROWS_ROWS][FAI_MAX_HEAD_DIM + 32];
     const int64_t ahead = FAI_PREFETCH_BYTES / (2 * d) < 16 ? 16
                           : FAI_PREFETCH_BYTES / (2 * d) > FAI_PREFETCH_ROWS

@@ -15,10 +15,10 @@
 #define PV_ROWS 4
 #define PV_VECS 4
 
-/* The bf16 exponent field of each 16-bit lane, all ones for Inf and NaN. */
-static inline __mmask32 non_finite_bf16(__m512i pairs) {
-    const __m512i exponent = _mm512_set1_epi16(0x7f80);
-    return _mm512_cmpeq_epi16_mask(_mm512_and_si512(pairs, exponent), exponent);
+/* The 16-bit lanes holding Inf, NaN or a magnitude of FAI_BF16_DOT_HIGH or more (fai_ukr.h). */
+static inline __mmask32 beyond_dot_range_bf16(__m512i pairs) {
+    const __m512i magnitude = _mm512_and_si512(pairs, _mm512_set1_epi16(0x7fff));
+    return _mm512_cmpge_epu16_mask(magnitude, _mm512_set1_epi16(FAI_BF16_DOT_HIGH));
 }
 
 /* Two V rows' columns [x, x + count) as 16 key pairs (a missing row b reads as zeros). */
@@ -31,7 +31,7 @@ static inline __m512i pair_rows(const uint16_t *a, const uint16_t *b, int64_t x,
 }
 
 /* v_pairs [ceil(n/2), ld_o, 2] from n bf16 rows of dv elements, columns [dv, ld_o) and the key
- * after an odd n zero. Returns nonzero when every value is finite. */
+ * after an odd n zero. Returns nonzero when every value is finite and below FAI_BF16_DOT_HIGH. */
 static int pack_v_bf16_pairs(uint16_t *v_pairs, int64_t ld_o, const void *const *rows, int64_t n,
                              int64_t dv) {
     __mmask32 bad = 0;
@@ -40,7 +40,7 @@ static int pack_v_bf16_pairs(uint16_t *v_pairs, int64_t ld_o, const void *const 
         uint16_t *out = v_pairs + j * ld_o; /* pair row j / 2 of 2 ld_o halves */
         for (int64_t x = 0; x < ld_o; x += W) {
             const __m512i pairs = x < dv ? pair_rows(a, b, x, dv - x) : _mm512_setzero_si512();
-            bad |= non_finite_bf16(pairs);
+            bad |= beyond_dot_range_bf16(pairs);
             _mm512_storeu_si512(out + 2 * x, pairs);
         }
     }
