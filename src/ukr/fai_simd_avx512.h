@@ -36,6 +36,9 @@ static inline fvec v_exp2i(fvec k) {
         _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
     return _mm512_castsi512_ps(bits);
 }
+/* p x 2^k for integral k, subnormal results included (see v_scale2i in fai_ukr_body.h) */
+#define FAI_SIMD_SCALE2I 1
+static inline fvec v_scale2i(fvec p, fvec k) { return _mm512_scalef_ps(p, k); }
 static inline fmask v_lt(fvec a, fvec b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 static inline fmask v_eq(fvec a, fvec b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 /* where mask: yes, else no */

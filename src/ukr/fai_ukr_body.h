@@ -9,17 +9,27 @@
 
 #define W FAI_SIMD_WIDTH
 
+#if !defined(FAI_SIMD_SCALE2I)
+/* p x 2^k for integral k in [-150, 128], subnormal results included: as one power of two where
+ * every k is at least -126, else as two normal ones (where the vocabulary has no instruction for
+ * it, FAI_SIMD_SCALE2I). */
+static inline fvec v_scale2i(fvec p, fvec k) {
+    if (v_all(v_lt(v_set1(-127.0f), k))) return v_mul(p, v_exp2i(k));
+    const fvec half = v_round(v_mul(k, v_set1(0.5f))); /* a subnormal (or NaN) lane */
+    return v_mul(v_mul(p, v_exp2i(half)), v_exp2i(v_sub(k, half)));
+}
+#endif
+
 /* exp(x), vectorised: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), exp(r) by its
- * degree-7 Taylor polynomial (truncation error below 5e-9 relative), times 2^k built in the
- * exponent bits. Measured maximum relative error against exp in double: see the test
- * ukr_exp_accuracy (7.5e-8 measured, 2e-7 enforced). x below -103.97 (where e^x rounds to 0 in
- * f32), including -inf, gives exactly 0; NaN stays NaN. Below -87.3 e^x is subnormal: 2^k is then
- * applied as two normal powers of two, in a branch that only vectors holding such an x take (a
- * subnormal result costs a microcode assist on some CPUs; masked scores, -inf, never take it).
- * Weights that small still count where V is large: e^-90 times a V of 2^126 is 0.07. */
+ * degree-7 Taylor polynomial (truncation error below 5e-9 relative), times 2^k (v_scale2i).
+ * Measured maximum relative error against exp in double: see the test ukr_exp_accuracy (7.5e-8
+ * measured, 2e-7 enforced). x below -103.97 (where e^x rounds to 0 in f32), including -inf, gives
+ * exactly 0, and is computed as e^0 meanwhile: a subnormal result costs a microcode assist on
+ * some CPUs, which masked scores must not pay. Between -103.97 and -87.3 e^x is subnormal and is
+ * computed: weights that small still count where V is large (e^-90 times 2^126 is 0.07). NaN
+ * stays NaN. */
 static inline fvec v_exp(fvec x) {
-    const fvec lowest = v_set1(-103.97f), normal = v_set1(-87.3f);
-    const fmask gone = v_lt(x, lowest);
+    const fmask gone = v_lt(x, v_set1(-103.97f));
     const fvec kept = v_select(gone, v_zero(), x);   /* NaN in x is kept */
     const fvec clamped = v_min(v_set1(88.0f), kept); /* and here (second operand) */
     const fvec k = v_round(v_mul(clamped, v_set1(1.44269504088896341f)));
@@ -33,9 +43,7 @@ static inline fvec v_exp(fvec x) {
     p = v_fma(p, r, v_set1(0.5f));
     p = v_fma(p, r, v_set1(1.0f));
     p = v_fma(p, r, v_set1(1.0f));
-    if (v_all(v_lt(normal, kept))) return v_select(gone, v_zero(), v_mul(p, v_exp2i(k)));
-    const fvec half = v_round(v_mul(k, v_set1(0.5f))); /* a subnormal (or NaN) lane */
-    return v_select(gone, v_zero(), v_mul(v_mul(p, v_exp2i(half)), v_exp2i(v_sub(k, half))));
+    return v_select(gone, v_zero(), v_scale2i(p, k));
 }
 
 /* Vector exp over an array, for the accuracy test: n a multiple of W. */
