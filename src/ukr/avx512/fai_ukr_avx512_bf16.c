@@ -117,14 +117,6 @@ static void qk_bf16(float *s_t, int64_t ld_s, const uint16_t *q_pairs, const voi
     }
 }
 
-/* Decode QK for bf16 Q and K: s [m, ld_n] = scale * q . k_rows^T, -inf in columns [n, ld_n),
- * as qk_rows (fai_ukr.h), or 0 without writing when a value of Q is out of the products' range. q
- * holds bf16 values in f32 (decode's Q tile), each exactly a bf16, so converting them back is
- * exact. 4 keys x 4 rows of 32-element dot products a block, in 16 accumulators reduced at the end;
- * the last pairs of a row are read under a mask (nothing past d), and edge blocks repeat a valid
- * row or key and store only the valid results. */
-#define QK_ROWS_KEYS 4
-#define QK_ROWS_ROWS 4
 /* Whether every value of m query rows (bf16 values in f32, rows of ld_q with zeros past d) is 0
  * or of magnitude in [FAI_BF16_DOT_Q_LOW, FAI_BF16_DOT_HIGH): as f32 bits, [2^-100, 2^80). */
 static int q_rows_in_dot_range(const float *q, int64_t ld_q, int64_t m) {
@@ -143,6 +135,14 @@ static int q_rows_in_dot_range(const float *q, int64_t ld_q, int64_t m) {
     return out == 0;
 }
 
+/* Decode QK for bf16 Q and K: s [m, ld_n] = scale * q . k_rows^T, -inf in columns [n, ld_n),
+ * as qk_rows (fai_ukr.h), or 0 without writing when a value of Q is out of the products' range. q
+ * holds bf16 values in f32 (decode's Q tile), each exactly a bf16, so converting them back is
+ * exact. 4 keys x 4 rows of 32-element dot products a block, in 16 accumulators reduced at the end;
+ * the last pairs of a row are read under a mask (nothing past d), and edge blocks repeat a valid
+ * row or key and store only the valid results. */
+#define QK_ROWS_KEYS 4
+#define QK_ROWS_ROWS 4
 static int qk_rows_bf16(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                         const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
                         float scale) {
