@@ -278,3 +278,55 @@ TEST(edges_bf16_tiny_weight_against_large_v) {
         fai_case_free(&c);
     }
 }
+
+/* Prefill folds a quantized K's and V's scales into its packed tiles where a scale times any code
+ * stays a finite f32 (scales up to 2^64), and applies them to S and P elsewhere; the packed tiles
+ * are kept for the later q tiles of a head with either form. Tiles of both kinds in one run, with
+ * several q tiles reading them: K scales of 2^65 on keys [256, 300) (Q of 2^-66 keeps their
+ * logits moderate) and V scales of 2^70 on keys [256, 512). */
+TEST(edges_quantized_scales_folded_or_apart) {
+    int runs = 0;
+    for (uint64_t seed = 0; seed < 60 && runs < 3; seed++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 1;
+        s.heads_q = 2;
+        s.heads_kv = 1;
+        s.seq_q = 300;
+        s.seq_kv = 700;
+        s.head_dim = s.head_dim_v = 32;
+        s.q_dtype = s.o_dtype = FAI_DTYPE_F32;
+        s.k_dtype = s.v_dtype = FAI_DTYPE_I8;
+        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
+        s.mask_kind = FAI_MASK_NONE;
+        s.causal = FAI_CAUSAL_NONE;
+        s.window_left = s.window_right = -1;
+        s.positions = 0;
+        s.softcap = 0.0;
+        s.alibi = s.sinks = 0;
+        s.tile_q = 32;
+        s.tile_kv = 128;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 3700 + seed) == 0);
+        if (c.k_scale_kind != FAI_CASE_SCALE_TOKEN || c.v_scale_kind != FAI_CASE_SCALE_TOKEN) {
+            fai_case_free(&c);
+            continue;
+        }
+        for (int64_t i = 0; i < 300; i++)
+            for (int64_t h = 0; h < 2; h++)
+                for (int64_t d = 0; d < 32; d++)
+                    fai_case_set(&c.tensors.q, 0, i, h, d, ((i + h + d) % 5 - 2) * 0x1p-66);
+        float *k_scale = c.tensors.k_scale.data, *v_scale = c.tensors.v_scale.data;
+        for (int64_t j = 256; j < 512; j++) {
+            if (j < 300) k_scale[j * c.tensors.k_scale.stride_seq] = 0x1p65f;
+            v_scale[j * c.tensors.v_scale.stride_seq] *= 0x1p70f;
+        }
+        fai_case_reset(&c);
+        fai_case_result r;
+        CHECK(fai_case_check(&c, NULL, &r));
+        if (!r.ok) fprintf(stderr, "  %s\n  %s\n", r.desc, r.why);
+        fai_case_free(&c);
+        runs++;
+    }
+    CHECK(runs == 3);
+}

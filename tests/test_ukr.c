@@ -115,10 +115,10 @@ TEST(ukr_tables_match_reference) {
                 c->pack_q(x[0], ld_s, rows, m, d, FAI_DTYPE_F32);
                 for (int64_t j = 0; j < n; j++)
                     rows[j] = k + j * d;
-                c->pack_rows(x[1], d, rows, n, d, FAI_DTYPE_F32);
+                c->pack_rows(x[1], d, rows, n, d, FAI_DTYPE_F32, NULL);
                 for (int64_t j = 0; j < n; j++)
                     rows[j] = v + j * dv;
-                c->pack_rows(x[2], ld_o, rows, n, dv, FAI_DTYPE_F32);
+                c->pack_rows(x[2], ld_o, rows, n, dv, FAI_DTYPE_F32, NULL);
                 c->qk(x[3], ld_s, x[0], x[1], n, d, 0.7f);
                 for (int64_t i = 0; i < ld_s; i++)
                     x[5][i] = i % 2 ? -INFINITY : 0.25f;
@@ -300,7 +300,7 @@ TEST(ukr_bf16_qk_matches_reference) {
         float *s_ref = calloc((size_t)(n * ld_s), sizeof(float));
         float *s_bf16 = calloc((size_t)(n * ld_s), sizeof(float));
         ref->pack_q(q_t, ld_s, q_rows, m, d, FAI_DTYPE_BF16);
-        ref->pack_rows(k_f, d, k_rows, n, d, FAI_DTYPE_BF16);
+        ref->pack_rows(k_f, d, k_rows, n, d, FAI_DTYPE_BF16, NULL);
         ref->qk(s_ref, ld_s, q_t, k_f, n, d, 0.3f);
         cntx->pack_q_bf16(q_pairs, ld_s, q_rows, m, d);
         cntx->qk_bf16(s_bf16, ld_s, q_pairs, k_rows, n, d, 0.3f);
@@ -453,32 +453,41 @@ TEST(ukr_store_row_matches_portable_rounding) {
 
 /* The quantized element types: every one of the 256 codes of int8, e4m3 and e5m2, converted by
  * each table's packing (its vector loads, and the portable tail) and by the oracle's independent
- * decoder, must agree bit for bit (NaN codes give NaN); and so must the portable encoders'
- * round trip of every finite code. */
+ * decoder, must agree bit for bit (NaN codes give NaN), and with scales folded in (prefill packs
+ * them so), each the f32 product of code and scale; and so must the portable encoders' round
+ * trip of every finite code. */
 TEST(ukr_quantized_codes_decode_exactly) {
-    enum { CODES = 256, DIM = 256 + 3 }; /* a tail past the vectors */
+    enum { CODES = 256, DIM = 256 + 3, LD = DIM + 13 }; /* a tail past the vectors */
     unsigned char codes[DIM];
     for (int i = 0; i < DIM; i++)
         codes[i] = (unsigned char)(i % CODES);
-    const void *rows[1] = {codes};
-    float out[DIM + 16];
+    const void *rows[2] = {codes, codes};
+    static const float scales[2] = {0.375f, 3.1e-3f};
+    float out[2 * LD];
     const fai_dtype dtypes[3] = {FAI_DTYPE_I8, FAI_DTYPE_E4M3, FAI_DTYPE_E5M2};
     for (size_t t = 0; t < sizeof table_names / sizeof table_names[0]; t++) {
         const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
         if (!cntx) continue;
-        for (int k = 0; k < 3; k++) {
-            const int finite = cntx->pack_rows(out, DIM + 16, rows, 1, DIM, dtypes[k]);
-            int wrong = 0;
-            for (int i = 0; i < DIM; i++) {
-                const double want = fai_oracle_load(codes, dtypes[k], i);
-                const int same = isnan(want) ? isnan(out[i]) : (double)out[i] == want;
-                if (!same && wrong++ < 3)
-                    fprintf(stderr, "  %s %s code 0x%02x: %g, want %g\n", cntx->name,
-                            fai_dtype_name(dtypes[k]), codes[i], (double)out[i], want);
+        for (int k = 0; k < 3; k++)
+            for (int scaled = 0; scaled < 2; scaled++) {
+                const int finite =
+                    cntx->pack_rows(out, LD, rows, 2, DIM, dtypes[k], scaled ? scales : NULL);
+                int wrong = 0;
+                for (int r = 0; r < 2; r++)
+                    for (int i = 0; i < LD; i++) {
+                        const double code = i < DIM ? fai_oracle_load(codes, dtypes[k], i) : 0.0;
+                        const float want = scaled ? (float)code * scales[r] : (float)code;
+                        const float got = out[r * LD + i];
+                        const int same = isnan(want) ? isnan(got) : got == want;
+                        if (!same && wrong++ < 3)
+                            fprintf(stderr, "  %s %s code 0x%02x scaled %d: %g, want %g\n",
+                                    cntx->name, fai_dtype_name(dtypes[k]), codes[i % DIM], scaled,
+                                    (double)got, (double)want);
+                    }
+                CHECK(wrong == 0);
+                /* fp8 has NaN (and e5m2 Inf) codes */
+                CHECK(finite == (dtypes[k] == FAI_DTYPE_I8));
             }
-            CHECK(wrong == 0);
-            CHECK(finite == (dtypes[k] == FAI_DTYPE_I8)); /* fp8 has NaN (and e5m2 Inf) codes */
-        }
     }
     for (int k = 0; k < 3; k++)
         for (int code = 0; code < CODES; code++) {

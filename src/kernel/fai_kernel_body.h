@@ -228,10 +228,10 @@ static tile_extent tile_extent_of(const fai_plan *plan, const fai_unit *unit, in
 
 /* A thread's packed K/V cache (layout_kv_cache in fai_plan.c): which (batch, kv head) its tiles
  * belong to, a state per tile (0 not packed yet, else KV_PACKED with KV_K_NONFINITE and
- * KV_V_NONFINITE when K or V holds Inf or NaN), and the tiles, each its K then its V as the
- * plan's path packs them. Reset at the start of every worker: the tensors may differ from run to
- * run. */
-enum { KV_PACKED = 1, KV_K_NONFINITE = 2, KV_V_NONFINITE = 4 };
+ * KV_V_NONFINITE when K or V holds Inf or NaN, and KV_K_SCALED and KV_V_SCALED when a quantized
+ * K's or V's scales are folded into it), and the tiles, each its K then its V as the plan's path
+ * packs them. Reset at the start of every worker: the tensors may differ from run to run. */
+enum { KV_PACKED = 1, KV_K_NONFINITE = 2, KV_V_NONFINITE = 4, KV_K_SCALED = 8, KV_V_SCALED = 16 };
 
 typedef struct kv_cache_head {
     int64_t batch, head_kv;
@@ -307,12 +307,18 @@ static fai_score_mods tile_mods(const fai_plan *plan, const fai_unit *unit, cons
 }
 
 /* A quantized K's (V's) scales of the keys [key_begin, key_begin + n) of the unit's kv head into
- * the scratch, and 1 for the keys after n up to ld_n (padding that P holds 0 for). */
-static void gather_scales(const fai_plan *plan, const fai_unit *unit, const fai_rows *scale,
-                          int64_t key_begin, int64_t n, float *out) {
+ * the scratch, and 1 for the keys after n up to ld_n (padding that P holds 0 for). Returns
+ * whether they may be folded into a packed tile: every scale at most 2^64, so that a scale times
+ * any code (at most 57344, e5m2's largest) stays a finite f32. */
+static int gather_scales(const fai_plan *plan, const fai_unit *unit, const fai_rows *scale,
+                         int64_t key_begin, int64_t n, float *out) {
     fai__kv_scales(scale, unit->batch, unit->head_kv, key_begin, n, out);
     for (int64_t j = n; j < plan->ld_n; j++)
         out[j] = 1.0f;
+    float top = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        top = out[j] > top ? out[j] : top;
+    return top <= 0x1p64f;
 }
 
 #include "kernel/fai_kernel_mx.h"
@@ -338,7 +344,7 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
     if (plan->mx)
         mx_pack_q_blocks(plan, sc, rows, t->q.dtype);
     else if (plan->direct_kv)
-        cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype);
+        cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype, NULL);
     else if (!(plan->bf16_qk && (*sc->q_dot_ok = cntx->pack_q_bf16((uint16_t *)sc->q_tile, ld_s,
                                                                    sc->row_ptrs, rows, d))))
         cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
@@ -418,6 +424,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
      * range packs K into the slot's own tile */
     const int bf16_qk = plan->bf16_qk && *sc->q_dot_ok;
     const int k_from_cache = from_cache && !plan->bf16_qk;
+    int k_folded = 0; /* a quantized K's scales in its packed tile */
     float *k_packed = state && !plan->bf16_qk ? (float *)cached : sc->k_tile;
     float *v_packed = state ? (float *)(cached + plan->ws.kv_cache_k_bytes) : sc->v_tile;
 
@@ -462,15 +469,24 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
             cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
                           plan->scale);
     } else {
-        if (!k_from_cache) cntx->pack_rows(k_packed, d, sc->row_ptrs, n, d, t->k.dtype);
+        /* a quantized K's scales are folded into the packed tile where they fit (then the cache
+         * keeps them folded, for every q tile that reads it), else applied to S */
+        if (plan->k_scaled)
+            k_folded = k_from_cache ? (*state & KV_K_SCALED) != 0
+                                    : gather_scales(plan, unit, &sc->rows->k_scale, key_begin, n,
+                                                    sc->k_scales);
+        if (!k_from_cache)
+            cntx->pack_rows(k_packed, d, sc->row_ptrs, n, d, t->k.dtype,
+                            k_folded ? sc->k_scales : NULL);
         FAI_LAP(FAI_STAGE_PACK_KV);
         if (plan->prefetch_spread)
             qk_prefetching(plan, t, unit, sc, k_packed, n, next, next_n);
         else
             cntx->qk(sc->s_tile, ld_s, sc->q_tile, k_packed, n, d, plan->scale);
     }
-    if (plan->k_scaled) { /* S = scale (Q K_q^T) k_scale, K_q the quantized values */
-        gather_scales(plan, unit, &sc->rows->k_scale, key_begin, n, sc->k_scales);
+    if (plan->k_scaled && !k_folded) { /* S = scale (Q K_q^T) k_scale, K_q the quantized values */
+        if (plan->direct_kv || k_from_cache) /* (else gathered for the packing) */
+            gather_scales(plan, unit, &sc->rows->k_scale, key_begin, n, sc->k_scales);
         if (plan->direct_kv)
             cntx->scale_keys_rows(sc->s_tile, plan->ld_n, rows, n, sc->k_scales);
         else
@@ -497,11 +513,15 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
     }
     FAI_LAP(FAI_STAGE_SOFTMAX);
-    if (plan->v_scaled) { /* P V = (P v_scale) V_q, after P joined the row sums */
-        gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
+    /* P V = (P v_scale) V_q, after P joined the row sums; a packed V tile takes its scales
+     * folded in where they fit, as K does */
+    int v_folded = plan->v_scaled && !plan->direct_kv && from_cache && (*state & KV_V_SCALED);
+    if (plan->v_scaled && !v_folded) {
+        const int fits = gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
+        v_folded = !plan->direct_kv && !from_cache && fits; /* then pack_rows applies them */
         if (plan->direct_kv)
             cntx->scale_keys_rows(sc->s_tile, plan->ld_n, rows, n, sc->v_scales);
-        else
+        else if (!v_folded)
             cntx->scale_keys_t(sc->s_tile, ld_s, n, sc->v_scales);
     }
     cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
@@ -520,8 +540,12 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         } else {
             v_finite = plan->bf16_pv
                            ? cntx->pack_v_bf16((uint16_t *)v_packed, ld_o, sc->row_ptrs, n, dv)
-                           : cntx->pack_rows(v_packed, ld_o, sc->row_ptrs, n, dv, t->v.dtype);
-            if (state) *state = (unsigned char)(KV_PACKED | (v_finite ? 0 : KV_V_NONFINITE));
+                           : cntx->pack_rows(v_packed, ld_o, sc->row_ptrs, n, dv, t->v.dtype,
+                                             v_folded ? sc->v_scales : NULL);
+            if (state)
+                *state =
+                    (unsigned char)(KV_PACKED | (v_finite ? 0 : KV_V_NONFINITE) |
+                                    (k_folded ? KV_K_SCALED : 0) | (v_folded ? KV_V_SCALED : 0));
         }
         FAI_LAP(FAI_STAGE_PACK_KV);
         /* V holding Inf or NaN takes the exact (sparse) PV: in a tile product 0 x Inf would be NaN

@@ -66,10 +66,11 @@ typedef struct fai_cntx {
                    fai_dtype dtype);
 
     /* Converts n rows of `dim` elements of `dtype` into f32 dst [n, ld_dst], zero-filling
-     * columns [dim, ld_dst). Packs the K and V tiles. Returns nonzero when every value is
-     * finite: then a masked tile's PV may run dense (P = 0 times a finite V adds nothing). */
+     * columns [dim, ld_dst), row r times scales[r] when scales is given (a quantized dtype's
+     * dequantization). Packs the K and V tiles. Returns nonzero when every value is finite:
+     * then a masked tile's PV may run dense (P = 0 times a finite V adds nothing). */
     int (*pack_rows)(float *dst, int64_t ld_dst, const void *const *rows, int64_t n, int64_t dim,
-                     fai_dtype dtype);
+                     fai_dtype dtype, const float *scales);
 
     /* Stage 1, QK: s_t [n, ld_s] = scale * k [n, d] . q_t [d, ld_s] (all ld_s columns). */
     void (*qk)(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n, int64_t d,

@@ -244,23 +244,30 @@ static void pack_q_simd(float *q_t, int64_t ld_s, const void *const *rows, int64
     }
 }
 
-/* One instance per dtype (the load's switch folds away). Each converted vector is stored and
- * checked at once: x * 0 is 0 for finite x and NaN for Inf or NaN, one FMA per vector, into four
- * sums in turn (one would chain every FMA of the tile behind the one before). */
+/* One instance per dtype (the load's switch folds away; only quantized dtypes multiply by a
+ * scale). Each converted vector is stored and checked at once: x * 0 is 0 for finite x and NaN
+ * for Inf or NaN, one FMA per vector, into four sums in turn (one would chain every FMA of the
+ * tile behind the one before). */
 #define DEFINE_PACK_ROWS(NAME, DTYPE)                                                              \
-    static int NAME(float *dst, int64_t ld_dst, const void *const *rows, int64_t n, int64_t dim) { \
+    static int NAME(float *dst, int64_t ld_dst, const void *const *rows, int64_t n, int64_t dim,   \
+                    const float *scales) {                                                         \
+        const int quantized =                                                                      \
+            (DTYPE == FAI_DTYPE_I8 || DTYPE == FAI_DTYPE_E4M3 || DTYPE == FAI_DTYPE_E5M2) &&       \
+            scales;                                                                                \
         fvec non_finite[4] = {v_zero(), v_zero(), v_zero(), v_zero()};                             \
         int finite = 1;                                                                            \
         for (int64_t r = 0; r < n; r++) {                                                          \
             float *out = dst + r * ld_dst;                                                         \
+            const float scale = quantized ? scales[r] : 1.0f;                                      \
             int64_t x = 0;                                                                         \
             for (; x + W <= dim; x += W) {                                                         \
-                const fvec v = load_row_full(rows[r], x, DTYPE);                                   \
+                fvec v = load_row_full(rows[r], x, DTYPE);                                         \
+                if (quantized) v = v_mul(v, v_set1(scale));                                        \
                 v_store(out + x, v);                                                               \
                 non_finite[x / W % 4] = v_fma(v, v_zero(), non_finite[x / W % 4]);                 \
             }                                                                                      \
             for (; x < dim; x++) {                                                                 \
-                out[x] = fai__load_element(rows[r], x, DTYPE);                                     \
+                out[x] = fai__load_element(rows[r], x, DTYPE) * scale;                             \
                 finite &= isfinite(out[x]) != 0;                                                   \
             }                                                                                      \
             for (; x < ld_dst; x++)                                                                \
@@ -582,15 +589,15 @@ FAI_KV_DTYPES(PACK_ROWS_INSTANCE)
 #undef PACK_ROWS_INSTANCE
 
 typedef int (*pack_rows_fn)(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
-                            int64_t dim);
+                            int64_t dim, const float *scales);
 
 /* The dtype is checked by the plan: every fai_dtype has its instance. */
 static int pack_rows_simd(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
-                          int64_t dim, fai_dtype dtype) {
+                          int64_t dim, fai_dtype dtype, const float *scales) {
 #define PACK_ROWS_ENTRY(SUFFIX, DTYPE) [DTYPE] = pack_rows_##SUFFIX,
     static const pack_rows_fn by_dtype[] = {FAI_KV_DTYPES(PACK_ROWS_ENTRY)};
 #undef PACK_ROWS_ENTRY
-    return by_dtype[dtype](dst, ld_dst, rows, n, dim);
+    return by_dtype[dtype](dst, ld_dst, rows, n, dim, scales);
 }
 
 #define QK_ROWS_INSTANCE(SUFFIX, DTYPE) DEFINE_QK_ROWS(qk_rows_##SUFFIX, DTYPE)

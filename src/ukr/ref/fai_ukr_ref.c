@@ -18,12 +18,12 @@ static void pack_q_ref(float *q_t, int64_t ld_s, const void *const *rows, int64_
 }
 
 static int pack_rows_ref(float *dst, int64_t ld_dst, const void *const *rows, int64_t n,
-                         int64_t dim, fai_dtype dtype) {
+                         int64_t dim, fai_dtype dtype, const float *scales) {
     int finite = 1;
     for (int64_t r = 0; r < n; r++) {
         float *out = dst + r * ld_dst;
         for (int64_t k = 0; k < dim; k++)
-            out[k] = fai__load_element(rows[r], k, dtype);
+            out[k] = fai__load_element(rows[r], k, dtype) * (scales ? scales[r] : 1.0f);
         for (int64_t k = dim; k < ld_dst; k++)
             out[k] = 0.0f;
         for (int64_t k = 0; k < dim; k++)
