@@ -330,3 +330,55 @@ TEST(edges_quantized_scales_folded_or_apart) {
     }
     CHECK(runs == 3);
 }
+
+/* The same with an int8 V whose scales carry the size: codes of 64 at a scale of 2^119 on the far
+ * keys. Scales above 2^64 send a tile to the f32 PV as large values do. */
+TEST(edges_tiny_weight_against_large_v_scale) {
+    int runs = 0;
+    for (uint64_t seed = 0; seed < 60 && runs < 4; seed++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.batch = 1;
+        s.heads_q = 4;
+        s.heads_kv = 1;
+        s.seq_q = runs % 2 ? 1 : 40;
+        s.seq_kv = 8;
+        s.head_dim = s.head_dim_v = 64;
+        s.q_dtype = s.k_dtype = FAI_DTYPE_BF16;
+        s.v_dtype = FAI_DTYPE_I8;
+        s.o_dtype = FAI_DTYPE_F32;
+        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
+        s.mask_kind = FAI_MASK_NONE;
+        s.causal = FAI_CAUSAL_NONE;
+        s.window_left = s.window_right = -1;
+        s.positions = 0;
+        s.scale = FAI_CASE_SCALE_DEFAULT;
+        s.softcap = 0.0;
+        s.alibi = s.sinks = 0;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 3800 + seed) == 0);
+        if (c.v_scale_kind != FAI_CASE_SCALE_TOKEN) {
+            fai_case_free(&c);
+            continue;
+        }
+        for (int64_t d = 0; d < 64; d++) {
+            for (int64_t h = 0; h < 4; h++)
+                for (int64_t i = 0; i < s.seq_q; i++)
+                    fai_case_set(&c.tensors.q, 0, i, h, d, 1.0);
+            for (int64_t j = 0; j < 8; j++) { /* keys 1..3: logit -90, V 64 x 2^119 */
+                const int far = j >= 1 && j <= 3;
+                fai_case_set(&c.tensors.k, 0, j, 0, d, far ? -11.25 : 0.0);
+                fai_case_set(&c.tensors.v, 0, j, 0, d, far ? 64.0 : 1.0);
+            }
+        }
+        for (int64_t j = 1; j <= 3; j++)
+            c.tensors.v_scale.data[j * c.tensors.v_scale.stride_seq] = 0x1p119f;
+        fai_case_reset(&c);
+        fai_case_result r;
+        CHECK(fai_case_check(&c, NULL, &r));
+        if (!r.ok) fprintf(stderr, "  %s\n  %s\n", r.desc, r.why);
+        fai_case_free(&c);
+        runs++;
+    }
+    CHECK(runs == 4);
+}

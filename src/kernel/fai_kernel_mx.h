@@ -202,8 +202,11 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
         const tile_extent *e = &tiles[current].extent;
         if (plan->k_scaled)
             gather_scales(plan, unit, &sc->rows->k_scale, e->key_begin, e->n, sc->k_scales);
-        if (plan->v_scaled)
-            gather_scales(plan, unit, &sc->rows->v_scale, e->key_begin, e->n, sc->v_scales);
+        /* V scales above 2^64 make the tile's values large as a V of 2^80 would (mx_pack_v):
+         * it takes the f32 PV, with P in f32 */
+        if (plan->v_scaled &&
+            !gather_scales(plan, unit, &sc->rows->v_scale, e->key_begin, e->n, sc->v_scales))
+            tiles[current].state |= KV_V_NONFINITE;
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++) {
             mx_softmax_pv_block(plan, t, unit, sc, &tiles[current], block, rows);
