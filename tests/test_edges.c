@@ -199,28 +199,36 @@ TEST(edges_f16_subnormal_inputs) {
     }
 }
 
+/* A spec of one sequence and one kv head with nothing drawn but the layouts, the split and the
+ * scale: no masks, window, positions or score modifiers, full lengths, O f32. */
+static void plain_spec(fai_case_spec *s, int64_t heads_q, int64_t seq_q, int64_t seq_kv, int64_t d,
+                       fai_dtype qk_dtype, fai_dtype v_dtype) {
+    fai_case_spec_any(s);
+    s->batch = 1;
+    s->heads_q = heads_q;
+    s->heads_kv = 1;
+    s->seq_q = seq_q;
+    s->seq_kv = seq_kv;
+    s->head_dim = s->head_dim_v = d;
+    s->q_dtype = s->k_dtype = qk_dtype;
+    s->v_dtype = v_dtype;
+    s->o_dtype = FAI_DTYPE_F32;
+    s->q_lens = s->kv_lens = FAI_CASE_LEN_FULL;
+    s->mask_kind = FAI_MASK_NONE;
+    s->causal = FAI_CAUSAL_NONE;
+    s->window_left = s->window_right = -1;
+    s->positions = 0;
+    s->softcap = 0.0;
+    s->alibi = s->sinks = 0;
+}
+
 /* bf16 dot products read subnormal inputs as zero: a bf16 Q holding subnormals against K
  * elements large enough for those products to count (2^-127 x 2^126 = 1/2 each) must still
  * come out within the tolerance, in prefill and in decode, so such Q takes the f32 QK. */
 TEST(edges_bf16_subnormal_q_against_large_k) {
     for (int variant = 0; variant < 2; variant++) {
         fai_case_spec s;
-        fai_case_spec_any(&s);
-        s.batch = 1;
-        s.heads_q = 4;
-        s.heads_kv = 1;
-        s.seq_q = variant ? 1 : 40;
-        s.seq_kv = 70;
-        s.head_dim = s.head_dim_v = 64;
-        s.q_dtype = s.k_dtype = s.v_dtype = FAI_DTYPE_BF16;
-        s.o_dtype = FAI_DTYPE_F32;
-        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
-        s.mask_kind = FAI_MASK_NONE;
-        s.causal = FAI_CAUSAL_NONE;
-        s.window_left = s.window_right = -1;
-        s.positions = 0;
-        s.softcap = 0.0;
-        s.alibi = s.sinks = 0;
+        plain_spec(&s, 4, variant ? 1 : 40, 70, 64, FAI_DTYPE_BF16, FAI_DTYPE_BF16);
         fai_case c;
         REQUIRE(fai_case_build(&c, &s, 3500 + (uint64_t)variant) == 0);
         for (int64_t h = 0; h < 4; h++)
@@ -244,21 +252,8 @@ TEST(edges_bf16_subnormal_q_against_large_k) {
 TEST(edges_bf16_tiny_weight_against_large_v) {
     for (int variant = 0; variant < 2; variant++) {
         fai_case_spec s;
-        fai_case_spec_any(&s);
-        s.batch = 1;
-        s.heads_q = 4;
-        s.heads_kv = 1;
-        s.seq_q = variant ? 1 : 40;
-        s.seq_kv = 8;
-        s.head_dim = s.head_dim_v = 64;
-        s.q_dtype = s.k_dtype = s.v_dtype = FAI_DTYPE_BF16;
-        s.o_dtype = FAI_DTYPE_F32;
-        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
-        s.mask_kind = FAI_MASK_NONE;
-        s.causal = FAI_CAUSAL_NONE;
+        plain_spec(&s, 4, variant ? 1 : 40, 8, 64, FAI_DTYPE_BF16, FAI_DTYPE_BF16);
         s.scale = FAI_CASE_SCALE_DEFAULT;
-        s.softcap = 0.0;
-        s.alibi = s.sinks = 0;
         fai_case c;
         REQUIRE(fai_case_build(&c, &s, 3600 + (uint64_t)variant) == 0);
         for (int64_t d = 0; d < 64; d++) {
@@ -288,22 +283,8 @@ TEST(edges_quantized_scales_folded_or_apart) {
     int runs = 0;
     for (uint64_t seed = 0; seed < 60 && runs < 3; seed++) {
         fai_case_spec s;
-        fai_case_spec_any(&s);
-        s.batch = 1;
-        s.heads_q = 2;
-        s.heads_kv = 1;
-        s.seq_q = 300;
-        s.seq_kv = 700;
-        s.head_dim = s.head_dim_v = 32;
-        s.q_dtype = s.o_dtype = FAI_DTYPE_F32;
-        s.k_dtype = s.v_dtype = FAI_DTYPE_I8;
-        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
-        s.mask_kind = FAI_MASK_NONE;
-        s.causal = FAI_CAUSAL_NONE;
-        s.window_left = s.window_right = -1;
-        s.positions = 0;
-        s.softcap = 0.0;
-        s.alibi = s.sinks = 0;
+        plain_spec(&s, 2, 300, 700, 32, FAI_DTYPE_I8, FAI_DTYPE_I8);
+        s.q_dtype = FAI_DTYPE_F32;
         s.tile_q = 32;
         s.tile_kv = 128;
         fai_case c;
@@ -337,24 +318,8 @@ TEST(edges_tiny_weight_against_large_v_scale) {
     int runs = 0;
     for (uint64_t seed = 0; seed < 60 && runs < 4; seed++) {
         fai_case_spec s;
-        fai_case_spec_any(&s);
-        s.batch = 1;
-        s.heads_q = 4;
-        s.heads_kv = 1;
-        s.seq_q = runs % 2 ? 1 : 40;
-        s.seq_kv = 8;
-        s.head_dim = s.head_dim_v = 64;
-        s.q_dtype = s.k_dtype = FAI_DTYPE_BF16;
-        s.v_dtype = FAI_DTYPE_I8;
-        s.o_dtype = FAI_DTYPE_F32;
-        s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
-        s.mask_kind = FAI_MASK_NONE;
-        s.causal = FAI_CAUSAL_NONE;
-        s.window_left = s.window_right = -1;
-        s.positions = 0;
+        plain_spec(&s, 4, runs % 2 ? 1 : 40, 8, 64, FAI_DTYPE_BF16, FAI_DTYPE_I8);
         s.scale = FAI_CASE_SCALE_DEFAULT;
-        s.softcap = 0.0;
-        s.alibi = s.sinks = 0;
         fai_case c;
         REQUIRE(fai_case_build(&c, &s, 3800 + seed) == 0);
         if (c.v_scale_kind != FAI_CASE_SCALE_TOKEN) {

@@ -227,11 +227,13 @@ static tile_extent tile_extent_of(const fai_plan *plan, const fai_unit *unit, in
 }
 
 /* A thread's packed K/V cache (layout_kv_cache in fai_plan.c): which (batch, kv head) its tiles
- * belong to, a state per tile (0 not packed yet, else KV_PACKED with KV_K_NONFINITE and
- * KV_V_NONFINITE when K or V holds Inf or NaN, and KV_K_SCALED and KV_V_SCALED when a quantized
- * K's or V's scales are folded into it), and the tiles, each its K then its V as the plan's path
- * packs them. Reset at the start of every worker: the tensors may differ from run to run. */
-enum { KV_PACKED = 1, KV_K_NONFINITE = 2, KV_V_NONFINITE = 4, KV_K_SCALED = 8, KV_V_SCALED = 16 };
+ * belong to, a state per tile (0 not packed yet, else KV_PACKED with KV_K_NONFINITE when K holds
+ * Inf or NaN, KV_V_EXACT when V needs the exact f32 PV (Inf or NaN, and on the dot and tile
+ * products values of 2^80 or more: fai_internal.h), and KV_K_SCALED and KV_V_SCALED when a
+ * quantized K's or V's scales are folded into it), and the tiles, each its K then its V as the
+ * plan's path packs them. Reset at the start of every worker: the tensors may differ from run to
+ * run. */
+enum { KV_PACKED = 1, KV_K_NONFINITE = 2, KV_V_EXACT = 4, KV_K_SCALED = 8, KV_V_SCALED = 16 };
 
 typedef struct kv_cache_head {
     int64_t batch, head_kv;
@@ -307,17 +309,21 @@ static fai_score_mods tile_mods(const fai_plan *plan, const fai_unit *unit, cons
 }
 
 /* A quantized K's (V's) scales of the keys [key_begin, key_begin + n) of the unit's kv head into
- * the scratch, and 1 for the keys after n up to ld_n (padding that P holds 0 for). Returns
- * whether they may be folded into a packed tile: every scale at most 2^64, so that a scale times
- * any code (at most 57344, e5m2's largest) stays a finite f32. */
-static int gather_scales(const fai_plan *plan, const fai_unit *unit, const fai_rows *scale,
-                         int64_t key_begin, int64_t n, float *out) {
+ * the scratch, and 1 for the keys after n up to ld_n (padding that P holds 0 for). */
+static void gather_scales(const fai_plan *plan, const fai_unit *unit, const fai_rows *scale,
+                          int64_t key_begin, int64_t n, float *out) {
     fai__kv_scales(scale, unit->batch, unit->head_kv, key_begin, n, out);
     for (int64_t j = n; j < plan->ld_n; j++)
         out[j] = 1.0f;
+}
+
+/* Whether n gathered scales are all at most 2^64: then a scale times any code (at most 57344,
+ * e5m2's largest) is a finite f32 below 2^80, so they may be folded into a packed tile, and the
+ * matrix engine's tile products may take the tile's V (fai_internal.h). */
+static int scales_fold(const float *scales, int64_t n) {
     float top = 0.0f;
     for (int64_t j = 0; j < n; j++)
-        top = out[j] > top ? out[j] : top;
+        top = scales[j] > top ? scales[j] : top;
     return top <= 0x1p64f;
 }
 
@@ -471,10 +477,12 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     } else {
         /* a quantized K's scales are folded into the packed tile where they fit (then the cache
          * keeps them folded, for every q tile that reads it), else applied to S */
-        if (plan->k_scaled)
-            k_folded = k_from_cache ? (*state & KV_K_SCALED) != 0
-                                    : gather_scales(plan, unit, &sc->rows->k_scale, key_begin, n,
-                                                    sc->k_scales);
+        if (plan->k_scaled && k_from_cache) {
+            k_folded = (*state & KV_K_SCALED) != 0;
+        } else if (plan->k_scaled) {
+            gather_scales(plan, unit, &sc->rows->k_scale, key_begin, n, sc->k_scales);
+            k_folded = scales_fold(sc->k_scales, n);
+        }
         if (!k_from_cache)
             cntx->pack_rows(k_packed, d, sc->row_ptrs, n, d, t->k.dtype,
                             k_folded ? sc->k_scales : NULL);
@@ -517,8 +525,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
      * folded in where they fit, as K does */
     int v_folded = plan->v_scaled && !plan->direct_kv && from_cache && (*state & KV_V_SCALED);
     if (plan->v_scaled && !v_folded) {
-        const int fits = gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
-        v_folded = !plan->direct_kv && !from_cache && fits; /* then pack_rows applies them */
+        gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
+        /* then pack_rows applies them */
+        v_folded = !plan->direct_kv && !from_cache && scales_fold(sc->v_scales, n);
         if (plan->direct_kv)
             cntx->scale_keys_rows(sc->s_tile, plan->ld_n, rows, n, sc->v_scales);
         else if (!v_folded)
@@ -534,17 +543,17 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, ahead,
                       t->v.dtype, n, dv, masked);
     } else {
-        int v_finite;
+        int v_plain; /* V takes the plain PV (not KV_V_EXACT) */
         if (from_cache) {
-            v_finite = !(*state & KV_V_NONFINITE);
+            v_plain = !(*state & KV_V_EXACT);
         } else {
-            v_finite = plan->bf16_pv
-                           ? cntx->pack_v_bf16((uint16_t *)v_packed, ld_o, sc->row_ptrs, n, dv)
-                           : cntx->pack_rows(v_packed, ld_o, sc->row_ptrs, n, dv, t->v.dtype,
-                                             v_folded ? sc->v_scales : NULL);
+            v_plain = plan->bf16_pv
+                          ? cntx->pack_v_bf16((uint16_t *)v_packed, ld_o, sc->row_ptrs, n, dv)
+                          : cntx->pack_rows(v_packed, ld_o, sc->row_ptrs, n, dv, t->v.dtype,
+                                            v_folded ? sc->v_scales : NULL);
             if (state)
                 *state =
-                    (unsigned char)(KV_PACKED | (v_finite ? 0 : KV_V_NONFINITE) |
+                    (unsigned char)(KV_PACKED | (v_plain ? 0 : KV_V_EXACT) |
                                     (k_folded ? KV_K_SCALED : 0) | (v_folded ? KV_V_SCALED : 0));
         }
         FAI_LAP(FAI_STAGE_PACK_KV);
@@ -553,9 +562,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
          * NaN */
         if (plan->bf16_pv)
             cntx->pv_bf16(sc->o_acc, ld_o, sc->s_tile, ld_s, (const uint16_t *)v_packed, rows, n,
-                          plan->p_parts, !v_finite);
+                          plan->p_parts, !v_plain);
         else
-            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, v_packed, rows, n, masked && !v_finite);
+            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, v_packed, rows, n, masked && !v_plain);
     }
     FAI_LAP(FAI_STAGE_PV);
 }

@@ -85,7 +85,7 @@ static mx_tile mx_prepare(const fai_plan *plan, const fai_tensors *t, const fai_
     fai__kv_rows(&sc->rows->v, b, unit->head_kv, key_begin, n, sc->row_ptrs);
     const int v_finite =
         cntx->mx_pack_v(v, plan->mx_v_parts, sc->row_ptrs, n, mt.n_pad, dv, plan->ld_o, t->v.dtype);
-    mt.state = KV_PACKED | (k_finite ? 0 : KV_K_NONFINITE) | (v_finite ? 0 : KV_V_NONFINITE);
+    mt.state = KV_PACKED | (k_finite ? 0 : KV_K_NONFINITE) | (v_finite ? 0 : KV_V_EXACT);
     if (state) *state = (unsigned char)mt.state;
     return mt;
 }
@@ -146,7 +146,7 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     uint16_t *p = mx_p_block(plan, sc, block);
     /* a V tile with Inf, NaN or large values takes an f32 PV, and P in f32 (its weights below
      * 2^-118 times such values count) */
-    const int sparse = (mt->state & KV_V_NONFINITE) != 0;
+    const int sparse = (mt->state & KV_V_EXACT) != 0;
     const int p_parts = sparse ? 0 : plan->p_parts;
     cntx->mx_softmax(s, ld_n, m, FAI_MX_BLOCK_ROWS, e->n, mt->n_pad, scale, sc->row_max + r0,
                      sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0, p, p_parts,
@@ -204,9 +204,10 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
             gather_scales(plan, unit, &sc->rows->k_scale, e->key_begin, e->n, sc->k_scales);
         /* V scales above 2^64 make the tile's values large as a V of 2^80 would (mx_pack_v):
          * it takes the f32 PV, with P in f32 */
-        if (plan->v_scaled &&
-            !gather_scales(plan, unit, &sc->rows->v_scale, e->key_begin, e->n, sc->v_scales))
-            tiles[current].state |= KV_V_NONFINITE;
+        if (plan->v_scaled) {
+            gather_scales(plan, unit, &sc->rows->v_scale, e->key_begin, e->n, sc->v_scales);
+            if (!scales_fold(sc->v_scales, e->n)) tiles[current].state |= KV_V_EXACT;
+        }
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++) {
             mx_softmax_pv_block(plan, t, unit, sc, &tiles[current], block, rows);
