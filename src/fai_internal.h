@@ -73,6 +73,7 @@ typedef struct fai_ws_layout {
     size_t q_tile, k_tile, v_tile, s_tile, o_acc, row_max, row_sum, row_alpha, kv_rows;
     size_t row_slope, row_offset; /* ALiBi: each row's slope, and its offset in the tile */
     size_t key_scales;            /* quantized K/V: the tile's K scales [ld_n], then V's */
+    size_t fetch_rows;            /* decode: the rows of the stream read next (fai_row_fetch) */
     size_t slot;                  /* bytes of one unit's scratch, a multiple of 64 */
     /* the packed K/V cache after the slots: its state at kv_cache, its tiles from
      * kv_cache_tiles_at, each kv_cache_tile_bytes (K, then V at kv_cache_k_bytes) */

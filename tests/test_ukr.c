@@ -232,16 +232,23 @@ TEST(ukr_direct_rows_match_reference) {
                         const fai_cntx *c = b ? cntx : ref;
                         scores[b] = calloc((size_t)(m * ld_n), sizeof(float));
                         o[b] = calloc((size_t)(m * ld_o), sizeof(float));
-                        /* the last rows of the lists are only prefetched, never computed */
+                        /* the last rows of the lists are only prefetched, never computed; the
+                         * other stream's lists (more rows than keys computed, then fewer) are
+                         * read up to their count, nothing past it (under ASan), and change
+                         * nothing */
+                        const fai_row_fetch v_fetch = {(const void *const *)v_rows, n,
+                                                       dv * (int64_t)esize};
+                        const fai_row_fetch k_fetch = {(const void *const *)k_rows, n_used / 2,
+                                                       d * (int64_t)esize};
                         c->qk_rows(scores[b], ld_n, q, ld_q, m, (const void *const *)k_rows,
-                                   n - n_used, dtypes[dt], n_used, d, 0.5f);
+                                   n - n_used, b ? &v_fetch : NULL, dtypes[dt], n_used, d, 0.5f);
                         /* P: the scores made positive, some exactly zero */
                         for (int64_t j = 0; j < n_used; j++)
                             for (int64_t i = 0; i < m; i++)
                                 scores[b][i * ld_n + j] =
                                     (i + j) % 5 == 0 ? 0.0f : fabsf(scores[b][i * ld_n + j]);
                         c->pv_rows(o[b], ld_o, scores[b], ld_n, m, (const void *const *)v_rows,
-                                   n - n_used, dtypes[dt], n_used, dv, masked);
+                                   n - n_used, b ? &k_fetch : NULL, dtypes[dt], n_used, dv, masked);
                     }
                     double worst_s = 0.0, worst_o = 0.0;
                     for (int64_t j = 0; j < n_used; j++)
@@ -352,9 +359,12 @@ TEST(ukr_bf16_qk_rows_matches_reference) {
         }
         float *s_ref = malloc(sizeof(float) * (size_t)(m * ld_n));
         float *s_bf16 = malloc(sizeof(float) * (size_t)(m * ld_n));
-        ref->qk_rows(s_ref, ld_n, q, ld_q, m, (const void *const *)k, 0, FAI_DTYPE_BF16, n, d,
+        ref->qk_rows(s_ref, ld_n, q, ld_q, m, (const void *const *)k, 0, NULL, FAI_DTYPE_BF16, n, d,
                      0.3f);
-        CHECK(cntx->qk_rows_bf16(s_bf16, ld_n, q, ld_q, m, (const void *const *)k, 0, n, d, 0.3f));
+        /* K's own rows as the other stream's list: read up to its count only */
+        const fai_row_fetch fetch = {(const void *const *)k, n, d * 2};
+        CHECK(cntx->qk_rows_bf16(s_bf16, ld_n, q, ld_q, m, (const void *const *)k, 0, &fetch, n, d,
+                                 0.3f));
         double worst = 0.0;
         int same_special = 1;
         for (int64_t i = 0; i < m; i++)
@@ -403,13 +413,13 @@ TEST(ukr_bf16_qk_rows_refuses_what_it_would_lose) {
         for (int i = 0; i < 2 * LD_N; i++)
             s[i] = 7.0f;
         q[LD_Q + 3] = bad[b];
-        CHECK(!cntx->qk_rows_bf16(s, LD_N, q, LD_Q, 2, k, 0, N, D, 0.125f));
+        CHECK(!cntx->qk_rows_bf16(s, LD_N, q, LD_Q, 2, k, 0, NULL, N, D, 0.125f));
         for (int i = 0; i < 2 * LD_N; i++)
             CHECK(s[i] == 7.0f);
     }
     q[LD_Q + 3] = 0.5f;
     float s[2 * LD_N];
-    CHECK(cntx->qk_rows_bf16(s, LD_N, q, LD_Q, 2, k, 0, N, D, 0.125f));
+    CHECK(cntx->qk_rows_bf16(s, LD_N, q, LD_Q, 2, k, 0, NULL, N, D, 0.125f));
     CHECK(s[0] == 0.125f * 0.5f * D && s[LD_N + N] == -INFINITY);
 }
 

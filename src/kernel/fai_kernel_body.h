@@ -53,6 +53,7 @@ typedef struct unit_scratch {
     float *k_scales;   /* quantized K: [ld_n] the tile's keys' scales */
     float *v_scales;   /* quantized V: [ld_n] likewise */
     const void **row_ptrs;
+    const void **fetch_ptrs;  /* decode: the rows of the stream read next (fai_row_fetch) */
     const fai_run_rows *rows; /* the run's tensors, resolved (kv/fai_kv.h) */
     unsigned char *kv_cache;  /* the thread's packed K/V cache (slot 0 only), or NULL */
     int *q_dot_ok; /* bf16 dot or tile products: the unit's Q in their range (fai_internal.h) */
@@ -76,6 +77,7 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws,
     sc.k_scales = (float *)(ws + plan->ws.key_scales);
     sc.v_scales = sc.k_scales + plan->ld_n;
     sc.row_ptrs = (const void **)(ws + plan->ws.kv_rows);
+    sc.fetch_ptrs = (const void **)(ws + plan->ws.fetch_rows);
     sc.kv_cache = NULL;
     sc.q_dot_ok = (int *)(ws + plan->ws.unit_flags);
     sc.mx_row_sums = (float *)(ws + plan->ws.mx_row_sums);
@@ -407,9 +409,11 @@ static void qk_prefetching(const fai_plan *plan, const fai_tensors *t, const fai
 }
 
 /* Step 2 of a unit, for one of its valid kv tiles (an offset into its range): the four stages,
- * leaving the unnormalised O, the running max m and the running sum l in the scratch. */
+ * leaving the unnormalised O, the running max m and the running sum l in the scratch. `after` and
+ * `after_tile` are the unit and tile its thread computes next (NULL: none or unknown), whose K
+ * rows decode asks for during this tile's PV. */
 static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit, int64_t tile,
-                     const unit_scratch *sc) {
+                     const unit_scratch *sc, const fai_unit *after, int64_t after_tile) {
     const fai_cntx *cntx = plan->cntx;
     const int64_t rows = unit->q_len * unit->heads;
     const int64_t d = plan->pb.head_dim, dv = plan->head_dim_v, tile_kv = plan->tile_kv;
@@ -461,13 +465,18 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                          dv * (int64_t)fai_dtype_size(t->v.dtype));
     }
     fai__kv_rows(&sc->rows->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
+    /* decode: the tile's V rows are asked for while QK computes; PV reads them from this list */
+    const fai_row_fetch v_fetch = {sc->fetch_ptrs, n, dv * (int64_t)fai_dtype_size(t->v.dtype)};
+    if (plan->direct_kv)
+        fai__kv_rows(&sc->rows->v, b, unit->head_kv, key_begin, n + ahead, sc->fetch_ptrs);
     FAI_LAP(FAI_STAGE_PACK_KV);
-    if (plan->bf16_qk_rows && cntx->qk_rows_bf16(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q,
-                                                 rows, sc->row_ptrs, ahead, n, d, plan->scale)) {
+    if (plan->bf16_qk_rows &&
+        cntx->qk_rows_bf16(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs,
+                           ahead, &v_fetch, n, d, plan->scale)) {
         /* done on bf16 dot products */
     } else if (plan->direct_kv) {
         cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
-                      t->k.dtype, n, d, plan->scale);
+                      &v_fetch, t->k.dtype, n, d, plan->scale);
     } else if (bf16_qk) { /* bf16 dot products straight from the K rows */
         if (plan->prefetch_spread)
             qk_prefetching(plan, t, unit, sc, NULL, n, next, next_n);
@@ -536,13 +545,21 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
     FAI_LAP(FAI_STAGE_RESCALE);
 
-    if (!from_cache)
-        fai__kv_rows(&sc->rows->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
     if (plan->direct_kv) {
+        /* the K rows of the tile computed next are asked for while PV computes */
+        fai_row_fetch k_fetch = {sc->row_ptrs, 0, d * (int64_t)fai_dtype_size(t->k.dtype)};
+        if (after && after_tile < after->kv_tiles) {
+            const tile_extent next_tile = tile_extent_of(plan, after, after_tile);
+            fai__kv_rows(&sc->rows->k, after->batch, after->head_kv, next_tile.key_begin,
+                         next_tile.n, sc->row_ptrs);
+            k_fetch.count = next_tile.n;
+        }
         FAI_LAP(FAI_STAGE_PACK_KV);
-        cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->row_ptrs, ahead,
-                      t->v.dtype, n, dv, masked);
+        cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->fetch_ptrs, ahead,
+                      &k_fetch, t->v.dtype, n, dv, masked);
     } else {
+        if (!from_cache)
+            fai__kv_rows(&sc->rows->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
         int v_plain; /* V takes the plain PV (not KV_V_EXACT) */
         if (from_cache) {
             v_plain = !(*state & KV_V_EXACT);
@@ -578,7 +595,7 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
         return;
     }
     for (int64_t tile = tile_begin; tile < tile_end; tile++)
-        run_tile(plan, t, unit, tile, sc);
+        run_tile(plan, t, unit, tile, sc, tile + 1 < tile_end ? unit : NULL, tile + 1);
 }
 
 /* O = O / l and LSE = m + log l from the scratch; rows that saw nothing get 0 and -inf, and so
@@ -738,8 +755,17 @@ static inline void kernel_run_worker(const fai_plan *plan, const fai_tensors *t,
                 for (int64_t tile = 0; tile < unit->kv_tiles; tile++) {
                     if (count == 1)
                         prefetch_rows_for_tile(plan, t, &rows, unit, next, tile, unit->kv_tiles);
-                    for (int64_t k = 0; k < count; k++)
-                        run_tile(plan, t, &plan->units[u + k], tile, &slots[k]);
+                    for (int64_t k = 0; k < count; k++) {
+                        /* the lockstep's order: the next unit's tile, the first unit's next
+                         * tile, the next units' first tile */
+                        const fai_unit *after = k + 1 < count ? &plan->units[u + k + 1]
+                                                : tile + 1 < unit->kv_tiles ? unit
+                                                                            : next;
+                        const int64_t after_tile = k + 1 < count               ? tile
+                                                   : tile + 1 < unit->kv_tiles ? tile + 1
+                                                                               : 0;
+                        run_tile(plan, t, &plan->units[u + k], tile, &slots[k], after, after_tile);
+                    }
                 }
         }
         for (int64_t k = 0; k < count; k++)

@@ -214,6 +214,8 @@ static fai_status layout_workspace(fai_plan *plan) {
     /* row pointers of a Q tile, or of a kv tile and the rows prefetched past it */
     const size_t pointers = keys + FAI_PREFETCH_ROWS > rows ? keys + FAI_PREFETCH_ROWS : rows;
     ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));
+    /* decode: a second list, so that each stream's rows are at hand while the other computes */
+    ws->fetch_rows = offset, offset += align64((plan->direct_kv ? pointers : 0) * sizeof(void *));
     ws->slot = offset;
     if (plan->mx) budget_mx(plan);
     ws->per_thread = offset * (size_t)fai__slots_per_thread(plan);

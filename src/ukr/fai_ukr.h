@@ -41,6 +41,46 @@
 #ifndef FAI_PREFETCH_ROWS
 #define FAI_PREFETCH_ROWS 64
 #endif
+/* The rows of the other stream (fai_row_fetch) go to L2: a tile's worth arrives well before it
+ * is read, and into L1 it would push out the rows being computed. */
+#ifndef FAI_FETCH_LOCALITY
+#define FAI_FETCH_LOCALITY 2
+#endif
+
+/* How many rows of row_bytes ahead to prefetch (see FAI_PREFETCH_BYTES). */
+static inline int64_t fai__prefetch_ahead(int64_t row_bytes) {
+    const int64_t rows = FAI_PREFETCH_BYTES / (row_bytes > 0 ? row_bytes : 1);
+    return rows < 16 ? 16 : rows > FAI_PREFETCH_ROWS ? FAI_PREFETCH_ROWS : rows;
+}
+
+static inline void fai__prefetch_row(const void *row, int64_t bytes) {
+    for (int64_t offset = 0; offset < bytes; offset += 64)
+        __builtin_prefetch((const char *)row + offset, 0, FAI_PREFETCH_LOCALITY);
+}
+
+/* The rows a decode kernel asks into L2 while it computes a tile: those of the stream its caller
+ * reads next (during QK the tile's V rows, during PV the K rows of the tile computed after this
+ * one). Decode alternates between the two streams; with each kernel reading only its own, the
+ * other waited on memory at every switch, and a tile's worth of rows asked for at once overruns
+ * the misses a core keeps in flight. Spread over the keys, one row for each key computed, both
+ * streams stay in flight: the caches' counterpart of the seed's double-buffered K/V. A table may
+ * ignore it (the reference does): it changes no result. */
+typedef struct fai_row_fetch {
+    const void *const *rows;
+    int64_t count;
+    int64_t row_bytes;
+} fai_row_fetch;
+
+/* The share of `fetch` that goes with keys [j_begin, j_end) of a kernel's n: row j for key j,
+ * and the rows past n with its last keys. */
+static inline void fai__fetch_for_keys(const fai_row_fetch *fetch, int64_t j_begin, int64_t j_end,
+                                       int64_t n) {
+    if (!fetch) return;
+    const int64_t end = j_end < n ? (j_end < fetch->count ? j_end : fetch->count) : fetch->count;
+    for (int64_t j = j_begin; j < end; j++)
+        for (int64_t offset = 0; offset < fetch->row_bytes; offset += 64)
+            __builtin_prefetch((const char *)fetch->rows[j] + offset, 0, FAI_FETCH_LOCALITY);
+}
 
 /* The score modifiers of one tile (fai_problem.softcap and alibi), for the mods_ entries: each
  * score s of row r and key c becomes
@@ -104,15 +144,16 @@ typedef struct fai_cntx {
      *   pv_rows:      o [m, ld_o] += p . v_rows, with the `masked` rule of pv.
      * k_rows / v_rows hold n + rows_ahead pointers: the rows after the tile's n (up to
      * FAI_PREFETCH_ROWS, the next tile's first rows, across pages) are only prefetched, a fixed
-     * distance ahead of the rows being computed, so the stream never waits on memory. */
+     * distance ahead of the rows being computed, so the stream never waits on memory. `fetch`
+     * (or NULL) names the other stream's rows to ask for along the way (fai_row_fetch). */
     void (*qk_rows)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
-                    const void *const *k_rows, int64_t rows_ahead, fai_dtype k_dtype, int64_t n,
-                    int64_t d, float scale);
+                    const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
+                    fai_dtype k_dtype, int64_t n, int64_t d, float scale);
     void (*softmax_rows)(float *s, int64_t ld_n, int64_t m, float *row_max, float *row_sum,
                          float *row_alpha);
     void (*pv_rows)(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
-                    const void *const *v_rows, int64_t rows_ahead, fai_dtype v_dtype, int64_t n,
-                    int64_t dv, int masked);
+                    const void *const *v_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
+                    fai_dtype v_dtype, int64_t n, int64_t dv, int masked);
 
     /* Writes dim f32 values times mul to dst in dtype, bit for bit as fai__store_element does
      * (round to nearest even; f16 saturates finite values at +-65504 and keeps +-Inf and NaN). */
@@ -130,8 +171,8 @@ typedef struct fai_cntx {
      * bf16 values of Q in f32 as qk_rows has it. Returns 0, writing nothing, if a value of Q is
      * out of the products' range (FAI_BF16_DOT_Q_LOW): qk_rows then does the tile. */
     int (*qk_rows_bf16)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
-                        const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
-                        float scale);
+                        const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
+                        int64_t n, int64_t d, float scale);
 
     /* Optional, beside qk_bf16: PV for bf16 V at the bf16 dot-product rate. pack_v_bf16 packs n
      * V rows in key pairs, v_pairs [ceil(n/2), ld_o, 2] (lane x of pair q: V[2q][x], V[2q+1][x];

@@ -476,20 +476,9 @@ static void pv_simd(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, cons
 
 /* -- small Q tiles: K and V straight from their rows ---------------------------------------- */
 
-/* Rows some keys ahead (prefetch_ahead) are fetched while the current ones are computed: with
+/* Rows some keys ahead (fai__prefetch_ahead) are fetched while the current ones are computed: with
  * paged K/V the next rows may sit on another page, where the hardware prefetchers cannot
  * follow. The row lists carry rows_ahead pointers past the tile for this. */
-
-/* How many rows of row_bytes ahead to prefetch (see FAI_PREFETCH_BYTES). */
-static inline int64_t prefetch_ahead(int64_t row_bytes) {
-    const int64_t rows = FAI_PREFETCH_BYTES / (row_bytes > 0 ? row_bytes : 1);
-    return rows < 16 ? 16 : rows > FAI_PREFETCH_ROWS ? FAI_PREFETCH_ROWS : rows;
-}
-
-static inline void prefetch_row(const void *row, int64_t bytes) {
-    for (int64_t offset = 0; offset < bytes; offset += 64)
-        __builtin_prefetch((const char *)row + offset, 0, FAI_PREFETCH_LOCALITY);
-}
 
 /* The lane sums of a 4 x 4 block of accumulators, sums[r * 4 + c] of acc[r][c]: at once where
  * the vocabulary can (FAI_SIMD_HSUM16), else one reduction each. */
@@ -510,17 +499,18 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
  * gets NaN scores, as its dot products would. */
 #define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
     static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
-                     const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,          \
-                     float scale) {                                                                \
+                     const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,    \
+                     int64_t n, int64_t d, float scale) {                                          \
         const int64_t row_bytes = row_bytes_of(d, DTYPE);                                          \
-        const int64_t ahead = prefetch_ahead(row_bytes);                                           \
+        const int64_t ahead = fai__prefetch_ahead(row_bytes);                                      \
         const int64_t full = d / W * W;                                                            \
         for (int64_t j0 = 0; j0 < n; j0 += 4) {                                                    \
             const void *key[4];                                                                    \
             for (int c = 0; c < 4; c++)                                                            \
                 key[c] = k_rows[j0 + c < n ? j0 + c : j0];                                         \
             for (int c = 0; c < 4 && j0 + ahead + c < n + rows_ahead; c++)                         \
-                prefetch_row(k_rows[j0 + ahead + c], row_bytes);                                   \
+                fai__prefetch_row(k_rows[j0 + ahead + c], row_bytes);                              \
+            fai__fetch_for_keys(fetch, j0, j0 + 4, n);                                             \
             int nan_key[4] = {0, 0, 0, 0};                                                         \
             for (int c = 0; DTYPE == FAI_DTYPE_E4M3 && c < 4 && j0 + c < n; c++)                   \
                 nan_key[c] = e4m3_nan_in(key[c], d);                                               \
@@ -605,17 +595,17 @@ FAI_KV_DTYPES(QK_ROWS_INSTANCE)
 #undef QK_ROWS_INSTANCE
 
 typedef void (*qk_rows_fn)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
-                           const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
-                           float scale);
+                           const void *const *k_rows, int64_t rows_ahead,
+                           const fai_row_fetch *fetch, int64_t n, int64_t d, float scale);
 
 /* The dtype is checked by the plan: every fai_dtype has its instance. */
 static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
-                         const void *const *k_rows, int64_t rows_ahead, fai_dtype k_dtype,
-                         int64_t n, int64_t d, float scale) {
+                         const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
+                         fai_dtype k_dtype, int64_t n, int64_t d, float scale) {
 #define QK_ROWS_ENTRY(SUFFIX, DTYPE) [DTYPE] = qk_rows_##SUFFIX,
     static const qk_rows_fn by_dtype[] = {FAI_KV_DTYPES(QK_ROWS_ENTRY)};
 #undef QK_ROWS_ENTRY
-    by_dtype[k_dtype](s, ld_n, q, ld_q, m, k_rows, rows_ahead, n, d, scale);
+    by_dtype[k_dtype](s, ld_n, q, ld_q, m, k_rows, rows_ahead, fetch, n, d, scale);
 }
 
 /* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
@@ -623,10 +613,10 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
  * not stored. With `masked`, a row skips keys with P = 0. */
 #define DEFINE_PV_ROWS_BLOCK(NAME, DTYPE, VECS, TAIL)                                              \
     static inline void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t rows,    \
-                            const void *const *v_rows, int64_t prefetch_end, int64_t n,            \
-                            int64_t x0, int64_t dv) {                                              \
+                            const void *const *v_rows, int64_t prefetch_end,                       \
+                            const fai_row_fetch *fetch, int64_t n, int64_t x0, int64_t dv) {       \
         const int64_t row_bytes = row_bytes_of(dv, DTYPE);                                         \
-        const int64_t ahead = prefetch_ahead(row_bytes);                                           \
+        const int64_t ahead = fai__prefetch_ahead(row_bytes);                                      \
         const float *o_row[4];                                                                     \
         for (int r = 0; r < 4; r++)                                                                \
             o_row[r] = o + (r < rows ? r : 0) * ld_o + x0;                                         \
@@ -639,7 +629,9 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
                 acc[r][c] = DTYPE == FAI_DTYPE_E4M3 ? v_mul(v_load(o_row[r] + c * W), to_unit)     \
                                                     : v_load(o_row[r] + c * W);                    \
         for (int64_t j = 0; j < n; j++) {                                                          \
-            if (x0 == 0 && j + ahead < prefetch_end) prefetch_row(v_rows[j + ahead], row_bytes);   \
+            if (x0 == 0 && j + ahead < prefetch_end)                                               \
+                fai__prefetch_row(v_rows[j + ahead], row_bytes);                                   \
+            if (x0 == 0) fai__fetch_for_keys(fetch, j, j + 1, n);                                  \
             fvec values[VECS];                                                                     \
             if (TAIL)                                                                              \
                 values[0] = v_mul(load_row_tail(v_rows[j], x0, dv - x0, DTYPE), to_unit);          \
@@ -669,15 +661,16 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
     DEFINE_PV_ROWS_BLOCK(NAME##_one, DTYPE, 1, 0)                                                  \
     DEFINE_PV_ROWS_BLOCK(NAME##_tail, DTYPE, 1, 1)                                                 \
     static void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,              \
-                     const void *const *v_rows, int64_t rows_ahead, int64_t n, int64_t dv,         \
-                     int masked) {                                                                 \
+                     const void *const *v_rows, int64_t rows_ahead, const fai_row_fetch *fetch,    \
+                     int64_t n, int64_t dv, int masked) {                                          \
         const int64_t row_bytes = row_bytes_of(dv, DTYPE);                                         \
-        const int64_t ahead = prefetch_ahead(row_bytes);                                           \
+        const int64_t ahead = fai__prefetch_ahead(row_bytes);                                      \
         if (masked) {                                                                              \
             for (int64_t i = 0; i < m; i++)                                                        \
                 for (int64_t j = 0; j < n; j++) {                                                  \
                     if (i == 0 && j + ahead < n + rows_ahead)                                      \
-                        prefetch_row(v_rows[j + ahead], row_bytes);                                \
+                        fai__prefetch_row(v_rows[j + ahead], row_bytes);                           \
+                    if (i == 0) fai__fetch_for_keys(fetch, j, j + 1, n);                           \
                     const float p_scalar = p[i * ld_n + j];                                        \
                     if (p_scalar == 0.0f) continue;                                                \
                     const fvec p_v = v_set1(p_scalar);                                             \
@@ -698,12 +691,16 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             const float *p_block = p + i0 * ld_n;                                                  \
             int64_t x0 = 0;                                                                        \
             const int64_t list_end = n + rows_ahead;                                               \
+            const fai_row_fetch *fetch_block = i0 == 0 ? fetch : NULL; /* once */                  \
             for (; x0 + 4 * W <= dv; x0 += 4 * W)                                                  \
-                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, n, x0, dv);      \
+                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,  \
+                            x0, dv);                                                               \
             for (; x0 + W <= dv; x0 += W)                                                          \
-                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, n, x0, dv);       \
+                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,   \
+                           x0, dv);                                                                \
             if (x0 < dv)                                                                           \
-                NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, n, x0, dv);      \
+                NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,  \
+                            x0, dv);                                                               \
         }                                                                                          \
     }
 
@@ -712,16 +709,16 @@ FAI_KV_DTYPES(PV_ROWS_INSTANCE)
 #undef PV_ROWS_INSTANCE
 
 typedef void (*pv_rows_fn)(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
-                           const void *const *v_rows, int64_t rows_ahead, int64_t n, int64_t dv,
-                           int masked);
+                           const void *const *v_rows, int64_t rows_ahead,
+                           const fai_row_fetch *fetch, int64_t n, int64_t dv, int masked);
 
 static void pv_rows_simd(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
-                         const void *const *v_rows, int64_t rows_ahead, fai_dtype v_dtype,
-                         int64_t n, int64_t dv, int masked) {
+                         const void *const *v_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
+                         fai_dtype v_dtype, int64_t n, int64_t dv, int masked) {
 #define PV_ROWS_ENTRY(SUFFIX, DTYPE) [DTYPE] = pv_rows_##SUFFIX,
     static const pv_rows_fn by_dtype[] = {FAI_KV_DTYPES(PV_ROWS_ENTRY)};
 #undef PV_ROWS_ENTRY
-    by_dtype[v_dtype](o, ld_o, p, ld_n, m, v_rows, rows_ahead, n, dv, masked);
+    by_dtype[v_dtype](o, ld_o, p, ld_n, m, v_rows, rows_ahead, fetch, n, dv, masked);
 }
 
 /* The online softmax on row-major scores (decode tiles): one row at a time, W keys per vector;

@@ -144,14 +144,11 @@ static int q_rows_in_dot_range(const float *q, int64_t ld_q, int64_t m) {
 #define QK_ROWS_KEYS 4
 #define QK_ROWS_ROWS 4
 static int qk_rows_bf16(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
-                        const void *const *k_rows, int64_t rows_ahead, int64_t n, int64_t d,
-                        float scale) {
+                        const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
+                        int64_t n, int64_t d, float scale) {
     if (!q_rows_in_dot_range(q, ld_q, m)) return 0;
     uint16_t q_bf16[QK_ROWS_ROWS][FAI_MAX_HEAD_DIM + 32];
-    const int64_t ahead = FAI_PREFETCH_BYTES / (2 * d) < 16 ? 16
-                          : FAI_PREFETCH_BYTES / (2 * d) > FAI_PREFETCH_ROWS
-                              ? FAI_PREFETCH_ROWS
-                              : FAI_PREFETCH_BYTES / (2 * d);
+    const int64_t ahead = fai__prefetch_ahead(2 * d);
     const int64_t full = d / 32 * 32;
     const __mmask32 tail = (__mmask32)((UINT64_C(1) << (d - full)) - 1);
     for (int64_t i0 = 0; i0 < m; i0 += QK_ROWS_ROWS) {
@@ -169,9 +166,8 @@ static int qk_rows_bf16(float *s, int64_t ld_n, const float *q, int64_t ld_q, in
             for (int c = 0; c < QK_ROWS_KEYS; c++)
                 key[c] = k_rows[j0 + c < n ? j0 + c : j0];
             for (int c = 0; i0 == 0 && c < QK_ROWS_KEYS && j0 + ahead + c < n + rows_ahead; c++)
-                for (int64_t offset = 0; offset < 2 * d; offset += 64)
-                    __builtin_prefetch((const char *)k_rows[j0 + ahead + c] + offset, 0,
-                                       FAI_PREFETCH_LOCALITY);
+                fai__prefetch_row(k_rows[j0 + ahead + c], 2 * d);
+            if (i0 == 0) fai__fetch_for_keys(fetch, j0, j0 + QK_ROWS_KEYS, n);
             __m512 acc[QK_ROWS_ROWS * QK_ROWS_KEYS]; /* [row][key] */
             for (int a = 0; a < QK_ROWS_ROWS * QK_ROWS_KEYS; a++)
                 acc[a] = _mm512_setzero_ps();

@@ -100,8 +100,8 @@ static void pv_ref(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const
 }
 
 static void qk_rows_ref(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
-                        const void *const *k_rows, int64_t rows_ahead, fai_dtype k_dtype, int64_t n,
-                        int64_t d, float scale) {
+                        const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
+                        fai_dtype k_dtype, int64_t n, int64_t d, float scale) {
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
             float dot = 0.0f;
@@ -122,8 +122,8 @@ static void softmax_rows_ref(float *s, int64_t ld_n, int64_t m, float *row_max, 
 }
 
 static void pv_rows_ref(float *o, int64_t ld_o, const float *p_row, int64_t ld_n, int64_t m,
-                        const void *const *v_rows, int64_t rows_ahead, fai_dtype v_dtype, int64_t n,
-                        int64_t dv, int masked) {
+                        const void *const *v_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
+                        fai_dtype v_dtype, int64_t n, int64_t dv, int masked) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             const float p = p_row[i * ld_n + j];
