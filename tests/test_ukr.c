@@ -324,6 +324,51 @@ TEST(ukr_bf16_qk_matches_reference) {
     }
 }
 
+/* pack_q_bf16 refuses Q with a value its products would lose or break (subnormal, below 2^-100,
+ * 2^80 and above, Inf, NaN) wherever it sits, the last elements of a row (read under a mask)
+ * included, and otherwise packs every value where qk_bf16 reads it. */
+TEST(ukr_bf16_pack_q_refuses_out_of_range) {
+    const fai_cntx *cntx = fai__cntx_by_name("avx512");
+    if (!cntx || !cntx->pack_q_bf16) {
+        printf("  (no bf16 dot products here: skipped)\n");
+        return;
+    }
+    static const int64_t dims[] = {2, 18, 32, 46, 128, 130};
+    static const uint16_t bad[] = {0x0001, 0x8C00 /* -2^-103 */, 0x6780 /* 2^80 */, 0x7F80, 0x7FC0};
+    enum { M = 5, LD_S = 16 };
+    for (size_t k = 0; k < sizeof dims / sizeof *dims; k++) {
+        const int64_t d = dims[k];
+        uint16_t *q = malloc(sizeof(uint16_t) * (size_t)(M * d));
+        uint16_t *pairs = malloc(sizeof(uint16_t) * (size_t)(d * LD_S));
+        const void *rows[M];
+        uint64_t state = 3 + k;
+        for (int64_t i = 0; i < M * d; i++)
+            q[i] = i % 7 == 0 ? 0 : fai__f32_to_bf16(uniform(&state));
+        for (int i = 0; i < M; i++)
+            rows[i] = q + i * d;
+        CHECK(cntx->pack_q_bf16(pairs, LD_S, rows, M, d) == 1);
+        int packed = 1;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t x = 0; x < d; x++)
+                packed &= pairs[(x / 2) * LD_S * 2 + i * 2 + x % 2] == q[i * d + x];
+        CHECK(packed);
+        const int64_t spots[] = {0, d / 2, d - 1};
+        for (size_t b = 0; b < sizeof bad / sizeof *bad; b++)
+            for (size_t at = 0; at < 3; at++) {
+                const int64_t where = (M - 1) * d + spots[at];
+                const uint16_t kept = q[where];
+                q[where] = bad[b];
+                CHECK(cntx->pack_q_bf16(pairs, LD_S, rows, M, d) == 0);
+                q[where] = kept;
+            }
+        /* the range's edges are in it: 2^-100 and the largest value below 2^80 */
+        q[d - 1] = FAI_BF16_DOT_Q_LOW;
+        q[d / 2] = FAI_BF16_DOT_HIGH - 1;
+        CHECK(cntx->pack_q_bf16(pairs, LD_S, rows, M, d) == 1);
+        free(q), free(pairs);
+    }
+}
+
 /* Decode's bf16 dot-product QK (where the CPU has it) against the reference qk_rows on bf16 data,
  * on any d (the last pairs read under a mask: each K row is its own allocation, so a read past it
  * is caught under the sanitizers), row and key counts that are not multiples of the 4 x 4 block,

@@ -21,30 +21,37 @@
 #define W 16
 #define QK_KEYS 12
 
-/* Whether a bf16 value is 0 or of magnitude in [FAI_BF16_DOT_Q_LOW, FAI_BF16_DOT_HIGH) (fai_ukr.h),
- * two to a 32-bit pair. */
-static inline int pair_in_dot_range(uint32_t pair) {
-    for (int half = 0; half < 2; half++) {
-        const uint32_t magnitude = (pair >> (16 * half)) & 0x7fff;
-        if (magnitude && (magnitude < FAI_BF16_DOT_Q_LOW || magnitude >= FAI_BF16_DOT_HIGH))
-            return 0;
+/* Whether each of d bf16 values from row is 0 or of magnitude in [FAI_BF16_DOT_Q_LOW,
+ * FAI_BF16_DOT_HIGH) (fai_ukr.h): 32 values a comparison, the last ones under a mask. */
+static int bf16_row_in_dot_range(const uint16_t *row, int64_t d) {
+    const __m512i low = _mm512_set1_epi16(FAI_BF16_DOT_Q_LOW);
+    const __m512i high = _mm512_set1_epi16(FAI_BF16_DOT_HIGH);
+    const __m512i magnitude_bits = _mm512_set1_epi16(0x7fff);
+    __mmask32 out = 0;
+    for (int64_t x = 0; x < d; x += 32) {
+        const __mmask32 valid =
+            d - x >= 32 ? (__mmask32)~0u : (__mmask32)((UINT64_C(1) << (d - x)) - 1);
+        const __m512i magnitude =
+            _mm512_and_si512(_mm512_maskz_loadu_epi16(valid, row + x), magnitude_bits);
+        out |= _mm512_mask_cmplt_epu16_mask(_mm512_test_epi16_mask(magnitude, magnitude), magnitude,
+                                            low) |
+               _mm512_cmpge_epu16_mask(magnitude, high);
     }
-    return 1;
+    return out == 0;
 }
 
 /* q_pairs [d/2, ld_s, 2] from m bf16 rows of d elements; columns [m, ld_s) zero. Returns 0 if a
- * value is out of the products' range. */
+ * value is out of the products' range. The range is checked along the rows, with whole vectors;
+ * the transposition moves one 32-bit pair at a time. */
 static int pack_q_bf16_pairs(uint16_t *q_pairs, int64_t ld_s, const void *const *rows, int64_t m,
                              int64_t d) {
     int in_range = 1;
+    for (int64_t i = 0; i < m; i++)
+        in_range &= bf16_row_in_dot_range(rows[i], d);
     for (int64_t p = 0; p < d / 2; p++) {
         uint32_t *out = (uint32_t *)(q_pairs + 2 * p * ld_s);
-        for (int64_t i = 0; i < m; i++) {
-            uint32_t pair;
-            memcpy(&pair, (const uint16_t *)rows[i] + 2 * p, sizeof pair);
-            out[i] = pair;
-            in_range &= pair_in_dot_range(pair);
-        }
+        for (int64_t i = 0; i < m; i++)
+            memcpy(out + i, (const uint16_t *)rows[i] + 2 * p, sizeof *out);
         for (int64_t i = m; i < ld_s; i++)
             out[i] = 0;
     }
