@@ -7,9 +7,15 @@
  * heads), n the keys of the kv tile. Scores are kept transposed, S^T [n, ld_s] with ld_s >= m a
  * multiple of the vector width: the softmax then reduces over keys with whole vectors of query rows
  * (no horizontal reductions), and the QK and PV kernels broadcast one scalar against vectors of a
- * packed tile: Q^T  [d, ld_s]     packed once per unit, transposed, columns [m, ld_s) zero K    [n,
- * d]        the kv tile's keys, row-major V    [n, ld_o]     the kv tile's values, columns [dv,
- * ld_o) zero S^T  [n, ld_s]     scores, then P in place O    [m, ld_o]     the f32 accumulator */
+ * packed tile:
+ */
+/* clang-format off */
+/*   Q^T  [d, ld_s]     packed once per unit, transposed, columns [m, ld_s) zero
+ *   K    [n, d]        the kv tile's keys, row-major
+ *   V    [n, ld_o]     the kv tile's values, columns [dv, ld_o) zero
+ *   S^T  [n, ld_s]     scores, then P in place
+ *   O    [m, ld_o]     the f32 accumulator */
+/* clang-format on */
 #ifndef FAI_UKR_H
 #define FAI_UKR_H
 
