@@ -611,6 +611,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
 /* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
  * row segment is converted once per block of rows. Edge rows repeat row 0 of the block and are
  * not stored. With `masked`, a row skips keys with P = 0. */
+#define PV_ROWS_KEYS 4
 #define DEFINE_PV_ROWS_BLOCK(NAME, DTYPE, VECS, TAIL)                                              \
     static inline void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t rows,    \
                             const void *const *v_rows, int64_t prefetch_end,                       \
@@ -628,25 +629,33 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             for (int c = 0; c < VECS; c++)                                                         \
                 acc[r][c] = DTYPE == FAI_DTYPE_E4M3 ? v_mul(v_load(o_row[r] + c * W), to_unit)     \
                                                     : v_load(o_row[r] + c * W);                    \
-        for (int64_t j = 0; j < n; j++) {                                                          \
-            if (x0 == 0 && j + ahead < prefetch_end)                                               \
-                fai__prefetch_row(v_rows[j + ahead], row_bytes);                                   \
-            if (x0 == 0) fai__fetch_for_keys(fetch, j, j + 1, n);                                  \
-            fvec values[VECS];                                                                     \
-            if (TAIL)                                                                              \
-                values[0] = v_mul(load_row_tail(v_rows[j], x0, dv - x0, DTYPE), to_unit);          \
-            else if (DTYPE == FAI_DTYPE_E4M3 &&                                                    \
-                     e4m3_nan_in((const uint8_t *)v_rows[j] + x0, VECS * W))                       \
-                for (int c = 0; c < VECS; c++) /* the NaN code read as NaN */                      \
-                    values[c] = v_mul(load_row_full(v_rows[j], x0 + c * W, DTYPE), to_unit);       \
-            else                                                                                   \
-                for (int c = 0; c < VECS; c++)                                                     \
-                    values[c] = load_row_unit(v_rows[j], x0 + c * W, DTYPE);                       \
-            const float *p_key = p + j;                                                            \
-            for (int r = 0; r < 4; r++) {                                                          \
-                const fvec p_r = v_set1(p_key[(r < rows ? r : 0) * ld_n]);                         \
-                for (int c = 0; c < VECS; c++)                                                     \
-                    acc[r][c] = v_fma(p_r, values[c], acc[r][c]);                                  \
+        const float *p_row[4];                                                                     \
+        for (int r = 0; r < 4; r++)                                                                \
+            p_row[r] = p + (r < rows ? r : 0) * ld_n;                                              \
+        /* the prefetches a block of keys at a time, out of the loop the vectors run in */         \
+        for (int64_t j0 = 0; j0 < n; j0 += PV_ROWS_KEYS) {                                         \
+            const int64_t j_end = j0 + PV_ROWS_KEYS < n ? j0 + PV_ROWS_KEYS : n;                   \
+            if (x0 == 0) {                                                                         \
+                for (int64_t j = j0 + ahead; j < j_end + ahead && j < prefetch_end; j++)           \
+                    fai__prefetch_row(v_rows[j], row_bytes);                                       \
+                fai__fetch_for_keys(fetch, j0, j_end, n);                                          \
+            }                                                                                      \
+            for (int64_t j = j0; j < j_end; j++) {                                                 \
+                fvec values[VECS];                                                                 \
+                if (TAIL)                                                                          \
+                    values[0] = v_mul(load_row_tail(v_rows[j], x0, dv - x0, DTYPE), to_unit);      \
+                else if (DTYPE == FAI_DTYPE_E4M3 &&                                                \
+                         e4m3_nan_in((const uint8_t *)v_rows[j] + x0, VECS * W))                   \
+                    for (int c = 0; c < VECS; c++) /* the NaN code read as NaN */                  \
+                        values[c] = v_mul(load_row_full(v_rows[j], x0 + c * W, DTYPE), to_unit);   \
+                else                                                                               \
+                    for (int c = 0; c < VECS; c++)                                                 \
+                        values[c] = load_row_unit(v_rows[j], x0 + c * W, DTYPE);                   \
+                for (int r = 0; r < 4; r++) {                                                      \
+                    const fvec p_r = v_set1(p_row[r][j]);                                          \
+                    for (int c = 0; c < VECS; c++)                                                 \
+                        acc[r][c] = v_fma(p_r, values[c], acc[r][c]);                              \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
         for (int r = 0; r < 4; r++)                                                                \
