@@ -756,14 +756,15 @@ static inline void kernel_run_worker(const fai_plan *plan, const fai_tensors *t,
                     if (count == 1)
                         prefetch_rows_for_tile(plan, t, &rows, unit, next, tile, unit->kv_tiles);
                     for (int64_t k = 0; k < count; k++) {
-                        /* the lockstep's order: the next unit's tile, the first unit's next
-                         * tile, the next units' first tile */
-                        const fai_unit *after = k + 1 < count ? &plan->units[u + k + 1]
-                                                : tile + 1 < unit->kv_tiles ? unit
-                                                                            : next;
-                        const int64_t after_tile = k + 1 < count               ? tile
-                                                   : tile + 1 < unit->kv_tiles ? tile + 1
-                                                                               : 0;
+                        /* what the thread computes next, in the lockstep's order: the next
+                         * unit's tile, else the first unit's next tile, else the next units'
+                         * first tile */
+                        const fai_unit *after = next;
+                        int64_t after_tile = 0;
+                        if (k + 1 < count)
+                            after = &plan->units[u + k + 1], after_tile = tile;
+                        else if (tile + 1 < unit->kv_tiles)
+                            after = unit, after_tile = tile + 1;
                         run_tile(plan, t, &plan->units[u + k], tile, &slots[k], after, after_tile);
                     }
                 }
