@@ -241,7 +241,8 @@ TEST(ukr_direct_rows_match_reference) {
                         const fai_row_fetch k_fetch = {(const void *const *)k_rows, n_used / 2,
                                                        d * (int64_t)esize};
                         c->qk_rows(scores[b], ld_n, q, ld_q, m, (const void *const *)k_rows,
-                                   n - n_used, b ? &v_fetch : NULL, dtypes[dt], n_used, d, 0.5f);
+                                   n - n_used, b ? &v_fetch : NULL, dtypes[dt], n_used, d, 0.5f,
+                                   NULL);
                         /* P: the scores made positive, some exactly zero */
                         for (int64_t j = 0; j < n_used; j++)
                             for (int64_t i = 0; i < m; i++)
@@ -405,7 +406,7 @@ TEST(ukr_bf16_qk_rows_matches_reference) {
         float *s_ref = malloc(sizeof(float) * (size_t)(m * ld_n));
         float *s_bf16 = malloc(sizeof(float) * (size_t)(m * ld_n));
         ref->qk_rows(s_ref, ld_n, q, ld_q, m, (const void *const *)k, 0, NULL, FAI_DTYPE_BF16, n, d,
-                     0.3f);
+                     0.3f, NULL);
         /* K's own rows as the other stream's list: read up to its count only */
         const fai_row_fetch fetch = {(const void *const *)k, n, d * 2};
         CHECK(cntx->qk_rows_bf16(s_bf16, ld_n, q, ld_q, m, (const void *const *)k, 0, &fetch, n, d,
@@ -558,6 +559,76 @@ TEST(ukr_quantized_codes_decode_exactly) {
                         fai_dtype_name(dtypes[k]), code, value, back);
             CHECK(same);
         }
+}
+
+/* Decode's quantized scales, folded into the passes that store S and P, give bit for bit what a
+ * separate pass would: qk_rows with key_scale equals qk_rows then S times each key's scale, and
+ * softmax_rows with p_scale equals softmax_rows then P times each scale, with the same row
+ * maxima and sums (the sums take P unscaled). Every table, every quantized dtype, edge blocks of
+ * keys and rows, and a row that sees nothing. */
+TEST(ukr_decode_scales_fold_exactly) {
+    static const int64_t shapes[][3] = {{1, 1, 16}, {4, 64, 128}, {3, 13, 19}, {6, 37, 64}};
+    const fai_dtype dtypes[] = {FAI_DTYPE_I8, FAI_DTYPE_E4M3, FAI_DTYPE_E5M2};
+    for (size_t t = 0; t < sizeof table_names / sizeof *table_names; t++) {
+        const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
+        if (!cntx) continue;
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (size_t dt = 0; dt < sizeof dtypes / sizeof *dtypes; dt++) {
+                const int64_t m = shapes[s][0], n = shapes[s][1], d = shapes[s][2];
+                const int64_t w = cntx->simd_width;
+                const int64_t ld_n = (n + w - 1) / w * w, ld_q = (d + w - 1) / w * w;
+                uint64_t state = 11 + s * 7 + dt;
+                float *q = calloc((size_t)(m * ld_q), sizeof(float));
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t x = 0; x < d; x++)
+                        q[i * ld_q + x] = uniform(&state);
+                unsigned char *codes = malloc((size_t)(n * d));
+                const void **k_rows = malloc(sizeof(void *) * (size_t)n);
+                for (int64_t j = 0; j < n; j++) {
+                    for (int64_t x = 0; x < d; x++) /* no NaN or Inf code: finite scores */
+                        codes[j * d + x] = (unsigned char)((int)(uniform(&state) * 100) & 0x37);
+                    k_rows[j] = codes + j * d;
+                }
+                float *scale = malloc(sizeof(float) * (size_t)ld_n);
+                for (int64_t j = 0; j < ld_n; j++)
+                    scale[j] = j < n ? 0.01f + (float)fabs(uniform(&state)) : 1.0f;
+                float *folded = malloc(sizeof(float) * (size_t)(m * ld_n));
+                float *apart = malloc(sizeof(float) * (size_t)(m * ld_n));
+                cntx->qk_rows(folded, ld_n, q, ld_q, m, k_rows, 0, NULL, dtypes[dt], n, d, 0.3f,
+                              scale);
+                cntx->qk_rows(apart, ld_n, q, ld_q, m, k_rows, 0, NULL, dtypes[dt], n, d, 0.3f,
+                              NULL);
+                int same = 1;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < ld_n; j++) {
+                        const float want = j < n ? apart[i * ld_n + j] * scale[j] : -INFINITY;
+                        same &= folded[i * ld_n + j] == want;
+                    }
+                CHECK(same);
+                /* the softmax of the folded scores, the last row masked whole */
+                for (int64_t j = 0; m > 1 && j < ld_n; j++)
+                    folded[(m - 1) * ld_n + j] = -INFINITY;
+                memcpy(apart, folded, sizeof(float) * (size_t)(m * ld_n));
+                float stats[2][3][8];
+                for (int b = 0; b < 2; b++)
+                    for (int64_t i = 0; i < 8; i++) {
+                        stats[b][0][i] = i % 2 ? -INFINITY : 0.25f; /* max */
+                        stats[b][1][i] = i % 2 ? 0.0f : 1.5f;       /* sum */
+                        stats[b][2][i] = 0.0f;                      /* alpha */
+                    }
+                cntx->softmax_rows(folded, ld_n, m, stats[0][0], stats[0][1], stats[0][2], scale);
+                cntx->softmax_rows(apart, ld_n, m, stats[1][0], stats[1][1], stats[1][2], NULL);
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < ld_n; j++)
+                        same &= folded[i * ld_n + j] == apart[i * ld_n + j] * scale[j];
+                CHECK(same);
+                CHECK(memcmp(stats[0], stats[1], sizeof stats[0]) == 0);
+                if (!same)
+                    printf("  %s m=%lld n=%lld d=%lld %s: folded scales differ\n", cntx->name,
+                           (long long)m, (long long)n, (long long)d, fai_dtype_name(dtypes[dt]));
+                free(q), free(codes), free(k_rows), free(scale), free(folded), free(apart);
+            }
+    }
 }
 
 /* Encoding rounds to nearest even and saturates: halfway between two e4m3 values, past the

@@ -475,8 +475,12 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                            ahead, &v_fetch, n, d, plan->scale)) {
         /* done on bf16 dot products */
     } else if (plan->direct_kv) {
+        /* a quantized K's scales are applied as the scores are stored */
+        if (plan->k_scaled)
+            gather_scales(plan, unit, &sc->rows->k_scale, key_begin, n, sc->k_scales);
         cntx->qk_rows(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs, ahead,
-                      &v_fetch, t->k.dtype, n, d, plan->scale);
+                      &v_fetch, t->k.dtype, n, d, plan->scale,
+                      plan->k_scaled ? sc->k_scales : NULL);
     } else if (bf16_qk) { /* bf16 dot products straight from the K rows */
         if (plan->prefetch_spread)
             qk_prefetching(plan, t, unit, sc, NULL, n, next, next_n);
@@ -501,13 +505,11 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         else
             cntx->qk(sc->s_tile, ld_s, sc->q_tile, k_packed, n, d, plan->scale);
     }
-    if (plan->k_scaled && !k_folded) { /* S = scale (Q K_q^T) k_scale, K_q the quantized values */
-        if (plan->direct_kv || k_from_cache) /* (else gathered for the packing) */
+    if (plan->k_scaled && !k_folded && !plan->direct_kv) {
+        /* S = scale (Q K_q^T) k_scale, K_q the quantized values */
+        if (k_from_cache) /* (else gathered for the packing) */
             gather_scales(plan, unit, &sc->rows->k_scale, key_begin, n, sc->k_scales);
-        if (plan->direct_kv)
-            cntx->scale_keys_rows(sc->s_tile, plan->ld_n, rows, n, sc->k_scales);
-        else
-            cntx->scale_keys_t(sc->s_tile, ld_s, n, sc->k_scales);
+        cntx->scale_keys_t(sc->s_tile, ld_s, n, sc->k_scales);
     }
     FAI_LAP(FAI_STAGE_QK);
 
@@ -523,7 +525,11 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         if (masked)
             apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, plan->ld_n,
                         1);
-        cntx->softmax_rows(sc->s_tile, plan->ld_n, rows, sc->row_max, sc->row_sum, sc->row_alpha);
+        /* P V = (P v_scale) V_q: a quantized V's scales are applied as P is stored */
+        if (plan->v_scaled)
+            gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
+        cntx->softmax_rows(sc->s_tile, plan->ld_n, rows, sc->row_max, sc->row_sum, sc->row_alpha,
+                           plan->v_scaled ? sc->v_scales : NULL);
     } else {
         if (masked)
             apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, 1, ld_s);
@@ -533,14 +539,11 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     /* P V = (P v_scale) V_q, after P joined the row sums; a packed V tile takes its scales
      * folded in where they fit, as K does */
     int v_folded = plan->v_scaled && !plan->direct_kv && from_cache && (*state & KV_V_SCALED);
-    if (plan->v_scaled && !v_folded) {
+    if (plan->v_scaled && !v_folded && !plan->direct_kv) {
         gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
         /* then pack_rows applies them */
-        v_folded = !plan->direct_kv && !from_cache && scales_fold(sc->v_scales, n);
-        if (plan->direct_kv)
-            cntx->scale_keys_rows(sc->s_tile, plan->ld_n, rows, n, sc->v_scales);
-        else if (!v_folded)
-            cntx->scale_keys_t(sc->s_tile, ld_s, n, sc->v_scales);
+        v_folded = !from_cache && scales_fold(sc->v_scales, n);
+        if (!v_folded) cntx->scale_keys_t(sc->s_tile, ld_s, n, sc->v_scales);
     }
     cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
     FAI_LAP(FAI_STAGE_RESCALE);

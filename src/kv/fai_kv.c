@@ -102,9 +102,25 @@ void fai__kv_scales(const fai_rows *scale, int64_t b, int64_t h, int64_t key_beg
                     float *out) {
     row_walk w = walk_begin(scale, b, h, key_begin, count);
     const unsigned char *at;
-    for (int64_t run; (run = walk_next(&w, &at)) > 0;)
-        for (int64_t k = 0; k < run; k++, at += scale->seq) /* the scales are rows of one f32 */
-            memcpy(out++, at, sizeof(float));
+    const int64_t stride = scale->seq; /* the scales are rows of one f32 */
+    for (int64_t run; (run = walk_next(&w, &at)) > 0; out += run) {
+        if (stride == (int64_t)sizeof(float)) {
+            memcpy(out, at, (size_t)run * sizeof(float));
+            continue;
+        }
+        /* a key per step; four at a time so the loop's own steps cost less than the loads */
+        int64_t k = 0;
+        for (; k + 4 <= run; k += 4, at += 4 * stride) {
+            float four[4];
+            memcpy(&four[0], at, sizeof(float));
+            memcpy(&four[1], at + stride, sizeof(float));
+            memcpy(&four[2], at + 2 * stride, sizeof(float));
+            memcpy(&four[3], at + 3 * stride, sizeof(float));
+            memcpy(out + k, four, sizeof four);
+        }
+        for (; k < run; k++, at += stride)
+            memcpy(out + k, at, sizeof(float));
+    }
 }
 
 void fai__kv_prefetch(const fai_rows *kv, int64_t b, int64_t h, int64_t key_begin, int64_t count,

@@ -19,6 +19,8 @@ typedef __m256 fmask;
 static inline fvec v_zero(void) { return _mm256_setzero_ps(); }
 static inline fvec v_set1(float x) { return _mm256_set1_ps(x); }
 static inline fvec v_load(const float *p) { return _mm256_loadu_ps(p); }
+/* p[0..3] in every group of 4 lanes */
+static inline fvec v_load_repeat4(const float *p) { return _mm256_broadcast_ps((const __m128 *)p); }
 static inline void v_store(float *p, fvec v) { _mm256_storeu_ps(p, v); }
 static inline fvec v_fma(fvec a, fvec b, fvec c) { return _mm256_fmadd_ps(a, b, c); }
 static inline fvec v_mul(fvec a, fvec b) { return _mm256_mul_ps(a, b); }

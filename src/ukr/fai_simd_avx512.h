@@ -19,6 +19,10 @@ typedef __mmask16 fmask;
 static inline fvec v_zero(void) { return _mm512_setzero_ps(); }
 static inline fvec v_set1(float x) { return _mm512_set1_ps(x); }
 static inline fvec v_load(const float *p) { return _mm512_loadu_ps(p); }
+/* p[0..3] in every group of 4 lanes */
+static inline fvec v_load_repeat4(const float *p) {
+    return _mm512_broadcast_f32x4(_mm_loadu_ps(p));
+}
 static inline void v_store(float *p, fvec v) { _mm512_storeu_ps(p, v); }
 static inline fvec v_fma(fvec a, fvec b, fvec c) { return _mm512_fmadd_ps(a, b, c); }
 static inline fvec v_mul(fvec a, fvec b) { return _mm512_mul_ps(a, b); }

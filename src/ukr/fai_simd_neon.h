@@ -22,6 +22,8 @@ typedef uint32x4_t fmask;
 static inline fvec v_zero(void) { return vdupq_n_f32(0.0f); }
 static inline fvec v_set1(float x) { return vdupq_n_f32(x); }
 static inline fvec v_load(const float *p) { return vld1q_f32(p); }
+/* p[0..3] in every group of 4 lanes */
+static inline fvec v_load_repeat4(const float *p) { return vld1q_f32(p); }
 static inline void v_store(float *p, fvec v) { vst1q_f32(p, v); }
 static inline fvec v_fma(fvec a, fvec b, fvec c) { return vfmaq_f32(c, a, b); }
 static inline fvec v_mul(fvec a, fvec b) { return vmulq_f32(a, b); }

@@ -145,18 +145,23 @@ typedef struct fai_cntx {
      * zero-filled), and the scores are row-major s [m, ld_n] (ld_n = the kv tile padded to the
      * vector width), so the softmax reduces whole vectors of keys. Rows hold d (dv) elements:
      * nothing past them is read.
-     *   qk_rows:      s = scale * q . k_rows^T, and -inf in columns [n, ld_n).
-     *   softmax_rows: the online softmax of `softmax` on row-major s, over all ld_n columns.
+     *   qk_rows:      s = scale * q . k_rows^T, times key_scale[j] in column j when key_scale
+     *                 is given (n scales: a quantized K's), and -inf in columns [n, ld_n).
+     *   softmax_rows: the online softmax of `softmax` on row-major s, over all ld_n columns;
+     *                 with p_scale (ld_n scales: a quantized V's), P is stored times p_scale[j]
+     *                 after it joined the row sum, so PV takes V's codes as they are.
      *   pv_rows:      o [m, ld_o] += p . v_rows, with the `masked` rule of pv.
+     * Each scale is one more rounded product, the same a separate pass over s would make, folded
+     * into a pass that already runs.
      * k_rows / v_rows hold n + rows_ahead pointers: the rows after the tile's n (up to
      * FAI_PREFETCH_ROWS, the next tile's first rows, across pages) are only prefetched, a fixed
      * distance ahead of the rows being computed, so the stream never waits on memory. `fetch`
      * (or NULL) names the other stream's rows to ask for along the way (fai_row_fetch). */
     void (*qk_rows)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                     const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
-                    fai_dtype k_dtype, int64_t n, int64_t d, float scale);
+                    fai_dtype k_dtype, int64_t n, int64_t d, float scale, const float *key_scale);
     void (*softmax_rows)(float *s, int64_t ld_n, int64_t m, float *row_max, float *row_sum,
-                         float *row_alpha);
+                         float *row_alpha, const float *p_scale);
     void (*pv_rows)(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,
                     const void *const *v_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
                     fai_dtype v_dtype, int64_t n, int64_t dv, int masked);

@@ -500,7 +500,7 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
 #define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
     static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
                      const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,    \
-                     int64_t n, int64_t d, float scale) {                                          \
+                     int64_t n, int64_t d, float scale, const float *key_scale) {                  \
         const int64_t row_bytes = row_bytes_of(d, DTYPE);                                          \
         const int64_t ahead = fai__prefetch_ahead(row_bytes);                                      \
         const int64_t full = d / W * W;                                                            \
@@ -512,6 +512,16 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 fai__prefetch_row(k_rows[j0 + ahead + c], row_bytes);                              \
             fai__fetch_for_keys(fetch, j0, j0 + 4, n);                                             \
             int nan_key[4] = {0, 0, 0, 0};                                                         \
+            /* the 4 keys' scales in every group of 4 lanes, as sums[r * 4 + c] holds key c (an    \
+             * edge block repeats a valid key's) */                                                \
+            float edge_scale[4];                                                                   \
+            const float *block_scale = key_scale ? key_scale + j0 : NULL;                          \
+            if (key_scale && j0 + 4 > n) {                                                         \
+                for (int c = 0; c < 4; c++)                                                        \
+                    edge_scale[c] = key_scale[j0 + c < n ? j0 + c : j0];                           \
+                block_scale = edge_scale;                                                          \
+            }                                                                                      \
+            const fvec key_scales = block_scale ? v_load_repeat4(block_scale) : v_set1(1.0f);      \
             for (int c = 0; DTYPE == FAI_DTYPE_E4M3 && c < 4 && j0 + c < n; c++)                   \
                 nan_key[c] = e4m3_nan_in(key[c], d);                                               \
             for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
@@ -545,9 +555,11 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 }                                                                                  \
                 float sums[16];                                                                    \
                 hsum_4x4(acc, sums);                                                               \
-                for (int k = 0; k < 16; k += W < 16 ? W : 16)                                      \
-                    v_store(sums + k, v_mul(v_mul(v_load(sums + k), v_set1(unit_of(DTYPE))),       \
-                                            v_set1(scale)));                                       \
+                for (int k = 0; k < 16; k += W < 16 ? W : 16) {                                    \
+                    const fvec scaled =                                                            \
+                        v_mul(v_mul(v_load(sums + k), v_set1(unit_of(DTYPE))), v_set1(scale));     \
+                    v_store(sums + k, key_scale ? v_mul(scaled, key_scales) : scaled);             \
+                }                                                                                  \
                 if (j0 + 4 <= n && i0 + 4 <= m) /* a row's 4 keys follow each other */             \
                     for (int r = 0; r < 4; r++)                                                    \
                         memcpy(s + (i0 + r) * ld_n + j0, sums + r * 4, 4 * sizeof(float));         \
@@ -596,16 +608,18 @@ FAI_KV_DTYPES(QK_ROWS_INSTANCE)
 
 typedef void (*qk_rows_fn)(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                            const void *const *k_rows, int64_t rows_ahead,
-                           const fai_row_fetch *fetch, int64_t n, int64_t d, float scale);
+                           const fai_row_fetch *fetch, int64_t n, int64_t d, float scale,
+                           const float *key_scale);
 
 /* The dtype is checked by the plan: every fai_dtype has its instance. */
 static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                          const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
-                         fai_dtype k_dtype, int64_t n, int64_t d, float scale) {
+                         fai_dtype k_dtype, int64_t n, int64_t d, float scale,
+                         const float *key_scale) {
 #define QK_ROWS_ENTRY(SUFFIX, DTYPE) [DTYPE] = qk_rows_##SUFFIX,
     static const qk_rows_fn by_dtype[] = {FAI_KV_DTYPES(QK_ROWS_ENTRY)};
 #undef QK_ROWS_ENTRY
-    by_dtype[k_dtype](s, ld_n, q, ld_q, m, k_rows, rows_ahead, fetch, n, d, scale);
+    by_dtype[k_dtype](s, ld_n, q, ld_q, m, k_rows, rows_ahead, fetch, n, d, scale, key_scale);
 }
 
 /* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
@@ -734,7 +748,7 @@ static void pv_rows_simd(float *o, int64_t ld_o, const float *p, int64_t ld_n, i
  * columns [n, ld_n) hold -inf. NaN as in softmax_simd: the max skips NaN scores, their P and so
  * the sum are NaN, and a NaN sum makes the row's max NaN. */
 static void softmax_rows_simd(float *s, int64_t ld_n, int64_t m, float *row_max, float *row_sum,
-                              float *row_alpha) {
+                              float *row_alpha, const float *p_scale) {
     for (int64_t i = 0; i < m; i++) {
         float *row = s + i * ld_n;
         fvec tile_max = v_set1(-INFINITY);
@@ -750,7 +764,7 @@ static void softmax_rows_simd(float *s, int64_t ld_n, int64_t m, float *row_max,
             for (int64_t j = 0; j < ld_n; j += W) {
                 const fvec x = v_load(row + j);
                 const fvec p = v_select(v_eq(x, x), v_zero(), x);
-                v_store(row + j, p);
+                v_store(row + j, p_scale ? v_mul(p, v_load(p_scale + j)) : p);
                 sum = v_add(sum, p);
             }
             row_alpha[i] = 1.0f;
@@ -762,7 +776,7 @@ static void softmax_rows_simd(float *s, int64_t ld_n, int64_t m, float *row_max,
         fvec sum = v_zero();
         for (int64_t j = 0; j < ld_n; j += W) {
             const fvec p = v_exp(v_sub(v_load(row + j), shift));
-            v_store(row + j, p);
+            v_store(row + j, p_scale ? v_mul(p, v_load(p_scale + j)) : p);
             sum = v_add(sum, p);
         }
         const float alpha = old_max == new_max ? 1.0f : expf(old_max - new_max);

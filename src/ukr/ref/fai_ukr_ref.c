@@ -101,13 +101,15 @@ static void pv_ref(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, const
 
 static void qk_rows_ref(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                         const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
-                        fai_dtype k_dtype, int64_t n, int64_t d, float scale) {
+                        fai_dtype k_dtype, int64_t n, int64_t d, float scale,
+                        const float *key_scale) {
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
             float dot = 0.0f;
             for (int64_t x = 0; x < d; x++)
                 dot += q[i * ld_q + x] * fai__load_element(k_rows[j], x, k_dtype);
             s[i * ld_n + j] = dot * scale;
+            if (key_scale) s[i * ld_n + j] *= key_scale[j];
         }
         for (int64_t j = n; j < ld_n; j++)
             s[i * ld_n + j] = -INFINITY;
@@ -116,9 +118,12 @@ static void qk_rows_ref(float *s, int64_t ld_n, const float *q, int64_t ld_q, in
 
 /* The column-major softmax applied to row-major scores: one row at a time, with a stride. */
 static void softmax_rows_ref(float *s, int64_t ld_n, int64_t m, float *row_max, float *row_sum,
-                             float *row_alpha) {
-    for (int64_t i = 0; i < m; i++)
+                             float *row_alpha, const float *p_scale) {
+    for (int64_t i = 0; i < m; i++) {
         softmax_ref(s + i * ld_n, 1, 1, ld_n, row_max + i, row_sum + i, row_alpha + i);
+        for (int64_t j = 0; p_scale && j < ld_n; j++)
+            s[i * ld_n + j] *= p_scale[j];
+    }
 }
 
 static void pv_rows_ref(float *o, int64_t ld_o, const float *p_row, int64_t ld_n, int64_t m,
