@@ -184,18 +184,23 @@ TEST(ukr_direct_rows_match_reference) {
     REQUIRE(ref != NULL);
     static const int64_t shapes[][4] = {
         {1, 1, 1, 1}, {4, 64, 128, 128}, {3, 13, 19, 23}, {8, 7, 576, 512}, {5, 66, 40, 72}};
-    const fai_dtype dtypes[] = {FAI_DTYPE_F32, FAI_DTYPE_F16, FAI_DTYPE_BF16};
+    const fai_dtype dtypes[] = {FAI_DTYPE_F32, FAI_DTYPE_F16,  FAI_DTYPE_BF16,
+                                FAI_DTYPE_I8,  FAI_DTYPE_E4M3, FAI_DTYPE_E5M2};
+    enum { DTYPES = sizeof dtypes / sizeof *dtypes };
     for (size_t t = 0; t < sizeof table_names / sizeof *table_names; t++) {
         const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
         if (!cntx || cntx == ref) continue;
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-            for (size_t dt = 0; dt < 3; dt++)
+            for (size_t dt = 0; dt < DTYPES; dt++)
                 for (int masked = 0; masked < 2; masked++) {
                     const int64_t m = shapes[s][0], n = shapes[s][1], d = shapes[s][2];
                     const int64_t dv = shapes[s][3], w = cntx->simd_width;
                     const int64_t ld_n = (n + w - 1) / w * w, ld_o = (dv + w - 1) / w * w;
                     const int64_t ld_q = (d + w - 1) / w * w;
-                    const size_t esize = dtypes[dt] == FAI_DTYPE_F32 ? 4 : 2;
+                    const size_t esize = fai_dtype_size(dtypes[dt]);
+                    /* quantized codes hold the integers -7..7 (exact in each), 8 times the
+                     * others' values: the scores and O scale with them */
+                    const double mag = fai_dtype_is_quantized(dtypes[dt]) ? 8.0 : 1.0;
                     uint64_t state = 7 + s;
                     float *q = calloc((size_t)(m * ld_q), sizeof(float));
                     for (int64_t i = 0; i < m; i++)
@@ -207,24 +212,14 @@ TEST(ukr_direct_rows_match_reference) {
                         k_rows[j] = malloc((size_t)d * esize);
                         v_rows[j] = malloc((size_t)dv * esize);
                         /* small integers / 8: exact in every dtype */
-                        for (int64_t x = 0; x < d; x++) {
-                            const float value = (float)((int)(uniform(&state) * 8)) / 8.0f;
-                            if (esize == 4)
-                                ((float *)k_rows[j])[x] = value;
-                            else
-                                ((uint16_t *)k_rows[j])[x] = dtypes[dt] == FAI_DTYPE_BF16
-                                                                 ? fai__f32_to_bf16(value)
-                                                                 : fai__f32_to_f16_sat(value);
-                        }
-                        for (int64_t x = 0; x < dv; x++) {
-                            const float value = (float)((int)(uniform(&state) * 8)) / 8.0f;
-                            if (esize == 4)
-                                ((float *)v_rows[j])[x] = value;
-                            else
-                                ((uint16_t *)v_rows[j])[x] = dtypes[dt] == FAI_DTYPE_BF16
-                                                                 ? fai__f32_to_bf16(value)
-                                                                 : fai__f32_to_f16_sat(value);
-                        }
+                        for (int64_t x = 0; x < d; x++)
+                            fai__store_element(k_rows[j], x, dtypes[dt],
+                                               (float)((int)(uniform(&state) * 8)) / 8.0f *
+                                                   (float)mag);
+                        for (int64_t x = 0; x < dv; x++)
+                            fai__store_element(v_rows[j], x, dtypes[dt],
+                                               (float)((int)(uniform(&state) * 8)) / 8.0f *
+                                                   (float)mag);
                     }
                     float *scores[2], *o[2]; /* S row-major [m, ld_n] */
                     const int64_t n_used = n > 4 ? n - 3 : n;
@@ -259,9 +254,9 @@ TEST(ukr_direct_rows_match_reference) {
                     for (int64_t i = 0; i < m; i++)
                         for (int64_t x = 0; x < dv; x++)
                             worst_o = worse(worst_o, o[0][i * ld_o + x], o[1][i * ld_o + x], 1.0);
-                    const double tol = 1e-6 * (double)(d + n * 8);
-                    CHECK(worst_s <= tol && worst_o <= tol * 8);
-                    if (worst_s > tol || worst_o > tol * 8)
+                    const double tol = 1e-6 * (double)(d + n * 8) * mag;
+                    CHECK(worst_s <= tol && worst_o <= tol * 8 * mag);
+                    if (worst_s > tol || worst_o > tol * 8 * mag)
                         printf("  %s m=%lld n=%lld d=%lld dv=%lld dtype=%zu masked=%d: S %.3g O "
                                "%.3g\n",
                                cntx->name, (long long)m, (long long)n, (long long)d, (long long)dv,

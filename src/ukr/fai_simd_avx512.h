@@ -106,6 +106,17 @@ static inline fvec v_load_e4m3_unit(const uint8_t *p) {
     return _mm512_cvtph_ps(
         _mm256_and_si256(_mm256_slli_epi16(codes, 7), _mm256_set1_epi16((short)0xBF80)));
 }
+/* 2W codes as v_load_e4m3_unit reads them, into out[0] and out[1]: the widening, shift and mask
+ * done once on 32 codes, 3 instructions per W codes instead of 4 */
+#define FAI_SIMD_E4M3_PAIR 1
+static inline void v_load_e4m3_unit2(const uint8_t *p, fvec out[2]) {
+    const __m512i codes =
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    const __m512i halves =
+        _mm512_and_si512(_mm512_slli_epi16(codes, 7), _mm512_set1_epi16((short)0xBF80));
+    out[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(halves));
+    out[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(halves, 1));
+}
 /* Whether any of n e4m3 codes from p is the NaN code S.1111.111: 64 codes a comparison (bytes
  * past n are not read) */
 #define FAI_SIMD_E4M3_NAN 1

@@ -176,6 +176,19 @@ static inline fvec load_row_unit(const void *row, int64_t x, fai_dtype dtype) {
     return load_row_full(row, x, dtype);
 }
 
+/* Two load_row_unit vectors, x and x + W: e4m3 converts them together where the vocabulary can
+ * (FAI_SIMD_E4M3_PAIR). */
+static inline void load_row_unit2(const void *row, int64_t x, fai_dtype dtype, fvec out[2]) {
+#if defined(FAI_SIMD_E4M3_PAIR)
+    if (dtype == FAI_DTYPE_E4M3) {
+        v_load_e4m3_unit2((const uint8_t *)row + x, out);
+        return;
+    }
+#endif
+    out[0] = load_row_unit(row, x, dtype);
+    out[1] = load_row_unit(row, x + W, dtype);
+}
+
 /* 2^8 for e4m3 (what load_row_unit's values are short of), else 1. */
 static inline float unit_of(fai_dtype dtype) { return dtype == FAI_DTYPE_E4M3 ? 256.0f : 1.0f; }
 
@@ -532,7 +545,18 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 for (int r = 0; r < 4; r++)                                                        \
                     for (int c = 0; c < 4; c++)                                                    \
                         acc[r][c] = v_zero();                                                      \
-                for (int64_t x = 0; x < full; x += W) {                                            \
+                int64_t x = 0;                                                                     \
+                for (; DTYPE == FAI_DTYPE_E4M3 && x + 2 * W <= full; x += 2 * W) {                 \
+                    fvec kv[4][2]; /* two vectors a key: their codes converted together */         \
+                    for (int c = 0; c < 4; c++)                                                    \
+                        load_row_unit2(key[c], x, DTYPE, kv[c]);                                   \
+                    for (int r = 0; r < 4; r++) {                                                  \
+                        const fvec q0 = v_load(query[r] + x), q1 = v_load(query[r] + x + W);       \
+                        for (int c = 0; c < 4; c++)                                                \
+                            acc[r][c] = v_fma(q1, kv[c][1], v_fma(q0, kv[c][0], acc[r][c]));       \
+                    }                                                                              \
+                }                                                                                  \
+                for (; x < full; x += W) {                                                         \
                     fvec kv[4];                                                                    \
                     for (int c = 0; c < 4; c++)                                                    \
                         kv[c] = load_row_unit(key[c], x, DTYPE);                                   \
