@@ -13,9 +13,12 @@
 
 static const char *const table_names[] = {"avx512", "avx2", "neon", "ref"};
 
-/* The larger of a running worst and a new difference (as a call, not an fmax reduction). */
+/* The larger of a running worst and a new difference (as a call, not an fmax reduction): equal
+ * values (infinities too) and two NaN differ by 0, NaN against a number by +inf. */
 static double worse(double worst, double a, double b, double scale) {
-    const double err = fabs(a - b) / scale;
+    const double err = isnan(a) || isnan(b) ? (isnan(a) && isnan(b) ? 0.0 : INFINITY)
+                       : a == b             ? 0.0
+                                            : fabs(a - b) / scale;
     return err > worst ? err : worst;
 }
 
@@ -182,8 +185,9 @@ TEST(ukr_masked_pv_ignores_invisible_nan) {
 TEST(ukr_direct_rows_match_reference) {
     const fai_cntx *ref = fai__cntx_by_name("ref");
     REQUIRE(ref != NULL);
-    static const int64_t shapes[][4] = {
-        {1, 1, 1, 1}, {4, 64, 128, 128}, {3, 13, 19, 23}, {8, 7, 576, 512}, {5, 66, 40, 72}};
+    static const int64_t shapes[][4] = {{1, 1, 1, 1},     {4, 64, 128, 128}, {3, 13, 19, 23},
+                                        {8, 7, 576, 512}, {5, 66, 40, 72},   {2, 9, 120, 250},
+                                        {3, 6, 100, 180}};
     const fai_dtype dtypes[] = {FAI_DTYPE_F32, FAI_DTYPE_F16,  FAI_DTYPE_BF16,
                                 FAI_DTYPE_I8,  FAI_DTYPE_E4M3, FAI_DTYPE_E5M2};
     enum { DTYPES = sizeof dtypes / sizeof *dtypes };
@@ -247,7 +251,7 @@ TEST(ukr_direct_rows_match_reference) {
                                    n - n_used, b ? &k_fetch : NULL, dtypes[dt], n_used, dv, masked);
                     }
                     double worst_s = 0.0, worst_o = 0.0;
-                    for (int64_t j = 0; j < n_used; j++)
+                    for (int64_t j = 0; j < ld_n; j++) /* the padding's -inf too */
                         for (int64_t i = 0; i < m; i++)
                             worst_s = worse(worst_s, scores[0][i * ld_n + j],
                                             scores[1][i * ld_n + j], 1.0);
@@ -554,6 +558,64 @@ TEST(ukr_quantized_codes_decode_exactly) {
                         fai_dtype_name(dtypes[k]), code, value, back);
             CHECK(same);
         }
+}
+
+/* The e4m3 NaN code in a K row makes that key's scores NaN and no other's; in a V row it makes
+ * O's column NaN where the key weighs something, and changes nothing where P = 0 in a masked
+ * tile. Every table's row kernels, the code in the last position (a vector's tail) and in the
+ * first, both signs. */
+TEST(ukr_e4m3_nan_code_reaches_scores_and_o) {
+    static const int64_t dims[] = {16, 64, 100, 128, 130};
+    for (size_t t = 0; t < sizeof table_names / sizeof *table_names; t++) {
+        const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
+        if (!cntx) continue;
+        for (size_t k = 0; k < sizeof dims / sizeof *dims; k++)
+            for (int last = 0; last < 2; last++) {
+                enum { M = 4, N = 6, NAN_KEY = 2, NAN_VALUE = 1 };
+                const int64_t d = dims[k], w = cntx->simd_width;
+                const int64_t ld = (d + w - 1) / w * w, ld_n = (N + w - 1) / w * w;
+                const int64_t at = last ? d - 1 : 0;
+                uint64_t state = 3 + k;
+                float *q = calloc((size_t)(M * ld), sizeof(float));
+                float *s = malloc(sizeof(float) * (size_t)(M * ld_n));
+                float *o = calloc((size_t)(M * ld), sizeof(float));
+                unsigned char *codes = malloc((size_t)(2 * N * d));
+                const void *k_rows[N], *v_rows[N];
+                for (int64_t i = 0; i < M * ld; i++)
+                    q[i] = i % ld < d ? uniform(&state) : 0.0f;
+                for (int64_t i = 0; i < 2 * N * d; i++) /* bit 3 clear: no NaN code */
+                    codes[i] = (unsigned char)((int)((uniform(&state) + 1.0f) * 128) & 0xf7);
+                for (int j = 0; j < N; j++) {
+                    k_rows[j] = codes + j * d;
+                    v_rows[j] = codes + (N + j) * d;
+                }
+                codes[NAN_KEY * d + at] = last ? 0x7f : 0xff;
+                codes[(N + NAN_VALUE) * d + at] = last ? 0xff : 0x7f;
+                cntx->qk_rows(s, ld_n, q, ld, M, k_rows, 0, NULL, FAI_DTYPE_E4M3, N, d, 0.25f,
+                              NULL);
+                int right = 1;
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++)
+                        right &= j == NAN_KEY ? isnan(s[i * ld_n + j]) : isfinite(s[i * ld_n + j]);
+                /* P: 0.5, and 0 for the NaN value's key in a masked tile */
+                for (int masked = 0; masked < 2; masked++) {
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < ld_n; j++)
+                            s[i * ld_n + j] = j >= N || (masked && j == NAN_VALUE) ? 0 : 0.5f;
+                    memset(o, 0, sizeof(float) * (size_t)(M * ld));
+                    cntx->pv_rows(o, ld, s, ld_n, M, v_rows, 0, NULL, FAI_DTYPE_E4M3, N, d, masked);
+                    for (int i = 0; i < M; i++)
+                        for (int64_t x = 0; x < d; x++)
+                            right &=
+                                !masked && x == at ? isnan(o[i * ld + x]) : isfinite(o[i * ld + x]);
+                }
+                CHECK(right);
+                if (!right)
+                    printf("  %s d=%lld, NaN code at %lld: wrong\n", cntx->name, (long long)d,
+                           (long long)at);
+                free(q), free(s), free(o), free(codes);
+            }
+    }
 }
 
 /* Decode's quantized scales, folded into the passes that store S and P, give bit for bit what a

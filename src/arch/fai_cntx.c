@@ -26,7 +26,9 @@ static void init_tables(void) {
     const fai_cpu_features *cpu = fai__cpu_features();
     (void)cpu;
 #if defined(FAI_HAVE_AVX512)
-    tables[AVX512].available = cpu->avx512f && cpu->avx2 && cpu->fma && cpu->f16c;
+    /* (the table is compiled for AVX512BW and VL too, which the compiler may use anywhere) */
+    tables[AVX512].available =
+        cpu->avx512f && cpu->avx512bw && cpu->avx512vl && cpu->avx2 && cpu->fma && cpu->f16c;
     if (tables[AVX512].available) fai__cntx_init_avx512(&tables[AVX512].cntx);
     if (tables[AVX512].available && cpu->avx512bw && cpu->avx512bf16)
         fai__cntx_add_avx512_bf16(&tables[AVX512].cntx);
