@@ -3,6 +3,7 @@
 #define FAI_SIMD_AVX2_H
 
 #include <immintrin.h>
+#include <string.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -113,6 +114,29 @@ static inline int v_e4m3_nan_in(const uint8_t *p, int64_t n) {
     for (; i < n; i++)
         nan |= (p[i] & 0x7f) == 0x7f;
     return nan;
+}
+/* A running check for the e4m3 NaN code across many rows, as the AVX-512 vocabulary's: 32 codes
+ * a step, the last ones copied out (bytes past n are not read). */
+#define FAI_SIMD_E4M3_FOLD 1
+typedef __m256i v_nan_state;
+static inline v_nan_state v_e4m3_nan_none(void) { return _mm256_setzero_si256(); }
+static inline v_nan_state v_e4m3_nan_fold(v_nan_state seen, const uint8_t *p, int64_t n) {
+    const __m256i sign = _mm256_set1_epi8((char)0x80);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        seen = _mm256_max_epu8(
+            seen,
+            _mm256_or_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i)), sign));
+    if (i < n) {
+        uint8_t rest[32] = {0};
+        memcpy(rest, p + i, (size_t)(n - i));
+        seen = _mm256_max_epu8(
+            seen, _mm256_or_si256(_mm256_loadu_si256((const __m256i *)(const void *)rest), sign));
+    }
+    return seen;
+}
+static inline int v_e4m3_nan_any(v_nan_state seen) {
+    return _mm256_movemask_epi8(_mm256_cmpeq_epi8(seen, _mm256_set1_epi8(-1))) != 0;
 }
 /* W fp8 e4m3 values as f32 (exact), the NaN code as NaN */
 static inline fvec v_load_e4m3(const uint8_t *p) {

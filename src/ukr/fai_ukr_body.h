@@ -214,6 +214,26 @@ static inline int e4m3_nan_in(const uint8_t *p, int64_t n) {
 #endif
 }
 
+/* A running check for the e4m3 NaN code across many rows, branch-free until e4m3_nan_any: decode's
+ * PV folds every row it reads and goes back to the rows one by one only when a NaN code was among
+ * them (QK, which marks each key's scores, scans its keys one by one). With the vocabulary's
+ * vectors where it has them (FAI_SIMD_E4M3_FOLD), else e4m3_nan_in's scan. */
+#if defined(FAI_SIMD_E4M3_FOLD)
+typedef v_nan_state nan_state;
+static inline nan_state e4m3_nan_none(void) { return v_e4m3_nan_none(); }
+static inline nan_state e4m3_nan_fold(nan_state seen, const uint8_t *p, int64_t n) {
+    return v_e4m3_nan_fold(seen, p, n);
+}
+static inline int e4m3_nan_any(nan_state seen) { return v_e4m3_nan_any(seen); }
+#else
+typedef int nan_state;
+static inline nan_state e4m3_nan_none(void) { return 0; }
+static inline nan_state e4m3_nan_fold(nan_state seen, const uint8_t *p, int64_t n) {
+    return seen | e4m3_nan_in(p, n);
+}
+static inline int e4m3_nan_any(nan_state seen) { return seen; }
+#endif
+
 /* The count (< W) elements of a row from x on, zero-filled to W; nothing past them is read. */
 static inline fvec load_row_tail(const void *row, int64_t x, int64_t count, fai_dtype dtype) {
     float part[W];
@@ -648,12 +668,15 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
 
 /* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
  * row segment is converted once per block of rows. Edge rows repeat row 0 of the block and are
- * not stored. With `masked`, a row skips keys with P = 0. */
+ * not stored. With `masked`, a row skips keys with P = 0. e4m3 rows are folded into a NaN check
+ * as they are read (e4m3_nan_fold): when one held the NaN code, a block returns 1 and stores
+ * nothing, and is run again `exact`, checking each row and reading those with the code as NaN. */
 #define PV_ROWS_KEYS 4
 #define DEFINE_PV_ROWS_BLOCK(NAME, DTYPE, VECS, TAIL)                                              \
-    static inline void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t rows,    \
-                            const void *const *v_rows, int64_t prefetch_end,                       \
-                            const fai_row_fetch *fetch, int64_t n, int64_t x0, int64_t dv) {       \
+    static inline int NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t rows,     \
+                           const void *const *v_rows, int64_t prefetch_end,                        \
+                           const fai_row_fetch *fetch, int64_t n, int64_t x0, int64_t dv,          \
+                           int exact) {                                                            \
         const int64_t row_bytes = row_bytes_of(dv, DTYPE);                                         \
         const int64_t ahead = fai__prefetch_ahead(row_bytes);                                      \
         const float *o_row[4];                                                                     \
@@ -670,6 +693,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
         const float *p_row[4];                                                                     \
         for (int r = 0; r < 4; r++)                                                                \
             p_row[r] = p + (r < rows ? r : 0) * ld_n;                                              \
+        nan_state seen = e4m3_nan_none();                                                          \
         /* the prefetches a block of keys at a time, out of the loop the vectors run in */         \
         for (int64_t j0 = 0; j0 < n; j0 += PV_ROWS_KEYS) {                                         \
             const int64_t j_end = j0 + PV_ROWS_KEYS < n ? j0 + PV_ROWS_KEYS : n;                   \
@@ -682,13 +706,16 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
                 fvec values[VECS];                                                                 \
                 if (TAIL)                                                                          \
                     values[0] = v_mul(load_row_tail(v_rows[j], x0, dv - x0, DTYPE), to_unit);      \
-                else if (DTYPE == FAI_DTYPE_E4M3 &&                                                \
+                else if (DTYPE == FAI_DTYPE_E4M3 && exact &&                                       \
                          e4m3_nan_in((const uint8_t *)v_rows[j] + x0, VECS * W))                   \
                     for (int c = 0; c < VECS; c++) /* the NaN code read as NaN */                  \
                         values[c] = v_mul(load_row_full(v_rows[j], x0 + c * W, DTYPE), to_unit);   \
-                else                                                                               \
+                else {                                                                             \
+                    if (DTYPE == FAI_DTYPE_E4M3 && !exact)                                         \
+                        seen = e4m3_nan_fold(seen, (const uint8_t *)v_rows[j] + x0, VECS * W);     \
                     for (int c = 0; c < VECS; c++)                                                 \
                         values[c] = load_row_unit(v_rows[j], x0 + c * W, DTYPE);                   \
+                }                                                                                  \
                 for (int r = 0; r < 4; r++) {                                                      \
                     const fvec p_r = v_set1(p_row[r][j]);                                          \
                     for (int c = 0; c < VECS; c++)                                                 \
@@ -696,11 +723,13 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
+        if (DTYPE == FAI_DTYPE_E4M3 && !TAIL && !exact && e4m3_nan_any(seen)) return 1;            \
         for (int r = 0; r < 4; r++)                                                                \
             if (r < rows)                                                                          \
                 for (int c = 0; c < VECS; c++)                                                     \
                     v_store(o + r * ld_o + x0 + c * W,                                             \
                             DTYPE == FAI_DTYPE_E4M3 ? v_mul(acc[r][c], from_unit) : acc[r][c]);    \
+        return 0;                                                                                  \
     }
 
 #define DEFINE_PV_ROWS(NAME, DTYPE)                                                                \
@@ -740,14 +769,18 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             const int64_t list_end = n + rows_ahead;                                               \
             const fai_row_fetch *fetch_block = i0 == 0 ? fetch : NULL; /* once */                  \
             for (; x0 + 4 * W <= dv; x0 += 4 * W)                                                  \
-                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,  \
-                            x0, dv);                                                               \
+                if (NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, \
+                                n, x0, dv, 0))                                                     \
+                    NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, \
+                                n, x0, dv, 1);                                                     \
             for (; x0 + W <= dv; x0 += W)                                                          \
-                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,   \
-                           x0, dv);                                                                \
+                if (NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block,  \
+                               n, x0, dv, 0))                                                      \
+                    NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block,  \
+                               n, x0, dv, 1);                                                      \
             if (x0 < dv)                                                                           \
                 NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,  \
-                            x0, dv);                                                               \
+                            x0, dv, 0);                                                            \
         }                                                                                          \
     }
 
