@@ -545,16 +545,6 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 fai__prefetch_row(k_rows[j0 + ahead + c], row_bytes);                              \
             fai__fetch_for_keys(fetch, j0, j0 + 4, n);                                             \
             int nan_key[4] = {0, 0, 0, 0};                                                         \
-            /* the 4 keys' scales in every group of 4 lanes, as sums[r * 4 + c] holds key c (an    \
-             * edge block repeats a valid key's) */                                                \
-            float edge_scale[4];                                                                   \
-            const float *block_scale = key_scale ? key_scale + j0 : NULL;                          \
-            if (key_scale && j0 + 4 > n) {                                                         \
-                for (int c = 0; c < 4; c++)                                                        \
-                    edge_scale[c] = key_scale[j0 + c < n ? j0 + c : j0];                           \
-                block_scale = edge_scale;                                                          \
-            }                                                                                      \
-            const fvec key_scales = block_scale ? v_load_repeat4(block_scale) : v_set1(1.0f);      \
             for (int c = 0; DTYPE == FAI_DTYPE_E4M3 && c < 4 && j0 + c < n; c++)                   \
                 nan_key[c] = e4m3_nan_in(key[c], d);                                               \
             for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
@@ -599,10 +589,21 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
                 }                                                                                  \
                 float sums[16];                                                                    \
                 hsum_4x4(acc, sums);                                                               \
+                /* the 4 keys' scales in every group of 4 lanes, as sums[r * 4 + c] holds key c    \
+                 * (an edge block repeats a valid key's); looked up only now, so that nothing      \
+                 * more is live in the loops above */                                              \
+                float edge_scale[4];                                                               \
+                const float *block_scale = key_scale ? key_scale + j0 : NULL;                      \
+                if (key_scale && j0 + 4 > n) {                                                     \
+                    for (int c = 0; c < 4; c++)                                                    \
+                        edge_scale[c] = key_scale[j0 + c < n ? j0 + c : j0];                       \
+                    block_scale = edge_scale;                                                      \
+                }                                                                                  \
                 for (int k = 0; k < 16; k += W < 16 ? W : 16) {                                    \
                     const fvec scaled =                                                            \
                         v_mul(v_mul(v_load(sums + k), v_set1(unit_of(DTYPE))), v_set1(scale));     \
-                    v_store(sums + k, key_scale ? v_mul(scaled, key_scales) : scaled);             \
+                    v_store(sums + k,                                                              \
+                            key_scale ? v_mul(scaled, v_load_repeat4(block_scale)) : scaled);      \
                 }                                                                                  \
                 if (j0 + 4 <= n && i0 + 4 <= m) /* a row's 4 keys follow each other */             \
                     for (int r = 0; r < 4; r++)                                                    \
