@@ -12,6 +12,8 @@
 #define FAI_QK_KEYS 12
 #define FAI_PV_ROWS 4
 #define FAI_PV_VECS 4
+#define FAI_QK_ROWS_KEYS 4 /* decode's QK: 4 rows x 4 keys of accumulators */
+#define FAI_PV_ROWS_VECS 4 /* decode's PV: 4 rows x 4 vectors of O */
 
 typedef __m512 fvec;
 typedef __mmask16 fmask;

@@ -513,23 +513,33 @@ static void pv_simd(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, cons
  * paged K/V the next rows may sit on another page, where the hardware prefetchers cannot
  * follow. The row lists carry rows_ahead pointers past the tile for this. */
 
-/* The lane sums of a 4 x 4 block of accumulators, sums[r * 4 + c] of acc[r][c]: at once where
- * the vocabulary can (FAI_SIMD_HSUM16), else one reduction each. */
-static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
+/* The lane sums of a block of 4 rows x FAI_QK_ROWS_KEYS keys of accumulators, sums[r * keys + c]
+ * of acc[r][c]: a 4 x 4 or 4 x 2 block at once where the vocabulary can (FAI_SIMD_HSUM16,
+ * FAI_SIMD_HSUM8), else one reduction each. */
+static inline void hsum_block(fvec acc[4][FAI_QK_ROWS_KEYS], float sums[4 * FAI_QK_ROWS_KEYS]) {
 #if defined(FAI_SIMD_HSUM16)
-    v_hsum16(&acc[0][0], sums);
-#else
-    for (int r = 0; r < 4; r++)
-        for (int c = 0; c < 4; c++)
-            sums[r * 4 + c] = v_hsum(acc[r][c]);
+    if (FAI_QK_ROWS_KEYS == 4) {
+        v_hsum16(&acc[0][0], sums);
+        return;
+    }
 #endif
+#if defined(FAI_SIMD_HSUM8)
+    if (FAI_QK_ROWS_KEYS == 2) {
+        v_hsum8(&acc[0][0], sums);
+        return;
+    }
+#endif
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)
+            sums[r * FAI_QK_ROWS_KEYS + c] = v_hsum(acc[r][c]);
 }
 
-/* 4 keys x 4 query rows of dot products over d, in 16 vector accumulators, reduced at the end.
- * Edge blocks repeat a valid row or key and store only the valid results. The dtype is a
- * constant in each instance, so the load's branch folds away. e4m3 keys are read as 2^-8 of
- * their values (load_row_unit; the sums are scaled back, exactly) and a key holding the NaN code
- * gets NaN scores, as its dot products would. */
+/* FAI_QK_ROWS_KEYS keys (4; 2 where the vocabulary has 16 registers) x 4 query rows of dot
+ * products over d, in as many vector accumulators, reduced at the end. Edge blocks repeat a valid
+ * row or key and store only the valid results. The dtype is a constant in each instance, so the
+ * load's branch folds away. e4m3 keys are read as 2^-8 of their values (load_row_unit; the sums are
+ * scaled back, exactly) and a key holding the NaN code gets NaN scores, as its dot products would.
+ */
 #define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
     static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
                      const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,    \
@@ -537,82 +547,86 @@ static inline void hsum_4x4(fvec acc[4][4], float sums[16]) {
         const int64_t row_bytes = row_bytes_of(d, DTYPE);                                          \
         const int64_t ahead = fai__prefetch_ahead(row_bytes);                                      \
         const int64_t full = d / W * W;                                                            \
-        for (int64_t j0 = 0; j0 < n; j0 += 4) {                                                    \
-            const void *key[4];                                                                    \
-            for (int c = 0; c < 4; c++)                                                            \
+        for (int64_t j0 = 0; j0 < n; j0 += FAI_QK_ROWS_KEYS) {                                     \
+            const void *key[FAI_QK_ROWS_KEYS];                                                     \
+            for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                             \
                 key[c] = k_rows[j0 + c < n ? j0 + c : j0];                                         \
-            for (int c = 0; c < 4 && j0 + ahead + c < n + rows_ahead; c++)                         \
+            for (int c = 0; c < FAI_QK_ROWS_KEYS && j0 + ahead + c < n + rows_ahead; c++)          \
                 fai__prefetch_row(k_rows[j0 + ahead + c], row_bytes);                              \
-            fai__fetch_for_keys(fetch, j0, j0 + 4, n);                                             \
-            int nan_key[4] = {0, 0, 0, 0};                                                         \
-            for (int c = 0; DTYPE == FAI_DTYPE_E4M3 && c < 4 && j0 + c < n; c++)                   \
+            fai__fetch_for_keys(fetch, j0, j0 + FAI_QK_ROWS_KEYS, n);                              \
+            int nan_key[FAI_QK_ROWS_KEYS] = {0};                                                   \
+            for (int c = 0; DTYPE == FAI_DTYPE_E4M3 && c < FAI_QK_ROWS_KEYS && j0 + c < n; c++)    \
                 nan_key[c] = e4m3_nan_in(key[c], d);                                               \
             for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
                 const float *query[4];                                                             \
                 for (int r = 0; r < 4; r++)                                                        \
                     query[r] = q + (i0 + r < m ? i0 + r : i0) * ld_q;                              \
-                fvec acc[4][4];                                                                    \
+                fvec acc[4][FAI_QK_ROWS_KEYS];                                                     \
                 for (int r = 0; r < 4; r++)                                                        \
-                    for (int c = 0; c < 4; c++)                                                    \
+                    for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                     \
                         acc[r][c] = v_zero();                                                      \
                 int64_t x = 0;                                                                     \
                 for (; DTYPE == FAI_DTYPE_E4M3 && x + 2 * W <= full; x += 2 * W) {                 \
-                    fvec kv[4][2]; /* two vectors a key: their codes converted together */         \
-                    for (int c = 0; c < 4; c++)                                                    \
+                    fvec kv[FAI_QK_ROWS_KEYS]                                                      \
+                           [2]; /* two vectors a key: their codes converted together */            \
+                    for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                     \
                         load_row_unit2(key[c], x, DTYPE, kv[c]);                                   \
                     for (int r = 0; r < 4; r++) {                                                  \
                         const fvec q0 = v_load(query[r] + x), q1 = v_load(query[r] + x + W);       \
-                        for (int c = 0; c < 4; c++)                                                \
+                        for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                 \
                             acc[r][c] = v_fma(q1, kv[c][1], v_fma(q0, kv[c][0], acc[r][c]));       \
                     }                                                                              \
                 }                                                                                  \
                 for (; x < full; x += W) {                                                         \
-                    fvec kv[4];                                                                    \
-                    for (int c = 0; c < 4; c++)                                                    \
+                    fvec kv[FAI_QK_ROWS_KEYS];                                                     \
+                    for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                     \
                         kv[c] = load_row_unit(key[c], x, DTYPE);                                   \
                     for (int r = 0; r < 4; r++) {                                                  \
                         const fvec qv = v_load(query[r] + x);                                      \
-                        for (int c = 0; c < 4; c++)                                                \
+                        for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                 \
                             acc[r][c] = v_fma(qv, kv[c], acc[r][c]);                               \
                     }                                                                              \
                 }                                                                                  \
                 if (full < d) {                                                                    \
-                    fvec kv[4];                                                                    \
-                    for (int c = 0; c < 4; c++)                                                    \
+                    fvec kv[FAI_QK_ROWS_KEYS];                                                     \
+                    for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                     \
                         kv[c] = v_mul(load_row_tail(key[c], full, d - full, DTYPE),                \
                                       v_set1(1.0f / unit_of(DTYPE)));                              \
                     for (int r = 0; r < 4; r++) {                                                  \
                         const fvec qv = v_load(query[r] + full);                                   \
-                        for (int c = 0; c < 4; c++)                                                \
+                        for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                 \
                             acc[r][c] = v_fma(qv, kv[c], acc[r][c]);                               \
                     }                                                                              \
                 }                                                                                  \
-                float sums[16];                                                                    \
-                hsum_4x4(acc, sums);                                                               \
-                /* the 4 keys' scales in every group of 4 lanes, as sums[r * 4 + c] holds key c    \
-                 * (an edge block repeats a valid key's); looked up only now, so that nothing      \
-                 * more is live in the loops above */                                              \
-                float edge_scale[4];                                                               \
-                const float *block_scale = key_scale ? key_scale + j0 : NULL;                      \
-                if (key_scale && j0 + 4 > n) {                                                     \
-                    for (int c = 0; c < 4; c++)                                                    \
-                        edge_scale[c] = key_scale[j0 + c < n ? j0 + c : j0];                       \
-                    block_scale = edge_scale;                                                      \
-                }                                                                                  \
-                for (int k = 0; k < 16; k += W < 16 ? W : 16) {                                    \
-                    const fvec scaled =                                                            \
-                        v_mul(v_mul(v_load(sums + k), v_set1(unit_of(DTYPE))), v_set1(scale));     \
-                    v_store(sums + k,                                                              \
-                            key_scale ? v_mul(scaled, v_load_repeat4(block_scale)) : scaled);      \
-                }                                                                                  \
-                if (j0 + 4 <= n && i0 + 4 <= m) /* a row's 4 keys follow each other */             \
+                float sums[4 * FAI_QK_ROWS_KEYS];                                                  \
+                hsum_block(acc, sums);                                                             \
+                for (int k = 0; k < 4 * FAI_QK_ROWS_KEYS;                                          \
+                     k += W < 4 * FAI_QK_ROWS_KEYS ? W : 4 * FAI_QK_ROWS_KEYS)                     \
+                    v_store(sums + k, v_mul(v_mul(v_load(sums + k), v_set1(unit_of(DTYPE))),       \
+                                            v_set1(scale)));                                       \
+                /* times each key's scale, looked up only now (nothing more is live in the loops   \
+                 * above): 4 keys' scales in every group of 4 lanes where FAI_QK_ROWS_KEYS is 4,   \
+                 * else one by one (an edge block repeats a valid key's) */                        \
+                if (key_scale && FAI_QK_ROWS_KEYS == 4 && j0 + FAI_QK_ROWS_KEYS <= n) {            \
+                    for (int k = 0; k < 4 * FAI_QK_ROWS_KEYS;                                      \
+                         k += W < 4 * FAI_QK_ROWS_KEYS ? W : 4 * FAI_QK_ROWS_KEYS)                 \
+                        v_store(sums + k,                                                          \
+                                v_mul(v_load(sums + k), v_load_repeat4(key_scale + j0)));          \
+                } else if (key_scale) {                                                            \
                     for (int r = 0; r < 4; r++)                                                    \
-                        memcpy(s + (i0 + r) * ld_n + j0, sums + r * 4, 4 * sizeof(float));         \
+                        for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                 \
+                            sums[r * FAI_QK_ROWS_KEYS + c] *= key_scale[j0 + c < n ? j0 + c : j0]; \
+                }                                                                                  \
+                if (j0 + FAI_QK_ROWS_KEYS <= n &&                                                  \
+                    i0 + 4 <= m) /* a row's FAI_QK_ROWS_KEYS keys follow each other */             \
+                    for (int r = 0; r < 4; r++)                                                    \
+                        memcpy(s + (i0 + r) * ld_n + j0, sums + r * FAI_QK_ROWS_KEYS,              \
+                               FAI_QK_ROWS_KEYS * sizeof(float));                                  \
                 else                                                                               \
-                    for (int c = 0; c < 4 && j0 + c < n; c++)                                      \
+                    for (int c = 0; c < FAI_QK_ROWS_KEYS && j0 + c < n; c++)                       \
                         for (int r = 0; r < 4 && i0 + r < m; r++)                                  \
-                            s[(i0 + r) * ld_n + j0 + c] = sums[r * 4 + c];                         \
-                for (int c = 0; c < 4; c++)                                                        \
+                            s[(i0 + r) * ld_n + j0 + c] = sums[r * FAI_QK_ROWS_KEYS + c];          \
+                for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                         \
                     for (int r = 0; nan_key[c] && r < 4 && i0 + r < m; r++)                        \
                         s[(i0 + r) * ld_n + j0 + c] = NAN;                                         \
             }                                                                                      \
@@ -734,7 +748,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
     }
 
 #define DEFINE_PV_ROWS(NAME, DTYPE)                                                                \
-    DEFINE_PV_ROWS_BLOCK(NAME##_wide, DTYPE, 4, 0)                                                 \
+    DEFINE_PV_ROWS_BLOCK(NAME##_wide, DTYPE, FAI_PV_ROWS_VECS, 0)                                  \
     DEFINE_PV_ROWS_BLOCK(NAME##_one, DTYPE, 1, 0)                                                  \
     DEFINE_PV_ROWS_BLOCK(NAME##_tail, DTYPE, 1, 1)                                                 \
     static void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,              \
@@ -769,7 +783,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             int64_t x0 = 0;                                                                        \
             const int64_t list_end = n + rows_ahead;                                               \
             const fai_row_fetch *fetch_block = i0 == 0 ? fetch : NULL; /* once */                  \
-            for (; x0 + 4 * W <= dv; x0 += 4 * W)                                                  \
+            for (; x0 + FAI_PV_ROWS_VECS * W <= dv; x0 += FAI_PV_ROWS_VECS * W)                    \
                 if (NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, \
                                 n, x0, dv, 0))                                                     \
                     NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, \
