@@ -130,6 +130,7 @@ static inline int v_e4m3_nan_in(const uint8_t *p, int64_t n) {
 /* A running check for the e4m3 NaN code across many rows, as the AVX-512 vocabulary's: 32 codes
  * a step, the last ones copied out (bytes past n are not read). */
 #define FAI_SIMD_E4M3_FOLD 1
+#define FAI_SIMD_E4M3_FOLD_BYTES 32 /* a vector of codes */
 typedef __m256i v_nan_state;
 static inline v_nan_state v_e4m3_nan_none(void) { return _mm256_setzero_si256(); }
 static inline v_nan_state v_e4m3_nan_fold(v_nan_state seen, const uint8_t *p, int64_t n) {

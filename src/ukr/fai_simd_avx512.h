@@ -140,6 +140,7 @@ static inline int v_e4m3_nan_in(const uint8_t *p, int64_t n) {
  * per row: each code or-ed with 0x80 is 0xff only for the NaN code, and the bytes' maximum keeps
  * it; 2 instructions per 64 codes (bytes past n are not read). */
 #define FAI_SIMD_E4M3_FOLD 1
+#define FAI_SIMD_E4M3_FOLD_BYTES 64 /* a vector of codes */
 typedef __m512i v_nan_state;
 static inline v_nan_state v_e4m3_nan_none(void) { return _mm512_setzero_si512(); }
 static inline v_nan_state v_e4m3_nan_fold(v_nan_state seen, const uint8_t *p, int64_t n) {

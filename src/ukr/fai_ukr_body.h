@@ -234,6 +234,26 @@ static inline nan_state e4m3_nan_fold(nan_state seen, const uint8_t *p, int64_t 
 static inline int e4m3_nan_any(nan_state seen) { return seen; }
 #endif
 
+/* Whether any of `count` rows of n e4m3 codes holds the NaN code: the rows side by side, a
+ * vocabulary step of each per pass (one loop for all of them), else one scan each. */
+static inline int e4m3_nan_in_keys(const void *const *rows, int64_t count, int64_t n) {
+#if defined(FAI_SIMD_E4M3_FOLD)
+    nan_state seen = e4m3_nan_none();
+    int64_t x = 0;
+    for (; x + FAI_SIMD_E4M3_FOLD_BYTES <= n; x += FAI_SIMD_E4M3_FOLD_BYTES)
+        for (int64_t c = 0; c < count; c++)
+            seen = e4m3_nan_fold(seen, (const uint8_t *)rows[c] + x, FAI_SIMD_E4M3_FOLD_BYTES);
+    for (int64_t c = 0; x < n && c < count; c++)
+        seen = e4m3_nan_fold(seen, (const uint8_t *)rows[c] + x, n - x);
+    return e4m3_nan_any(seen);
+#else
+    int nan = 0;
+    for (int64_t c = 0; c < count; c++)
+        nan |= e4m3_nan_in(rows[c], n);
+    return nan;
+#endif
+}
+
 /* The count (< W) elements of a row from x on, zero-filled to W; nothing past them is read. */
 static inline fvec load_row_tail(const void *row, int64_t x, int64_t count, fai_dtype dtype) {
     float part[W];
@@ -555,8 +575,10 @@ static inline void hsum_block(fvec acc[4][FAI_QK_ROWS_KEYS], float sums[4 * FAI_
                 fai__prefetch_row(k_rows[j0 + ahead + c], row_bytes);                              \
             fai__fetch_for_keys(fetch, j0, j0 + FAI_QK_ROWS_KEYS, n);                              \
             int nan_key[FAI_QK_ROWS_KEYS] = {0};                                                   \
-            for (int c = 0; DTYPE == FAI_DTYPE_E4M3 && c < FAI_QK_ROWS_KEYS && j0 + c < n; c++)    \
-                nan_key[c] = e4m3_nan_in(key[c], d);                                               \
+            if (DTYPE == FAI_DTYPE_E4M3 &&                                                         \
+                e4m3_nan_in_keys(key, j0 + FAI_QK_ROWS_KEYS <= n ? FAI_QK_ROWS_KEYS : n - j0, d))  \
+                for (int c = 0; c < FAI_QK_ROWS_KEYS && j0 + c < n; c++)                           \
+                    nan_key[c] = e4m3_nan_in(key[c], d);                                           \
             for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
                 const float *query[4];                                                             \
                 for (int r = 0; r < 4; r++)                                                        \
