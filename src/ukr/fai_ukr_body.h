@@ -215,9 +215,9 @@ static inline int e4m3_nan_in(const uint8_t *p, int64_t n) {
 }
 
 /* A running check for the e4m3 NaN code across many rows, branch-free until e4m3_nan_any: decode's
- * PV folds every row it reads and goes back to the rows one by one only when a NaN code was among
- * them (QK, which marks each key's scores, scans its keys one by one). With the vocabulary's
- * vectors where it has them (FAI_SIMD_E4M3_FOLD), else e4m3_nan_in's scan. */
+ * PV folds every row it reads, QK a block's keys (e4m3_nan_in_keys), and each goes back to the
+ * rows one by one only when a NaN code was among them. With the vocabulary's vectors where it has
+ * them (FAI_SIMD_E4M3_FOLD), else e4m3_nan_in's scan. */
 #if defined(FAI_SIMD_E4M3_FOLD)
 typedef v_nan_state nan_state;
 static inline nan_state e4m3_nan_none(void) { return v_e4m3_nan_none(); }
