@@ -554,6 +554,38 @@ static inline void hsum_block(fvec acc[4][FAI_QK_ROWS_KEYS], float sums[4 * FAI_
             sums[r * FAI_QK_ROWS_KEYS + c] = v_hsum(acc[r][c]);
 }
 
+/* Stores a block of lane sums (hsum_block's, rows i0.., keys j0..) as scores: times the dtype's
+ * unit, the softmax scale and each key's scale, in that order, in one pass. The key scales are
+ * looked up only now (nothing more is live): 4 keys' in every group of 4 lanes where the block has
+ * 4 valid keys, else one by one. Rows and keys past m and n are not stored; keys holding the e4m3
+ * NaN code get NaN scores, as their dot products would. */
+static inline void store_score_block(float *s, int64_t ld_n, float sums[4 * FAI_QK_ROWS_KEYS],
+                                     int64_t i0, int64_t m, int64_t j0, int64_t n, float unit,
+                                     float scale, const float *key_scale,
+                                     const int nan_key[FAI_QK_ROWS_KEYS]) {
+    enum { KEYS = FAI_QK_ROWS_KEYS, BLOCK = 4 * KEYS, STEP = W < BLOCK ? W : BLOCK };
+    const int whole_keys = j0 + KEYS <= n, scale_lanes = key_scale && KEYS == 4 && whole_keys;
+    for (int k = 0; k < BLOCK; k += STEP) {
+        fvec v = v_mul(v_mul(v_load(sums + k), v_set1(unit)), v_set1(scale));
+        if (scale_lanes) v = v_mul(v, v_load_repeat4(key_scale + j0));
+        v_store(sums + k, v);
+    }
+    if (key_scale && !scale_lanes) /* an edge block repeats a valid key's scale */
+        for (int r = 0; r < 4; r++)
+            for (int c = 0; c < KEYS; c++)
+                sums[r * KEYS + c] *= key_scale[j0 + c < n ? j0 + c : j0];
+    if (whole_keys && i0 + 4 <= m) /* a row's keys follow each other */
+        for (int r = 0; r < 4; r++)
+            memcpy(s + (i0 + r) * ld_n + j0, sums + r * KEYS, KEYS * sizeof(float));
+    else
+        for (int c = 0; c < KEYS && j0 + c < n; c++)
+            for (int r = 0; r < 4 && i0 + r < m; r++)
+                s[(i0 + r) * ld_n + j0 + c] = sums[r * KEYS + c];
+    for (int c = 0; c < KEYS; c++)
+        for (int r = 0; nan_key[c] && r < 4 && i0 + r < m; r++)
+            s[(i0 + r) * ld_n + j0 + c] = NAN;
+}
+
 /* FAI_QK_ROWS_KEYS keys (4; 2 where the vocabulary has 16 registers) x 4 query rows of dot
  * products over d, in as many vector accumulators, reduced at the end. Edge blocks repeat a valid
  * row or key and store only the valid results. The dtype is a constant in each instance, so the
@@ -576,7 +608,7 @@ static inline void hsum_block(fvec acc[4][FAI_QK_ROWS_KEYS], float sums[4 * FAI_
             fai__fetch_for_keys(fetch, j0, j0 + FAI_QK_ROWS_KEYS, n);                              \
             int nan_key[FAI_QK_ROWS_KEYS] = {0};                                                   \
             if (DTYPE == FAI_DTYPE_E4M3 &&                                                         \
-                e4m3_nan_in_keys(key, j0 + FAI_QK_ROWS_KEYS <= n ? FAI_QK_ROWS_KEYS : n - j0, d))  \
+                e4m3_nan_in_keys(key, n - j0 < FAI_QK_ROWS_KEYS ? n - j0 : FAI_QK_ROWS_KEYS, d))   \
                 for (int c = 0; c < FAI_QK_ROWS_KEYS && j0 + c < n; c++)                           \
                     nan_key[c] = e4m3_nan_in(key[c], d);                                           \
             for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
@@ -589,8 +621,8 @@ static inline void hsum_block(fvec acc[4][FAI_QK_ROWS_KEYS], float sums[4 * FAI_
                         acc[r][c] = v_zero();                                                      \
                 int64_t x = 0;                                                                     \
                 for (; DTYPE == FAI_DTYPE_E4M3 && x + 2 * W <= full; x += 2 * W) {                 \
-                    fvec kv[FAI_QK_ROWS_KEYS]                                                      \
-                           [2]; /* two vectors a key: their codes converted together */            \
+                    /* two vectors a key: their codes converted together */                        \
+                    fvec kv[FAI_QK_ROWS_KEYS][2];                                                  \
                     for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                     \
                         load_row_unit2(key[c], x, DTYPE, kv[c]);                                   \
                     for (int r = 0; r < 4; r++) {                                                  \
@@ -622,35 +654,8 @@ static inline void hsum_block(fvec acc[4][FAI_QK_ROWS_KEYS], float sums[4 * FAI_
                 }                                                                                  \
                 float sums[4 * FAI_QK_ROWS_KEYS];                                                  \
                 hsum_block(acc, sums);                                                             \
-                for (int k = 0; k < 4 * FAI_QK_ROWS_KEYS;                                          \
-                     k += W < 4 * FAI_QK_ROWS_KEYS ? W : 4 * FAI_QK_ROWS_KEYS)                     \
-                    v_store(sums + k, v_mul(v_mul(v_load(sums + k), v_set1(unit_of(DTYPE))),       \
-                                            v_set1(scale)));                                       \
-                /* times each key's scale, looked up only now (nothing more is live in the loops   \
-                 * above): 4 keys' scales in every group of 4 lanes where FAI_QK_ROWS_KEYS is 4,   \
-                 * else one by one (an edge block repeats a valid key's) */                        \
-                if (key_scale && FAI_QK_ROWS_KEYS == 4 && j0 + FAI_QK_ROWS_KEYS <= n) {            \
-                    for (int k = 0; k < 4 * FAI_QK_ROWS_KEYS;                                      \
-                         k += W < 4 * FAI_QK_ROWS_KEYS ? W : 4 * FAI_QK_ROWS_KEYS)                 \
-                        v_store(sums + k,                                                          \
-                                v_mul(v_load(sums + k), v_load_repeat4(key_scale + j0)));          \
-                } else if (key_scale) {                                                            \
-                    for (int r = 0; r < 4; r++)                                                    \
-                        for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                 \
-                            sums[r * FAI_QK_ROWS_KEYS + c] *= key_scale[j0 + c < n ? j0 + c : j0]; \
-                }                                                                                  \
-                if (j0 + FAI_QK_ROWS_KEYS <= n &&                                                  \
-                    i0 + 4 <= m) /* a row's FAI_QK_ROWS_KEYS keys follow each other */             \
-                    for (int r = 0; r < 4; r++)                                                    \
-                        memcpy(s + (i0 + r) * ld_n + j0, sums + r * FAI_QK_ROWS_KEYS,              \
-                               FAI_QK_ROWS_KEYS * sizeof(float));                                  \
-                else                                                                               \
-                    for (int c = 0; c < FAI_QK_ROWS_KEYS && j0 + c < n; c++)                       \
-                        for (int r = 0; r < 4 && i0 + r < m; r++)                                  \
-                            s[(i0 + r) * ld_n + j0 + c] = sums[r * FAI_QK_ROWS_KEYS + c];          \
-                for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                         \
-                    for (int r = 0; nan_key[c] && r < 4 && i0 + r < m; r++)                        \
-                        s[(i0 + r) * ld_n + j0 + c] = NAN;                                         \
+                store_score_block(s, ld_n, sums, i0, m, j0, n, unit_of(DTYPE), scale, key_scale,   \
+                                  nan_key);                                                        \
             }                                                                                      \
         }                                                                                          \
         for (int64_t i = 0; i < m; i++) /* the padding keys: masked */                             \
