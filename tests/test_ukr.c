@@ -284,7 +284,9 @@ TEST(ukr_bf16_qk_matches_reference) {
         printf("  skipped: no bf16 dot products on this CPU\n");
         return;
     }
-    static const int64_t shapes[][3] = {{1, 1, 2}, {64, 64, 128}, {13, 37, 18}, {33, 29, 576}};
+    /* whole 16 x 16 blocks of Q's transposition, and edges of rows, of pairs and of both */
+    static const int64_t shapes[][3] = {{1, 1, 2},     {64, 64, 128}, {13, 37, 18},
+                                        {33, 29, 576}, {20, 7, 40},   {48, 5, 34}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int64_t m = shapes[s][0], n = shapes[s][1], d = shapes[s][2];
         const int64_t ld_s = (m + 15) / 16 * 16;
@@ -309,7 +311,11 @@ TEST(ukr_bf16_qk_matches_reference) {
         ref->pack_q(q_t, ld_s, q_rows, m, d, FAI_DTYPE_BF16);
         ref->pack_rows(k_f, d, k_rows, n, d, FAI_DTYPE_BF16, NULL);
         ref->qk(s_ref, ld_s, q_t, k_f, n, d, 0.3f);
+        memset(q_pairs, 0xff, sizeof(uint16_t) * (size_t)(d * ld_s));
         cntx->pack_q_bf16(q_pairs, ld_s, q_rows, m, d);
+        for (int64_t p = 0; p < d / 2; p++) /* the padding rows read as zeros */
+            for (int64_t i = m; i < ld_s; i++)
+                CHECK(q_pairs[2 * (p * ld_s + i)] == 0 && q_pairs[2 * (p * ld_s + i) + 1] == 0);
         cntx->qk_bf16(s_bf16, ld_s, q_pairs, k_rows, n, d, 0.3f);
         double worst = 0.0;
         for (int64_t j = 0; j < n; j++)

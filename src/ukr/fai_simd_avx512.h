@@ -189,4 +189,37 @@ static inline void v_store_f16_sat(uint16_t *p, fvec v) {
     _mm256_storeu_si256((__m256i *)(void *)p, _mm256_mask_blend_epi16(nan, h, quiet));
 }
 
+/* dst[p * dst_stride + j] = word p of rows[j], for 16 rows of 16 32-bit words (rows of bf16
+ * pairs: only 2-byte aligned). */
+static inline void v_transpose16_u32(const void *const *rows, uint32_t *dst, int64_t dst_stride) {
+    __m512i r[16], t[16];
+    for (int j = 0; j < 16; j++)
+        r[j] = _mm512_loadu_si512(rows[j]);
+    for (int j = 0; j < 16; j += 2) { /* 2 x 2 blocks of words */
+        t[j] = _mm512_unpacklo_epi32(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_epi32(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) { /* 4 x 4 blocks */
+        r[j] = _mm512_unpacklo_epi64(t[j], t[j + 2]);
+        r[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 2]);
+        r[j + 2] = _mm512_unpacklo_epi64(t[j + 1], t[j + 3]);
+        r[j + 3] = _mm512_unpackhi_epi64(t[j + 1], t[j + 3]);
+    }
+    /* r[4b + c] now holds, in 128-bit lane L, words p = 4L + c of rows 4b .. 4b + 3 */
+    for (int c = 0; c < 4; c++) {
+        /* lanes (L0, L1) of rows 0-3 and 4-7, then of 8-11 and 12-15 */
+        const __m512i a0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44);
+        const __m512i a1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+        const __m512i b0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+        const __m512i b1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+        /* word p = 4L + c of all 16 rows: lane L of blocks 0, 1, 2, 3 */
+        t[c] = _mm512_shuffle_i32x4(a0, b0, 0x88);      /* L = 0 */
+        t[4 + c] = _mm512_shuffle_i32x4(a0, b0, 0xdd);  /* L = 1 */
+        t[8 + c] = _mm512_shuffle_i32x4(a1, b1, 0x88);  /* L = 2 */
+        t[12 + c] = _mm512_shuffle_i32x4(a1, b1, 0xdd); /* L = 3 */
+    }
+    for (int p = 0; p < 16; p++)
+        _mm512_storeu_si512(dst + p * dst_stride, t[p]);
+}
+
 #endif

@@ -42,19 +42,28 @@ static int bf16_row_in_dot_range(const uint16_t *row, int64_t d) {
 
 /* q_pairs [d/2, ld_s, 2] from m bf16 rows of d elements; columns [m, ld_s) zero. Returns 0 if a
  * value is out of the products' range. The range is checked along the rows, with whole vectors;
- * the transposition moves one 32-bit pair at a time. */
+ * the transposition moves blocks of 16 rows x 16 pairs through registers (v_transpose16_u32), and
+ * the edges one 32-bit pair at a time. */
 static int pack_q_bf16_pairs(uint16_t *q_pairs, int64_t ld_s, const void *const *rows, int64_t m,
                              int64_t d) {
     int in_range = 1;
     for (int64_t i = 0; i < m; i++)
         in_range &= bf16_row_in_dot_range(rows[i], d);
-    for (int64_t p = 0; p < d / 2; p++) {
-        uint32_t *out = (uint32_t *)(q_pairs + 2 * p * ld_s);
-        for (int64_t i = 0; i < m; i++)
-            memcpy(out + i, (const uint16_t *)rows[i] + 2 * p, sizeof *out);
-        for (int64_t i = m; i < ld_s; i++)
-            out[i] = 0;
-    }
+    const int64_t pairs = d / 2, block_rows = m / 16 * 16, block_pairs = pairs / 16 * 16;
+    uint32_t *out = (uint32_t *)(void *)q_pairs; /* pair p of row i at out[p * ld_s + i] */
+    for (int64_t i0 = 0; i0 < block_rows; i0 += 16)
+        for (int64_t p0 = 0; p0 < block_pairs; p0 += 16) {
+            const void *block[16];
+            for (int r = 0; r < 16; r++)
+                block[r] = (const uint16_t *)rows[i0 + r] + 2 * p0;
+            v_transpose16_u32(block, out + p0 * ld_s + i0, ld_s);
+        }
+    for (int64_t p = 0; p < pairs; p++)
+        for (int64_t i = p < block_pairs ? block_rows : 0; i < ld_s; i++)
+            if (i < m)
+                memcpy(out + p * ld_s + i, (const uint16_t *)rows[i] + 2 * p, sizeof *out);
+            else
+                out[p * ld_s + i] = 0;
     return in_range;
 }
 
