@@ -20,14 +20,15 @@ static inline fvec v_scale2i(fvec p, fvec k) {
 }
 #endif
 
-/* exp(x), vectorised: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), exp(r) by its
- * degree-7 Taylor polynomial (truncation error below 5e-9 relative), times 2^k (v_scale2i).
- * Measured maximum relative error against exp in double: see the test ukr_exp_accuracy (7.5e-8
- * measured, 2e-7 enforced). x below -103.97 (where e^x rounds to 0 in f32), including -inf, gives
- * exactly 0, and is computed as e^0 meanwhile: a subnormal result costs a microcode assist on
- * some CPUs, which masked scores must not pay. Between -103.97 and -87.3 e^x is subnormal and is
- * computed: weights that small still count where V is large (e^-90 times 2^126 is 0.07). NaN
- * stays NaN. */
+#if !defined(FAI_SIMD_EXP)
+/* exp(x), vectorised: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), exp(r) by a
+ * degree-6 polynomial (fai_ukr.h, FAI_EXP_C2..C6), times 2^k (v_scale2i). Measured maximum
+ * relative error against exp in double: see the test ukr_exp_accuracy (2e-7 enforced). x below
+ * -103.97 (where e^x rounds to 0 in f32), including -inf, gives exactly 0, and is computed as e^0
+ * meanwhile: a subnormal result costs a microcode assist on some CPUs, which masked scores must
+ * not pay. Between -103.97 and -87.3 e^x is subnormal and is computed: weights that small still
+ * count where V is large (e^-90 times 2^126 is 0.07). NaN stays NaN. A vocabulary may give its own
+ * (FAI_SIMD_EXP) computing the same. */
 static inline fvec v_exp(fvec x) {
     const fmask gone = v_lt(x, v_set1(-103.97f));
     const fvec kept = v_select(gone, v_zero(), x);   /* NaN in x is kept */
@@ -35,16 +36,16 @@ static inline fvec v_exp(fvec x) {
     const fvec k = v_round(v_mul(clamped, v_set1(1.44269504088896341f)));
     fvec r = v_fma(k, v_set1(-0.693359375f), clamped);
     r = v_fma(k, v_set1(2.12194440e-4f), r);
-    fvec p = v_set1(1.0f / 5040.0f);
-    p = v_fma(p, r, v_set1(1.0f / 720.0f));
-    p = v_fma(p, r, v_set1(1.0f / 120.0f));
-    p = v_fma(p, r, v_set1(1.0f / 24.0f));
-    p = v_fma(p, r, v_set1(1.0f / 6.0f));
-    p = v_fma(p, r, v_set1(0.5f));
+    fvec p = v_set1(FAI_EXP_C6);
+    p = v_fma(p, r, v_set1(FAI_EXP_C5));
+    p = v_fma(p, r, v_set1(FAI_EXP_C4));
+    p = v_fma(p, r, v_set1(FAI_EXP_C3));
+    p = v_fma(p, r, v_set1(FAI_EXP_C2));
     p = v_fma(p, r, v_set1(1.0f));
     p = v_fma(p, r, v_set1(1.0f));
     return v_select(gone, v_zero(), v_scale2i(p, k));
 }
+#endif
 
 /* Vector exp over an array, for the accuracy test: n a multiple of W. */
 static void exp_array_simd(float *dst, const float *src, int64_t n) {
