@@ -212,8 +212,9 @@ static inline void v_store_f16_sat(uint16_t *p, fvec v) {
     _mm256_storeu_si256((__m256i *)(void *)p, _mm256_mask_blend_epi16(nan, h, quiet));
 }
 
-/* dst[p * dst_stride + j] = word p of rows[j], for 16 rows of 16 32-bit words (rows of bf16
- * pairs: only 2-byte aligned). */
+/* dst[p * dst_stride + j] = word p of rows[j], for 16 rows of 16 32-bit words (f32 values, or
+ * bf16 pairs: only 2-byte aligned). */
+#define FAI_SIMD_TRANSPOSE16 1
 static inline void v_transpose16_u32(const void *const *rows, uint32_t *dst, int64_t dst_stride) {
     __m512i r[16], t[16];
     for (int j = 0; j < 16; j++)

@@ -274,7 +274,8 @@ static inline int64_t row_bytes_of(int64_t elements, fai_dtype dtype) {
 
 /* Q^T [d, ld_s] from m rows, PACK_Q_ROWS rows at a time: the rows converted with whole vectors
  * into a small buffer (the reference converts element by element through a call), then each
- * of its columns written as a contiguous run of Q^T. */
+ * of its columns written as a contiguous run of Q^T: 16 x 16 blocks through registers where the
+ * vocabulary transposes them (FAI_SIMD_TRANSPOSE16), else element by element. */
 #define PACK_Q_ROWS 16
 static void pack_q_simd(float *q_t, int64_t ld_s, const void *const *rows, int64_t m, int64_t d,
                         fai_dtype dtype) {
@@ -292,7 +293,18 @@ static void pack_q_simd(float *q_t, int64_t ld_s, const void *const *rows, int64
             for (; x < d; x++)
                 block[i][x] = fai__load_element(rows[i0 + i], x, dtype);
         }
-        for (int64_t x = 0; x < d; x++)
+        int64_t x = 0;
+#if defined(FAI_SIMD_TRANSPOSE16)
+        if (count == 16) { /* 16 x 16 blocks through registers */
+            const void *block_rows[16];
+            for (; x + 16 <= d; x += 16) {
+                for (int i = 0; i < 16; i++)
+                    block_rows[i] = block[i] + x;
+                v_transpose16_u32(block_rows, (uint32_t *)(void *)(q_t + x * ld_s + i0), ld_s);
+            }
+        }
+#endif
+        for (; x < d; x++)
             for (int64_t i = 0; i < count; i++)
                 q_t[x * ld_s + i0 + i] = block[i][x];
     }
