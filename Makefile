@@ -78,10 +78,10 @@ fuzz:
 	sh fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
 format:
-	clang-format -i include/*.h src/*.c src/*.h src/*/*.c src/*/*.h src/*/*/*.c tools/*/*.c tools/*/*.h tests/*.c tests/*.h tests/mpi/*.c tests/mpi/*.h ref/*.c ref/*.h examples/*.c tests/consumer/*.c fuzz/*.c fuzz/*.h
+	clang-format -i include/*.h src/*.c src/*.h src/*/*.c src/*/*.h src/*/*/*.c tools/*/*.c tools/*/*.h tests/*.c tests/*.h tests/mpi/*.c tests/mpi/*.h ref/*.c ref/*.h examples/*.c bench/*.c tests/consumer/*.c fuzz/*.c fuzz/*.h
 
 format-check:
-	clang-format --dry-run --Werror include/*.h src/*.c src/*.h src/*/*.c src/*/*.h src/*/*/*.c tools/*/*.c tools/*/*.h tests/*.c tests/*.h tests/mpi/*.c tests/mpi/*.h ref/*.c ref/*.h examples/*.c tests/consumer/*.c fuzz/*.c fuzz/*.h
+	clang-format --dry-run --Werror include/*.h src/*.c src/*.h src/*/*.c src/*/*.h src/*/*/*.c tools/*/*.c tools/*/*.h tests/*.c tests/*.h tests/mpi/*.c tests/mpi/*.h ref/*.c ref/*.h examples/*.c bench/*.c tests/consumer/*.c fuzz/*.c fuzz/*.h
 
 clean:
 	rm -rf build build-sanitize build-tsan build-coverage build-aarch64 build-fuzz
