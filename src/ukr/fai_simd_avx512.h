@@ -6,8 +6,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "ukr/fai_ukr.h" /* FAI_EXP_C2..C6 */
-
 #define FAI_SIMD_NAME "avx512"
 #define FAI_SIMD_WIDTH 16
 /* Register blocks (32 vector registers): QK keys x vectors of query rows, PV rows x vectors. */
@@ -44,30 +42,18 @@ static inline fvec v_exp2i(fvec k) {
         _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
     return _mm512_castsi512_ps(bits);
 }
-/* exp(x) as fai_ukr_body.h's generic v_exp computes it (the same reduction, polynomial and
- * limits), with the lanes below -103.97 (-inf among them) masked off the rounding and the scaling,
- * which give them 0, where the generic one selects twice. */
-#define FAI_SIMD_EXP 1
-static inline fvec v_exp(fvec x) {
-    const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.97f), _CMP_NLT_UQ);
-    const fvec clamped = _mm512_min_ps(_mm512_set1_ps(88.0f), x); /* NaN kept (second operand) */
-    const fvec k = _mm512_maskz_roundscale_ps(
-        kept, _mm512_mul_ps(clamped, _mm512_set1_ps(1.44269504088896341f)),
-        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    fvec r = _mm512_fmadd_ps(k, _mm512_set1_ps(-0.693359375f), clamped);
-    r = _mm512_fmadd_ps(k, _mm512_set1_ps(2.12194440e-4f), r);
-    fvec p = _mm512_set1_ps(FAI_EXP_C6);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FAI_EXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FAI_EXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FAI_EXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FAI_EXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(kept, p, k);
-}
 /* p x 2^k for integral k, subnormal results included (see v_scale2i in fai_ukr_body.h) */
 #define FAI_SIMD_SCALE2I 1
 static inline fvec v_scale2i(fvec p, fvec k) { return _mm512_scalef_ps(p, k); }
+/* v_exp's rounding and scaling with its cut lanes masked off (see fai_ukr_body.h) */
+#define FAI_SIMD_EXP_MASKED 1
+static inline fvec v_round_unless(fmask gone, fvec t) {
+    return _mm512_maskz_roundscale_ps((__mmask16)~gone, t,
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+static inline fvec v_scale2i_unless(fmask gone, fvec p, fvec k) {
+    return _mm512_maskz_scalef_ps((__mmask16)~gone, p, k);
+}
 static inline fmask v_lt(fvec a, fvec b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 static inline fmask v_eq(fvec a, fvec b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 /* where mask: yes, else no */

@@ -30,7 +30,6 @@
 #define FAI_BF16_DOT_Q_LOW 0x0D80 /* 2^-100: exponent field 27 */
 #define FAI_BF16_DOT_HIGH 0x6780  /* 2^80: exponent field 207 */
 
-/* Lanes of the matrix engine's running row sums (its vector width on every table). */
 /* exp(r) = 1 + r + r^2 (C2 + r (C3 + r (C4 + r (C5 + r C6)))) for |r| <= ln2 / 2, the
  * coefficients fitted for relative error (3.1e-9 in exact arithmetic, against 5e-9 for the
  * degree-7 Taylor polynomial): the softmax's exp on every table. */
@@ -40,6 +39,7 @@
 #define FAI_EXP_C5 8.368710056e-03f
 #define FAI_EXP_C6 1.381461276e-03f
 
+/* Lanes of the matrix engine's running row sums (its vector width on every table). */
 #define FAI_MX_SUM_LANES 16
 
 /* How far ahead of the row being computed the decode kernels prefetch K/V rows: about

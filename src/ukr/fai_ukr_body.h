@@ -20,20 +20,28 @@ static inline fvec v_scale2i(fvec p, fvec k) {
 }
 #endif
 
-#if !defined(FAI_SIMD_EXP)
+#if !defined(FAI_SIMD_EXP_MASKED)
+/* t rounded to an integer, and p x 2^k, in the lanes not `gone`, 0 in the others: by selects,
+ * where the vocabulary has no masked forms of them (FAI_SIMD_EXP_MASKED) */
+static inline fvec v_round_unless(fmask gone, fvec t) {
+    return v_select(gone, v_zero(), v_round(t));
+}
+static inline fvec v_scale2i_unless(fmask gone, fvec p, fvec k) {
+    return v_select(gone, v_zero(), v_scale2i(p, k));
+}
+#endif
+
 /* exp(x), vectorised: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), exp(r) by a
- * degree-6 polynomial (fai_ukr.h, FAI_EXP_C2..C6), times 2^k (v_scale2i). Measured maximum
+ * degree-6 polynomial (FAI_EXP_C2..C6 in fai_ukr.h), times 2^k (v_scale2i). Measured maximum
  * relative error against exp in double: see the test ukr_exp_accuracy (2e-7 enforced). x below
- * -103.97 (where e^x rounds to 0 in f32), including -inf, gives exactly 0, and is computed as e^0
- * meanwhile: a subnormal result costs a microcode assist on some CPUs, which masked scores must
- * not pay. Between -103.97 and -87.3 e^x is subnormal and is computed: weights that small still
- * count where V is large (e^-90 times 2^126 is 0.07). NaN stays NaN. A vocabulary may give its own
- * (FAI_SIMD_EXP) computing the same. */
+ * -103.97 (where e^x rounds to 0 in f32), including -inf, gives exactly 0: its k is 0, so it never
+ * scales into the subnormal range (a subnormal result costs a microcode assist on some CPUs, which
+ * masked scores must not pay). Between -103.97 and -87.3 e^x is subnormal and is computed: weights
+ * that small still count where V is large (e^-90 times 2^126 is 0.07). NaN stays NaN. */
 static inline fvec v_exp(fvec x) {
-    const fmask gone = v_lt(x, v_set1(-103.97f));
-    const fvec kept = v_select(gone, v_zero(), x);   /* NaN in x is kept */
-    const fvec clamped = v_min(v_set1(88.0f), kept); /* and here (second operand) */
-    const fvec k = v_round(v_mul(clamped, v_set1(1.44269504088896341f)));
+    const fmask gone = v_lt(x, v_set1(-103.97f)); /* NaN is not */
+    const fvec clamped = v_min(v_set1(88.0f), x); /* NaN kept (second operand) */
+    const fvec k = v_round_unless(gone, v_mul(clamped, v_set1(1.44269504088896341f)));
     fvec r = v_fma(k, v_set1(-0.693359375f), clamped);
     r = v_fma(k, v_set1(2.12194440e-4f), r);
     fvec p = v_set1(FAI_EXP_C6);
@@ -43,9 +51,8 @@ static inline fvec v_exp(fvec x) {
     p = v_fma(p, r, v_set1(FAI_EXP_C2));
     p = v_fma(p, r, v_set1(1.0f));
     p = v_fma(p, r, v_set1(1.0f));
-    return v_select(gone, v_zero(), v_scale2i(p, k));
+    return v_scale2i_unless(gone, p, k);
 }
-#endif
 
 /* Vector exp over an array, for the accuracy test: n a multiple of W. */
 static void exp_array_simd(float *dst, const float *src, int64_t n) {
