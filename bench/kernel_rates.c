@@ -37,12 +37,24 @@ static uint32_t random_bits(void) {
 }
 static float uniform(void) { return (float)random_bits() / 2147483648.0f - 1.0f; } /* [-1, 1) */
 
+/* Every buffer the run allocates, freed together at its end (free_all). */
+#define MAX_BUFFERS 256
+static void *buffers[MAX_BUFFERS];
+static int buffer_count;
+
+static void free_all(void) {
+    while (buffer_count > 0)
+        free(buffers[--buffer_count]);
+}
+
 static void *zeroed(size_t bytes) {
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    void *p = buffer_count < MAX_BUFFERS ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
     if (!p) {
         fprintf(stderr, "fai_kernel_rates: out of memory\n");
+        free_all();
         exit(1);
     }
+    buffers[buffer_count++] = p;
     return memset(p, 0, bytes);
 }
 
@@ -307,13 +319,17 @@ int main(int argc, char **argv) {
     }
     operands *t = zeroed(sizeof *t);
     t->cntx = fai__cntx_select();
-    if (!t->cntx) return 1;
+    if (!t->cntx) {
+        free_all();
+        return 1;
+    }
     const int scalar = !strcmp(t->cntx->name, "ref") || !strcmp(t->cntx->name, "amx-emu");
     t->calls_divisor = (scalar ? 200 : 1) * (quick ? 50 : 1);
     const int64_t one = 1;
     ft_peak peak;
     if (ft_peak_measure(&one, 1, &peak)) {
         fprintf(stderr, "fai_kernel_rates: the peak probes could not run\n");
+        free_all();
         return 1;
     }
     printf("table %s, one thread; peaks measured now: fp32 FMA %.1f, bf16 dot %.1f, AMX %.1f "
@@ -340,5 +356,6 @@ int main(int argc, char **argv) {
     if (t->cntx->qk_bf16 && t->cntx->pv_bf16) prefill_bf16(t, &peak, t_softmax);
     if (t->cntx->mx_qk) prefill_mx(t, &peak);
     decode_rows(t, &peak);
-    return 0; /* the operands live until exit */
+    free_all();
+    return 0;
 }
