@@ -335,6 +335,10 @@ int main(int argc, char **argv) {
     printf("table %s, one thread; peaks measured now: fp32 FMA %.1f, bf16 dot %.1f, AMX %.1f "
            "GFLOP/s\n",
            t->cntx->name, peak.fp32_gflops, peak.bf16_gflops, peak.amx_gflops);
+    if (!strcmp(ft_peak_isa(), "avx512") && t->cntx->simd_width > 1 && t->cntx->simd_width < 16)
+        printf("(the peaks are the machine's, on 16-lane vectors: a %d-lane table's own ceiling is "
+               "%.0f %% of them)\n",
+               (int)t->cntx->simd_width, 100.0 * (double)t->cntx->simd_width / 16.0);
     t->q_t = zeroed(sizeof(float) * D * M);
     t->s_t = zeroed(sizeof(float) * N * M);
     t->p_saved = zeroed(sizeof(float) * N * M);
