@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fai_kernel_rates runs every section its table has to the end, with finite positive rates: on
+# fai_kernel_rates runs every section its table has to the end, with finite rates: on
 # the table this CPU chooses, and on amx-emu (the matrix engine's stages and the scalar row
 # kernels). A benchmark, so no rate is judged, only that each is measured.
 set -euo pipefail
