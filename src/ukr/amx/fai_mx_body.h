@@ -338,7 +338,8 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
 
 /* O [m_pad, ld_o] += P V in 32 x 32 blocks: accumulators 0-3, P in tiles 4-5, V in 6-7; P is
  * hi + lo (2^-16 relative; or hi alone, rounded, when asked), and V's parts pass as above:
- * P_hi V_hi + P_lo V_hi (+ P_hi V_lo). */
+ * P_hi V_hi + P_lo V_hi (+ P_hi V_lo), each V part's tiles loaded once for the P parts it meets
+ * (a load fewer per pass pair: all-bf16 P1 and P2 1.03-1.04x on one thread). */
 static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
                   int v_parts, int64_t m_pad, int64_t n_pad, int64_t dv_pad) {
     const int64_t p_stride = n_pad * 2, v_stride = dv_pad * 4;
@@ -349,11 +350,20 @@ static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const 
             C_2X2(TILE_LOAD, out, ld_o);
             for (int64_t j = 0; j < n_pad; j += PAIR_COLS) {
                 const int64_t p_at = i0 * n_pad + j, v_at = ((j / 2) * dv_pad + x0) * 2;
-                for (int vj = 0; vj < v_parts && vj < 2; vj++)
+                for (int vj = 0; vj < v_parts && vj < 2; vj++) {
+                    const uint16_t *vb = v + vj * v_part + v_at;
+                    TILE_LOAD(6, vb, v_stride);
+                    TILE_LOAD(7, vb + 2 * TILE, v_stride);
                     for (int pi = 0; pi < p_parts && pi + vj <= 1; pi++) {
-                        const uint16_t *pa = p + pi * p_part + p_at, *vb = v + vj * v_part + v_at;
-                        DP_2X2(pa, pa + TILE * n_pad, p_stride, vb, vb + 2 * TILE, v_stride);
+                        const uint16_t *pa = p + pi * p_part + p_at;
+                        TILE_LOAD(4, pa, p_stride);
+                        TILE_DP(0, 4, 6);
+                        TILE_DP(1, 4, 7);
+                        TILE_LOAD(5, pa + TILE * n_pad, p_stride);
+                        TILE_DP(2, 5, 6);
+                        TILE_DP(3, 5, 7);
                     }
+                }
             }
             C_2X2(TILE_STORE, out, ld_o);
         }
