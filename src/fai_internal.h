@@ -202,6 +202,11 @@ static inline int fai__mx_serves(const fai_plan *plan) {
     return plan->cntx->mx_qk && plan->pb.k_dtype != FAI_DTYPE_F32 &&
            plan->pb.v_dtype != FAI_DTYPE_F32 && fai__dot_products_scale_ok(plan);
 }
+
+/* The L1d bytes one row block of the matrix engine touches per kv tile of tile_kv keys: its S and
+ * P rows, the tile's packed K and V, the block's Q and O rows (fai_plan.c). */
+int64_t fai__mx_block_bytes(const fai_plan *plan, int64_t tile_kv);
+
 /* The tuning cache (fai_tuning.c): the plan's shape class, and the tuned tile for it. */
 void fai__tuning_class(fai_plan *plan, int64_t max_q, int64_t max_kv);
 int fai__tuning_lookup(const fai_plan *plan, int64_t *tile_q, int64_t *tile_kv);

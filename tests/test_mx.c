@@ -302,3 +302,39 @@ TEST(mx_round_p_bf16_within_its_bound) {
         fai_case_free(&c);
     }
 }
+
+/* The matrix engine's tile: 32 rows x 64 keys where one row block's operands for such a tile fit
+ * L1d (S 8 KiB, P 8 KiB, K 8 KiB, V 8 KiB, Q 4 KiB and O 8 KiB at head dim 64, all bf16: 45056
+ * bytes), else 64 rows x 128 keys (head dim 128; or Q f32, whose three parts take 12 KiB). */
+TEST(mx_tile_keeps_a_row_block_in_l1d) {
+    const struct {
+        int64_t heads_q, head_dim;
+        fai_dtype q_dtype;
+        int64_t block_bytes; /* one row block's operands at 64 keys */
+    } cases[] = {{16, 64, FAI_DTYPE_BF16, 45056},
+                 {16, 64, FAI_DTYPE_F32, 53248},
+                 {32, 128, FAI_DTYPE_BF16, 73728}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fai_problem pb;
+        fai_problem_init(&pb);
+        pb.batch = 1;
+        pb.heads_q = cases[i].heads_q;
+        pb.heads_kv = 8;
+        pb.seq_q = pb.seq_kv = 1024;
+        pb.head_dim = pb.head_dim_v = cases[i].head_dim;
+        pb.q_dtype = cases[i].q_dtype;
+        pb.k_dtype = pb.v_dtype = pb.o_dtype = FAI_DTYPE_BF16;
+        pb.workers = pb.threads = 1;
+        fai_plan *plan;
+        REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+        fai_plan_info info;
+        fai_plan_get_info(plan, &info);
+        if (!strncmp(info.isa, "amx", 3)) {
+            const int small = cases[i].block_bytes <= info.l1d_capacity;
+            CHECK(info.tile_rows == (small ? 32 : 64));
+            CHECK(info.tile_kv == (small ? 64 : 128));
+            if (small) CHECK(info.l1d_bytes == cases[i].block_bytes);
+        }
+        fai_plan_free(plan);
+    }
+}

@@ -137,13 +137,20 @@ static int mx_parts(fai_dtype dtype) {
  * O rows: the tile unit reads them from there, or from L2 when they do not fit); L2 the unit's
  * slot (the packed K/V cache, which holds a kv head's tiles, may run past it into L3). The slot
  * must fit half of L2 for the tile to count as fitting. */
+int64_t fai__mx_block_bytes(const fai_plan *plan, int64_t tile_kv) {
+    const int64_t block = FAI_MX_BLOCK_ROWS, ld_n = fai__ceil_div(tile_kv, 32) * 32;
+    const int64_t d_pad = fai__ceil_div(plan->pb.head_dim, 32) * 32;
+    const int64_t ld_o = fai__ceil_div(plan->head_dim_v, 32) * 32;
+    const int64_t half = (int64_t)sizeof(uint16_t);
+    return block * ld_n * (int64_t)sizeof(float) + 2 * block * ld_n * half +
+           ld_n * d_pad * half * mx_parts(plan->pb.k_dtype) +
+           ld_n * ld_o * half * mx_parts(plan->pb.v_dtype) +
+           block * d_pad * half * mx_parts(plan->pb.q_dtype) +
+           block * ld_o * (int64_t)sizeof(float);
+}
+
 static void budget_mx(fai_plan *plan) {
-    const int64_t block = FAI_MX_BLOCK_ROWS, ld_n = plan->ld_n, ld_o = plan->ld_o;
-    const int64_t d_pad = plan->d_pad, half = (int64_t)sizeof(uint16_t);
-    plan->l1d_bytes =
-        block * ld_n * (int64_t)sizeof(float) + 2 * block * ld_n * half +
-        ld_n * d_pad * half * plan->mx_k_parts + ld_n * ld_o * half * plan->mx_v_parts +
-        block * d_pad * half * plan->mx_q_parts + block * ld_o * (int64_t)sizeof(float);
+    plan->l1d_bytes = fai__mx_block_bytes(plan, plan->tile_kv);
     plan->l2_bytes = (int64_t)plan->ws.slot;
     plan->tile_fits = plan->l2_bytes <= fai__cache_sizes()->l2 / 2;
 }

@@ -7,8 +7,12 @@
  *        of the V tile (tile_kv x 4 vectors) for PV, within three quarters of L1d, leaving the
  *        rest to the S^T rows streaming through (a hot set of all of L1d measured 10-30 % slower
  *        on an Intel Xeon with 48 KiB L1d).
- * The matrix engine keeps 64-row tiles of 128 keys (fai_plan.c checks its own budget): the
- * vector tables' choice measured 2-6 % slower there.
+ * The matrix engine takes 64-row tiles of 128 keys (fai_plan.c checks its own budget): the
+ * vector tables' choice measured 2-6 % slower there. Where one 32-row block's operands for a
+ * kv tile of 64 keys fit L1d (fai__mx_block_bytes: head dim 64 with 16-bit Q), it takes
+ * 32 x 64 tiles instead: the tile unit then reads its operands from L1d, and all-bf16 P2 ran
+ * 1.04-1.07x faster and O1 1.17x on an Intel Xeon (with Q f32, whose parts do not fit, 64 x 128
+ * stays faster: P2 0.92x at 32 x 64).
  * Decode-like tiles (a few rows: K and V read directly, see DIRECT_KV_MAX_ROWS) need no packed
  * tiles; their kv tile is sized so that the tile being computed and the one being prefetched fit
  * in a quarter of L2. */
@@ -21,6 +25,8 @@
  * scores: 128 rows measured 1.1-1.3x faster than 64 on an Intel Xeon (f32 P1, P2). */
 #define TARGET_TILE_ROWS 128
 #define TARGET_TILE_ROWS_MX 64
+#define SMALL_TILE_ROWS_MX 32
+#define SMALL_TILE_KV_MX 64
 #define MAX_GROUP_SLICE 64
 /* Decode tiles are also the grain of the split: with at least this many tiles per worker, cutting
  * the line into equal shares leaves each within 5 % of the mean. */
@@ -44,20 +50,24 @@ static int64_t stream_bytes(const fai_plan *plan, int64_t tile_kv) {
             plan->head_dim_v * (int64_t)fai_dtype_size(pb->v_dtype));
 }
 
-/* What the chooser aims at on a path: the rows of a prefill Q tile, and the L1d bytes its inner
- * loops may keep hot. The vector tables leave a quarter of L1d to the S^T rows streaming
- * through; the matrix engine, whose tiles stream from L1d and L2 themselves, keeps 64-row tiles
- * of 128 keys (measured faster there than the vector tables' choice). */
+/* What the chooser aims at on a path: the rows of a prefill Q tile, the largest prefill kv tile
+ * it tries, and the L1d bytes its inner loops may keep hot. The vector tables leave a quarter of
+ * L1d to the S^T rows streaming through; the matrix engine, whose tiles stream from L1d and L2
+ * themselves, takes 64-row tiles of 128 keys, or 32 x 64 where a row block's operands then fit
+ * L1d (see the top of this file). */
 typedef struct tile_policy {
     int64_t target_rows;
+    int64_t max_prefill_kv;
     int64_t hot_budget;
 } tile_policy;
 
 static tile_policy policy_of(const fai_plan *plan) {
     const int64_t l1d = fai__cache_sizes()->l1d;
-    tile_policy policy = {TARGET_TILE_ROWS, l1d / 4 * 3};
+    tile_policy policy = {TARGET_TILE_ROWS, 128, l1d / 4 * 3};
     if (fai__mx_serves(plan)) {
-        policy.target_rows = TARGET_TILE_ROWS_MX;
+        const int small = fai__mx_block_bytes(plan, SMALL_TILE_KV_MX) <= l1d;
+        policy.target_rows = small ? SMALL_TILE_ROWS_MX : TARGET_TILE_ROWS_MX;
+        policy.max_prefill_kv = small ? SMALL_TILE_KV_MX : 128;
         policy.hot_budget = l1d;
     }
     return policy;
@@ -109,7 +119,9 @@ void fai__choose_tile(fai_plan *plan) {
                             : pb->tile_kv;
     if (tile_kv == 0) {
         tile_kv = candidates[count - 1];
-        for (int c = decode ? 0 : 1; c < count; c++) { /* prefill tiles start at 128 */
+        const int64_t max_prefill_kv = policy_of(plan).max_prefill_kv;
+        for (int c = 0; c < count; c++) {
+            if (!decode && candidates[c] > max_prefill_kv) continue;
             /* decode tiles are also the grain of the split (the smallest always qualifies) */
             const int fine_enough =
                 !decode || c == count - 1 ||
