@@ -27,6 +27,9 @@ static unsigned long long read_xcr0(void) {
 
 static void detect(void) {
     unsigned int eax, ebx, ecx, edx;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return;
+    /* the vendor string is in EBX, EDX, ECX */
+    features.vendor_amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
     if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return;
     const int osxsave = (ecx >> 27) & 1;
     const unsigned long long xcr0 = osxsave ? read_xcr0() : 0;
@@ -139,6 +142,13 @@ static void request_amx(void) {
 int fai__amx_enable(void) {
     pthread_once(&amx_once, request_amx);
     return amx_permitted;
+}
+
+int fai__bf16_dot_preferred(void) {
+    const char *env = getenv("FAI_BF16_DOT");
+    if (env && !strcmp(env, "1")) return 1;
+    if (env && !strcmp(env, "0")) return 0;
+    return fai__cpu_features()->vendor_amd;
 }
 
 /* The CPU's model name as /proc/cpuinfo gives it (x86: "model name"; Arm: implementer and

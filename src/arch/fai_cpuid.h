@@ -10,6 +10,7 @@ typedef struct fai_cpu_features {
      * Linux also wants a per-process request before the first tile instruction: see
      * fai__amx_enable. */
     int amx_bf16;
+    int vendor_amd; /* "AuthenticAMD" */
 } fai_cpu_features;
 
 const fai_cpu_features *fai__cpu_features(void);
@@ -19,6 +20,14 @@ const fai_cpu_features *fai__cpu_features(void);
  * without AMX, a kernel that refuses or a sandbox that blocks the call gives 0, never SIGILL.
  * FAI_AMX=0 in the environment also gives 0 (a switch for comparing tables). */
 int fai__amx_enable(void);
+
+/* Whether plans multiply bf16 operands with bf16 dot products (vdpbf16ps) where their table
+ * has them, rather than widening them to f32 for FMAs: where the CPU runs them at least at the
+ * f32 FMAs' rate per element. AMD's Zen 4 and 5 run them at twice that rate; Intel's cores at
+ * half (Sapphire Rapids: 123 against 245 GFLOP/s, with a product counted as two), where the FMA
+ * path ran all-bf16 prefill 2.1-2.3x and decode 1.04-1.07x faster. FAI_BF16_DOT=1 or 0 in the
+ * environment forces the choice (a switch for tests and comparisons). */
+int fai__bf16_dot_preferred(void);
 
 /* Per-core L1 data cache and L2 sizes in bytes, read once from the OS (sysfs, then sysconf);
  * 32 KiB and 1 MiB where the OS does not say. The shared L3 likewise, 0 where the OS does not
