@@ -132,11 +132,7 @@ static int mx_parts(fai_dtype dtype) {
     return dtype == FAI_DTYPE_F16 ? 2 : 3;
 }
 
-/* The matrix engine's budget, in place of the vector tables' (fai_tile.c): L1d holds what one row
- * block's stages touch per kv tile (its S and P rows, the tile's packed K and V, the block's Q and
- * O rows: the tile unit reads them from there, or from L2 when they do not fit); L2 the unit's
- * slot (the packed K/V cache, which holds a kv head's tiles, may run past it into L3). The slot
- * must fit half of L2 for the tile to count as fitting. */
+/* S in f32, P in two bf16 parts, K, V and Q in their parts, O in f32 (fai_internal.h) */
 int64_t fai__mx_block_bytes(const fai_plan *plan, int64_t tile_kv) {
     const int64_t block = FAI_MX_BLOCK_ROWS, ld_n = fai__ceil_div(tile_kv, 32) * 32;
     const int64_t d_pad = fai__ceil_div(plan->pb.head_dim, 32) * 32;
@@ -149,6 +145,11 @@ int64_t fai__mx_block_bytes(const fai_plan *plan, int64_t tile_kv) {
            block * ld_o * (int64_t)sizeof(float);
 }
 
+/* The matrix engine's budget, in place of the vector tables' (fai_tile.c): L1d holds what one row
+ * block's stages touch per kv tile (its S and P rows, the tile's packed K and V, the block's Q and
+ * O rows: the tile unit reads them from there, or from L2 when they do not fit); L2 the unit's
+ * slot (the packed K/V cache, which holds a kv head's tiles, may run past it into L3). The slot
+ * must fit half of L2 for the tile to count as fitting. */
 static void budget_mx(fai_plan *plan) {
     plan->l1d_bytes = fai__mx_block_bytes(plan, plan->tile_kv);
     plan->l2_bytes = (int64_t)plan->ws.slot;
