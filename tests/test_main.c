@@ -115,9 +115,9 @@ int main(int argc, char **argv) {
     fai_plan_free(plan);
     /* FAI_BF16_DOT=1 asks for bf16 dot products, which the table may not have */
     const char *bf16_dot = getenv("FAI_BF16_DOT");
-    if (bf16_dot && !strcmp(bf16_dot, "1") && !fai__cntx_select()->qk_bf16) {
-        printf("skipped: FAI_BF16_DOT=1, and the %s table has no bf16 dot products\n",
-               fai__cntx_select()->name);
+    const fai_cntx *table = fai__cntx_select();
+    if (bf16_dot && !strcmp(bf16_dot, "1") && !table->qk_bf16) {
+        printf("skipped: FAI_BF16_DOT=1, and the %s table has no bf16 dot products\n", table->name);
         return 77;
     }
     if (test_run_registered(filter, run, NULL, 1, &passed, &failed)) return 1;

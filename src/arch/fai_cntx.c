@@ -30,7 +30,8 @@ static void init_tables(void) {
     tables[AVX512].available =
         cpu->avx512f && cpu->avx512bw && cpu->avx512vl && cpu->avx2 && cpu->fma && cpu->f16c;
     if (tables[AVX512].available) fai__cntx_init_avx512(&tables[AVX512].cntx);
-    if (tables[AVX512].available && cpu->avx512bw && cpu->avx512bf16)
+    /* bf16 dot products only where they run faster than the FMAs they replace */
+    if (tables[AVX512].available && cpu->avx512bw && cpu->avx512bf16 && fai__bf16_dot_preferred())
         fai__cntx_add_avx512_bf16(&tables[AVX512].cntx);
     /* the tile unit needs the kernel's grant first: asked here, once, before any thread runs a
      * plan made with this table */

@@ -21,12 +21,13 @@ const fai_cpu_features *fai__cpu_features(void);
  * FAI_AMX=0 in the environment also gives 0 (a switch for comparing tables). */
 int fai__amx_enable(void);
 
-/* Whether plans multiply bf16 operands with bf16 dot products (vdpbf16ps) where their table
- * has them, rather than widening them to f32 for FMAs: where the CPU runs them at least at the
- * f32 FMAs' rate per element. AMD's Zen 4 and 5 run them at twice that rate; Intel's cores at
- * half (Sapphire Rapids: 123 against 245 GFLOP/s, with a product counted as two), where the FMA
- * path ran all-bf16 prefill 2.1-2.3x and decode 1.04-1.07x faster. FAI_BF16_DOT=1 or 0 in the
- * environment forces the choice (a switch for tests and comparisons). */
+/* Whether the avx512 table (and the amx table built on it) takes the bf16 dot-product entries
+ * (vdpbf16ps) of a CPU that has them, rather than leaving bf16 operands to be widened to f32 for
+ * FMAs: where the CPU runs them at least at the f32 FMAs' rate per element. AMD's Zen 4 and 5 run
+ * them at twice that rate; a Sapphire Rapids Xeon at half (123 against 245 GFLOP/s, a product
+ * counted as two), where the FMA path ran all-bf16 prefill 2.1-2.3x and decode 1.04-1.07x faster;
+ * so AMD only, by the CPUID vendor. FAI_BF16_DOT=1 or 0 in the environment forces the choice when
+ * the tables are set up (a switch for tests and comparisons). */
 int fai__bf16_dot_preferred(void);
 
 /* Per-core L1 data cache and L2 sizes in bytes, read once from the OS (sysfs, then sysconf);

@@ -179,13 +179,11 @@ int64_t fai__vector_slot_bytes(const fai_plan *plan, int64_t rows, int64_t tile_
 
 static fai_status layout_workspace(fai_plan *plan) {
     set_vector_dims(plan);
-    /* bf16 dot products where the CPU runs them faster than the FMAs they replace */
-    const int bf16_dot = fai__bf16_dot_preferred();
-    plan->bf16_qk = bf16_dot && plan->cntx->qk_bf16 && !plan->direct_kv &&
-                    plan->pb.q_dtype == FAI_DTYPE_BF16 && plan->pb.k_dtype == FAI_DTYPE_BF16 &&
-                    plan->pb.head_dim % 2 == 0 && fai__dot_products_scale_ok(plan);
+    plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
+                    plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0 &&
+                    fai__dot_products_scale_ok(plan);
     plan->bf16_pv = plan->bf16_qk && plan->cntx->pv_bf16 && plan->pb.v_dtype == FAI_DTYPE_BF16;
-    plan->bf16_qk_rows = bf16_dot && plan->cntx->qk_rows_bf16 && plan->direct_kv &&
+    plan->bf16_qk_rows = plan->cntx->qk_rows_bf16 && plan->direct_kv &&
                          plan->pb.q_dtype == FAI_DTYPE_BF16 && plan->pb.k_dtype == FAI_DTYPE_BF16 &&
                          fai__dot_products_scale_ok(plan);
     plan->p_parts = plan->pb.round_p_bf16 ? 1 : 2;
