@@ -299,6 +299,14 @@ typedef struct fai_problem {
      * outside the scales the strides address. fai_check_tensors checks them regardless. 0 (the
      * default): checked. */
     int trust_scales;
+
+    /* Nonzero: a quantized K (k_dtype int8, e4m3 or e5m2) also has a scale per kv head and
+     * channel, given at run time in fai_tensors.k_channel_scale, as KIVI and OpenVINO keep for
+     * keys: element d of a key of kv head h is code x its scale (fai_scale) x the channel's.
+     * fai multiplies Q by the channels' scales once per unit instead (q . (c x codes) =
+     * (q x c) . codes, one more f32 rounding of each Q element), so it costs no pass over K.
+     * Refused for f32, f16 and bf16 K. 0 (the default): none. */
+    int k_channel_scales;
 } fai_problem;
 
 /* Fills a problem with the defaults: every count 0, head_dim_v FAI_HEAD_DIM_V_DEFAULT (D),
@@ -348,6 +356,15 @@ typedef struct fai_scale {
     int64_t stride_batch, stride_seq, stride_head;
 } fai_scale;
 
+/* Per-channel scales of a quantized K (fai_problem.k_channel_scales), f32: the scale of channel
+ * d of kv head h lives at data[h*stride_head + d] (stride_head 0: the same channels' scales for
+ * every head). Every scale must be finite and > 0 (checked unless the problem trusts its
+ * scales). */
+typedef struct fai_channel_scale {
+    float *data;
+    int64_t stride_head;
+} fai_channel_scale;
+
 typedef struct fai_tensors {
     fai_tensor q, k, v; /* inputs, read only */
     fai_tensor o;       /* output; every row is written, rows past a sequence's length with 0 */
@@ -374,6 +391,9 @@ typedef struct fai_tensors {
     /* Scales of a quantized K and V: required when k.dtype (v.dtype) is int8, e4m3 or e5m2, and
      * refused (data not NULL) otherwise. */
     fai_scale k_scale, v_scale;
+    /* K's per-channel scales: required when the problem has k_channel_scales, and refused (data
+     * not NULL) when it has not. */
+    fai_channel_scale k_channel_scale;
 } fai_tensors;
 
 /* Strides of a contiguous [B, S, H, Dlast] tensor (the default BSHD layout). */

@@ -25,6 +25,7 @@ enum {
     BUF_MASK = FAI_CASE_BUF_MASK,
     BUF_K_SCALE = FAI_CASE_BUF_K_SCALE,
     BUF_V_SCALE = FAI_CASE_BUF_V_SCALE,
+    BUF_K_CHANNEL_SCALE = FAI_CASE_BUF_K_CHANNEL_SCALE,
     BUF_COUNT = FAI_CASE_BUFS
 };
 
@@ -752,6 +753,24 @@ static int alloc_kv_scales(case_draft *draft) {
         scale->stride_seq = rows.stride_seq;
         scale->stride_head = rows.stride_head;
     }
+    /* a third of the quantized keys also have per-channel scales: [Hkv, D] (now and then with
+     * a gap between heads), or one set for every head; powers of two from 1/4 to 4 and values
+     * between them, so Q times them is and is not exact */
+    if (fai_dtype_is_quantized(t->k.dtype) && fai_rng_range(gq, 0, 2) == 0) {
+        const int64_t D = draft->sp.head_dim;
+        const int shared = fai_rng_range(gq, 0, 3) == 0;
+        const int64_t stride = shared ? 0 : D + PICK(gq, 0, 0, 3);
+        const int64_t ext = shared ? D : (Hkv - 1) * stride + D;
+        if (alloc_buf(c, BUF_K_CHANNEL_SCALE, ext, sizeof(float)))
+            return build_fail(c, "out of memory");
+        float *channels = c->buf[BUF_K_CHANNEL_SCALE];
+        for (int64_t i = 0; i < ext; i++)
+            channels[i] = fai_rng_range(gq, 0, 1) ? ldexpf(1.0f, (int)fai_rng_range(gq, -2, 2))
+                                                  : 0.25f + 3.75f * (float)fai_rng_uniform(gq);
+        c->problem.k_channel_scales = 1;
+        t->k_channel_scale.data = channels;
+        t->k_channel_scale.stride_head = stride;
+    }
     return 0;
 }
 
@@ -999,19 +1018,20 @@ static void describe_case(const case_draft *draft) {
         snprintf(mods_desc, sizeof mods_desc, " mods=softcap:%g%s%s", (double)pb->softcap,
                  pb->alibi ? ",alibi" : "", pb->sinks ? ",sinks" : "");
     snprintf(c->desc, sizeof c->desc,
-             "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s v=%s "
+             "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s%s v=%s "
              "o=%s causal=%s%s window=%lld,%lld mask=%s%s lens_q=%s lens_kv=%s%s scale=%s amp=%g "
              "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld ws+%zu",
              (unsigned long long)c->seed, (long long)B, (long long)sp->heads_q,
              (long long)sp->heads_kv, (long long)sp->seq_q, (long long)sp->seq_kv,
              (long long)sp->head_dim, (long long)pb->head_dim_v, fai_dtype_name(pb->q_dtype),
-             fai_dtype_name(pb->k_dtype), fai_dtype_name(pb->v_dtype), fai_dtype_name(pb->o_dtype),
-             causal_name(pb->causal), pb->q_positions ? " positions" : "",
-             (long long)pb->window_left, (long long)pb->window_right, mask_desc, mods_desc, lq_desc,
-             lk_desc, lens_desc, scale_desc, sp->amplitude, c->layout_q, c->layout_k, c->layout_v,
-             c->layout_o, sp->lse ? 1 + c->lse_layout : 0, (long long)pb->workers,
-             (long long)pb->threads, split_name(pb->split), (long long)pb->tile_q,
-             (long long)pb->tile_kv, c->workspace_offset);
+             fai_dtype_name(pb->k_dtype), pb->k_channel_scales ? "+channels" : "",
+             fai_dtype_name(pb->v_dtype), fai_dtype_name(pb->o_dtype), causal_name(pb->causal),
+             pb->q_positions ? " positions" : "", (long long)pb->window_left,
+             (long long)pb->window_right, mask_desc, mods_desc, lq_desc, lk_desc, lens_desc,
+             scale_desc, sp->amplitude, c->layout_q, c->layout_k, c->layout_v, c->layout_o,
+             sp->lse ? 1 + c->lse_layout : 0, (long long)pb->workers, (long long)pb->threads,
+             split_name(pb->split), (long long)pb->tile_q, (long long)pb->tile_kv,
+             c->workspace_offset);
 }
 
 int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {
@@ -1319,7 +1339,8 @@ int fai_case_check(fai_case *c, fai_pool *pool, fai_case_result *r) {
         if (stray >= 0)
             why(r, "LSE buffer written outside its elements, at element %lld", (long long)stray);
     }
-    static const char *names[BUF_COUNT] = {"Q", "K", "V", "O", "LSE", "mask", "k_scale", "v_scale"};
+    static const char *names[BUF_COUNT] = {
+        "Q", "K", "V", "O", "LSE", "mask", "k_scale", "v_scale", "k_channel_scale"};
     for (int i = 0; i < BUF_COUNT; i++) {
         if (i == BUF_O || i == BUF_LSE || !c->buf[i]) continue;
         if (memcmp(c->buf[i], c->init[i], c->bytes[i]))

@@ -109,6 +109,7 @@ enum {
     FAI_CASE_BUF_MASK,
     FAI_CASE_BUF_K_SCALE, /* a quantized K's scales */
     FAI_CASE_BUF_V_SCALE,
+    FAI_CASE_BUF_K_CHANNEL_SCALE, /* a quantized K's per-channel scales */
     FAI_CASE_BUFS
 };
 

@@ -280,6 +280,9 @@ static fai_status check_problem(const fai_problem *pb, const fai_tensors *t, cha
     if ((dtype_quantized(pb->k_dtype) && !t->k_scale.data) ||
         (dtype_quantized(pb->v_dtype) && !t->v_scale.data))
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "a quantized K or V without scales");
+    if (pb->k_channel_scales && (!dtype_quantized(pb->k_dtype) || !t->k_channel_scale.data))
+        return fail(err, err_size, FAI_ERR_INVALID_ARG,
+                    "K's channel scales without a quantized K or without their data");
     if (t->q.dtype != pb->q_dtype || t->k.dtype != pb->k_dtype || t->v.dtype != pb->v_dtype ||
         t->o.dtype != pb->o_dtype)
         return fail(err, err_size, FAI_ERR_INVALID_ARG, "tensor dtypes differ from the problem");
@@ -496,8 +499,12 @@ static void decode_kv(const fai_problem *pb, const fai_tensors *t, const seq_map
         const int64_t vo = token_offset(kvmap, &t->v, b, j) + hk * t->v.stride_head;
         const double ks = token_scale(kvmap, &t->k_scale, pb->k_dtype, b, j, hk);
         const double vs = token_scale(kvmap, &t->v_scale, pb->v_dtype, b, j, hk);
+        const float *channels = pb->k_channel_scales
+                                    ? t->k_channel_scale.data + hk * t->k_channel_scale.stride_head
+                                    : NULL;
         for (int64_t d = 0; d < D; d++)
-            kd[j * D + d] = ks * fai_oracle_load(t->k.data, pb->k_dtype, ko + d);
+            kd[j * D + d] = ks * (channels ? (double)channels[d] : 1.0) *
+                            fai_oracle_load(t->k.data, pb->k_dtype, ko + d);
         for (int64_t d = 0; d < Dv; d++)
             vd[j * Dv + d] = vs * fai_oracle_load(t->v.data, pb->v_dtype, vo + d);
     }

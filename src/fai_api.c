@@ -200,6 +200,41 @@ static fai_status check_scales(const fai_plan *plan, const fai_tensors *t, const
     return FAI_OK;
 }
 
+/* K's per-channel scales (fai_channel_scale): given exactly when the problem has them, the stride
+ * not negative, and each head's head_dim scales finite and > 0. */
+static fai_status check_channel_scales(const fai_plan *plan, const fai_channel_scale *scale,
+                                       int64_t kv_rows, int check_values) {
+    const fai_problem *pb = &plan->pb;
+    if (!pb->k_channel_scales) {
+        if (scale->data)
+            return fai__fail(FAI_ERR_INVALID_ARG,
+                             "k_channel_scale.data is set but the problem's k_channel_scales is "
+                             "0: set it to have K's channels scaled");
+        return FAI_OK;
+    }
+    if (kv_rows == 0) return FAI_OK;
+    if (!scale->data)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "k_channel_scale.data = NULL: the problem has k_channel_scales");
+    if (scale->stride_head < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "k_channel_scale.stride_head = %" PRId64 " must not be negative",
+                         scale->stride_head);
+    if (!check_values) return FAI_OK;
+    const int64_t heads = scale->stride_head == 0 ? 1 : pb->heads_kv;
+    for (int64_t h = 0; h < heads; h++) {
+        const float *at = scale->data + h * scale->stride_head;
+        if (scales_ok(at, pb->head_dim, 1)) continue;
+        for (int64_t d = 0; d < pb->head_dim; d++)
+            if (!scales_ok(at + d, 1, 1))
+                return fai__fail(FAI_ERR_INVALID_ARG,
+                                 "k_channel_scale of kv head %" PRId64 ", channel %" PRId64
+                                 " = %g: a scale must be finite and > 0",
+                                 h, d, (double)at[d]);
+    }
+    return FAI_OK;
+}
+
 /* check_table, check_scales_too: whether the block table's entries and the quantized K/V's
  * scales are read and checked (fai_run skips what the problem trusts). */
 static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table,
@@ -238,6 +273,7 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
     if (plan->paged && t->block_table && check_table) FAI_TRY(check_block_table(plan, t));
     FAI_TRY(check_scales(plan, t, "k_scale", &t->k_scale, pb->k_dtype, kv_rows, check_scales_too));
     FAI_TRY(check_scales(plan, t, "v_scale", &t->v_scale, pb->v_dtype, kv_rows, check_scales_too));
+    FAI_TRY(check_channel_scales(plan, &t->k_channel_scale, kv_rows, check_scales_too));
     return FAI_OK;
 }
 

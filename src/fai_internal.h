@@ -74,7 +74,8 @@ typedef struct fai_ws_layout {
     size_t row_slope, row_offset; /* ALiBi: each row's slope, and its offset in the tile */
     size_t key_scales;            /* quantized K/V: the tile's K scales [ld_n], then V's */
     size_t fetch_rows;            /* decode: the rows of the stream read next (fai_row_fetch) */
-    size_t slot;                  /* bytes of one unit's scratch, a multiple of 64 */
+    size_t q_scaled; /* K's channel scales: the unit's Q rows times them, f32 [rows, ld_q] */
+    size_t slot;     /* bytes of one unit's scratch, a multiple of 64 */
     /* the packed K/V cache after the slots: its state at kv_cache, its tiles from
      * kv_cache_tiles_at, each kv_cache_tile_bytes (K, then V at kv_cache_k_bytes) */
     size_t kv_cache, kv_cache_tiles_at, kv_cache_k_bytes, kv_cache_tile_bytes;
@@ -106,6 +107,9 @@ struct fai_plan {
     int mods;                /* softcap or ALiBi: the scores pass through the mods_ entries */
     /* K (V) is quantized: its per-key scales multiply S (P) after QK (the softmax) */
     int k_scaled, v_scaled;
+    /* K has per-channel scales too (fai_problem.k_channel_scales): each unit's Q rows are
+     * multiplied by its kv head's, in f32 (ws.q_scaled, or decode's Q tile), before packing */
+    int k_channel_scaled;
     int64_t ld_s; /* tile_rows padded to the micro-kernels' vector width: S^T and Q^T rows */
     int64_t ld_o; /* dv padded likewise: V tile and O accumulator rows */
     /* Small Q tiles (decode) read K and V rows directly instead of packing them; Q is then

@@ -929,6 +929,86 @@ TEST(run_quantized_scales) {
     fixture_free(&fx);
 }
 
+/* K's per-channel scales: refused for a float K, required exactly when the problem has them,
+ * each checked (naming the head and channel) before anything is written; and exact where they
+ * are powers of two: channels of 0.5 with per-token scales of 0.5 give the bytes that per-token
+ * scales of 0.25 alone give. */
+TEST(run_channel_scales) {
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    fai_problem pb = fx.pb;
+    pb.k_channel_scales = 1;
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "k_channel_scales = 1", "f16", "quantized K", NULL));
+
+    float k_scale[6 * 7 * 2], v_scale[6 * 7 * 2], channels[2 * 10];
+    REQUIRE(quantize_fixture(&fx, k_scale, v_scale, 6 * 7 * 2));
+    for (size_t i = 0; i < sizeof k_scale / sizeof k_scale[0]; i++)
+        k_scale[i] = 0.25f;
+    REQUIRE(run_succeeds(&fx, &fx.t));
+    unsigned char *o_token = malloc(fx.o_bytes);
+    REQUIRE(o_token);
+    memcpy(o_token, fx.o, fx.o_bytes);
+
+    fai_plan_free(fx.plan);
+    fx.pb.k_channel_scales = 1;
+    REQUIRE(fai_plan_create(&fx.pb, &fx.plan) == FAI_OK);
+    free(fx.ws);
+    fx.ws_size = fai_plan_workspace_size(fx.plan);
+    fx.ws = malloc(fx.ws_size);
+    REQUIRE(fx.ws);
+    const int64_t D = fx.pb.head_dim;
+    for (size_t i = 0; i < sizeof k_scale / sizeof k_scale[0]; i++)
+        k_scale[i] = 0.5f;
+    for (size_t i = 0; i < sizeof channels / sizeof channels[0]; i++)
+        channels[i] = 0.5f;
+    fai_tensors t = fx.t;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "k_channel_scale.data = NULL",
+                    NULL));
+    fx.t.k_channel_scale.data = channels;
+    fx.t.k_channel_scale.stride_head = 10; /* a gap of two past each head's D = 8 */
+    CHECK(run_succeeds(&fx, &fx.t));
+    CHECK(memcmp(o_token, fx.o, fx.o_bytes) == 0);
+    t = fx.t;
+    t.k_channel_scale.stride_head = -1;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "k_channel_scale.stride_head",
+                    "-1", NULL));
+    const float bad[] = {NAN, 0.0f, -1.0f, INFINITY};
+    const char *text[] = {"nan", "= 0", "-1", "inf"};
+    for (int i = 0; i < 4; i++) {
+        channels[10 + 3] = bad[i]; /* kv head 1, channel 3 */
+        CHECK(run_fails(&fx, &fx.t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "k_channel_scale",
+                        "kv head 1, channel 3", text[i], "finite and > 0", NULL));
+        CHECK(fai_check_tensors(fx.plan, &fx.t) == FAI_ERR_INVALID_ARG);
+    }
+    channels[10 + 3] = 0.5f;
+    /* the gap between heads is never read; one set of channels for every head (stride 0) */
+    channels[8] = channels[9] = NAN;
+    CHECK(run_succeeds(&fx, &fx.t));
+    t = fx.t;
+    t.k_channel_scale.stride_head = 0;
+    CHECK(run_succeeds(&fx, &t));
+    CHECK(memcmp(o_token, fx.o, fx.o_bytes) == 0);
+    /* a plan that trusts its scales does not read them first; fai_check_tensors does */
+    fai_plan_free(fx.plan);
+    fx.pb.trust_scales = 1;
+    REQUIRE(fai_plan_create(&fx.pb, &fx.plan) == FAI_OK);
+    channels[D - 1] = -2.0f;
+    CHECK(fai_run(fx.plan, &fx.t, fx.ws, fx.ws_size) == FAI_OK);
+    CHECK(fai_check_tensors(fx.plan, &fx.t) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "kv head 0, channel 7") != NULL);
+    free(o_token);
+    fixture_free(&fx);
+
+    /* given to a problem without them: refused, not ignored */
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    REQUIRE(quantize_fixture(&fx, k_scale, v_scale, 6 * 7 * 2));
+    t = fx.t;
+    t.k_channel_scale.data = channels;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "k_channel_scale.data is set",
+                    "k_channel_scales is 0", NULL));
+    fixture_free(&fx);
+}
+
 TEST(apply_sinks_and_slopes_errors) {
     float o[2 * 3 * 4] = {0}, lse[2 * 3] = {0};
     const float sinks[3] = {0.0f, 1.0f, NAN};

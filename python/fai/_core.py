@@ -13,7 +13,8 @@ from ._arrays import (_BYTE_MASK, _alloc, _dtype_name, _expect, _fai_dtype, _fil
                       _lengths, _view, _want_add_mask, _want_exact, _want_float, _want_int32,
                       _want_kv)
 from ._errors import FaiError, _check, _fail
-from ._options import (_KIND_NAMES, _MASK_ARGS, _MASK_KINDS, _head_values, _kv_scale,
+from ._options import (_KIND_NAMES, _MASK_ARGS, _MASK_KINDS, _channel_scale_values, _head_values,
+                       _kv_scale,
                        _mask_kind_of, _set_dtypes, _set_execution, _set_lengths, _set_scores,
                        _set_shape)
 
@@ -89,6 +90,8 @@ class Plan:
 
     k_dtype and v_dtype may also be 'int8', 'float8_e4m3fn' ('e4m3') or 'float8_e5m2'
     ('e5m2'): quantized K / V, whose scales are given to run() as k_scale / v_scale.
+    k_channel_scales (True): a quantized K also has a scale per kv head and channel, given to
+    run() as k_channel_scale.
 
     Plan.like(q, k, v, **options) makes the plan that attention(q, k, v, **options) would use.
     """
@@ -100,7 +103,7 @@ class Plan:
                  page_size=0, num_pages=0, pages_per_seq=0, threads=None, workers=None,
                  split="auto", tile=None, trust_block_table=False, q_positions=None,
                  kv_positions=None, round_p_bf16=False, softcap=None, alibi=False,
-                 sinks=False, trust_scales=False):
+                 sinks=False, trust_scales=False, k_channel_scales=False):
         self._handle = None
         pb = _lib.Problem()
         _lib.problem_init(ctypes.byref(pb))
@@ -113,6 +116,8 @@ class Plan:
         lens = _set_lengths(pb, ints, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv,
                             q_positions, kv_positions)
         _set_execution(pb, trust_block_table, trust_scales, threads, workers, split, tile)
+        pb.k_channel_scales = 1 if k_channel_scales else 0
+        self._k_channels = bool(k_channel_scales)
 
         handle = ctypes.c_void_p()
         _check(_lib.plan_create(ctypes.byref(pb), ctypes.byref(handle)))
@@ -146,10 +151,11 @@ class Plan:
              cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, threads=None,
              workers=None, out_dtype=None, split="auto", tile=None, mask_kind=None,
              q_positions=None, kv_positions=None, round_p_bf16=False, softcap=None,
-             alibi_slopes=None, sinks=None, mask_bits=None, k_scale=None, v_scale=None):
+             alibi_slopes=None, sinks=None, mask_bits=None, k_scale=None, v_scale=None,
+             k_channel_scale=None):
         """The plan for attention(q, k, v, **options) (mask, block_table, alibi_slopes and sinks
-        are looked at for their kind and shape only, k_scale and v_scale not at all; give them
-        again to run())."""
+        are looked at for their kind and shape only, k_scale, v_scale and k_channel_scale only
+        for whether they are given; give them again to run())."""
         qv = _view(q, "q", _want_float("q"))
         kv = _view(k, "k", _want_kv("k"))
         vv = _view(v, "v", _want_kv("v"))
@@ -169,7 +175,8 @@ class Plan:
                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, threads=threads,
                    workers=workers, split=split, tile=tile, q_positions=q_positions,
                    kv_positions=kv_positions, round_p_bf16=round_p_bf16, softcap=softcap,
-                   alibi=alibi_slopes is not None, sinks=sinks is not None)
+                   alibi=alibi_slopes is not None, sinks=sinks is not None,
+                   k_channel_scales=k_channel_scale is not None)
 
     # -- inspection --
 
@@ -242,12 +249,13 @@ class Plan:
 
     def run(self, q, k, v, *, mask=None, mask_drop=None, mask_add=None, block_table=None,
             return_lse=False, out=None, mask_bits=None, alibi_slopes=None, sinks=None,
-            k_scale=None, v_scale=None):
+            k_scale=None, v_scale=None, k_channel_scale=None):
         """Attention of the plan's problem on these arrays: O, or (O, LSE) with return_lse.
         q, k, v (and out, if given) must have the plan's shapes and dtypes; mask (keep),
         mask_drop, mask_add or mask_bits must be the plan's mask_kind; block_table is int32
         [B, pages]; alibi_slopes and sinks (float32 [Hq]) exactly when the plan has them;
-        k_scale and v_scale (float32) exactly when k and v are quantized (as in attention())."""
+        k_scale and v_scale (float32) exactly when k and v are quantized, k_channel_scale exactly
+        when the plan has k_channel_scales (as in attention())."""
         handle = self._require()
         if _lib.plan_wake:  # the pool's threads wake while the arguments below are converted
             _lib.plan_wake(handle)
@@ -262,6 +270,7 @@ class Plan:
         # the arrays (and copies) that must live until the run has finished
         alive = [self._fill_scales(t, kv, vv, k_scale, v_scale),
                  self._fill_head_arrays(t, alibi_slopes, sinks),
+                 self._fill_channel_scales(t, k_channel_scale),
                  self._fill_mask_of(t, mask, mask_drop, mask_add, mask_bits),
                  self._fill_block_table(t, block_table)]
         out, lse = self._fill_outputs(t, qv, out, return_lse)
@@ -309,6 +318,21 @@ class Plan:
                 dst.data = sv.ptr
                 dst.stride_batch, dst.stride_seq, dst.stride_head = strides
         return views
+
+    def _fill_channel_scales(self, t, values):
+        """K's per-channel scales into t, exactly when the plan has them; returns their array."""
+        if self._k_channels and values is None:
+            _fail("k_channel_scale is required: the plan was made with k_channel_scales")
+        if not self._k_channels and values is not None:
+            _fail("k_channel_scale given, but the plan was made without k_channel_scales "
+                  "(Plan(..., k_channel_scales=True))")
+        if values is None:
+            return None
+        arr, stride = _channel_scale_values(values, self._shape["heads_kv"],
+                                            self._shape["head_dim"])
+        t.k_channel_scale.data = arr.ctypes.data
+        t.k_channel_scale.stride_head = stride
+        return arr
 
     def _fill_head_arrays(self, t, alibi_slopes, sinks):
         """The modifiers' per-head arrays into t, exactly those the plan has; returns them."""
@@ -522,7 +546,8 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
               cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, return_lse=False,
               threads=None, workers=None, out_dtype=None, out=None, split="auto", tile=None,
               q_positions=None, kv_positions=None, round_p_bf16=False, softcap=None,
-              alibi_slopes=None, sinks=None, mask_bits=None, k_scale=None, v_scale=None):
+              alibi_slopes=None, sinks=None, mask_bits=None, k_scale=None, v_scale=None,
+              k_channel_scale=None):
     """O = softmax(scale * Q K^T + mask) V, and LSE = log sum exp of the logits.
 
     q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (numpy arrays, torch CPU tensors or
@@ -565,6 +590,9 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     (one per kv head), or [] / [1] / a number (one for the tensor); for page pools
     [num_pages, page_size, Hkv], for packed k [rows, Hkv]. Every scale a run reads must be
     finite and > 0. K and V are quantized independently, their scales may differ in shape.
+    k_channel_scale (float32 [Hkv, D], or [D] for every kv head alike): a quantized K's scale
+    per channel as well (KIVI's and OpenVINO's keys), element d of a key of kv head h then
+    standing for code x k_scale x k_channel_scale[h, d]; finite and > 0.
     """
     qv = _view(q, "q", _want_float("q"))
     kv = _view(k, "k", _want_kv("k"))
@@ -584,13 +612,14 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, threads=threads,
                 workers=workers, split=split, tile=tile, q_positions=q_positions,
                 kv_positions=kv_positions, round_p_bf16=round_p_bf16, softcap=softcap,
-                alibi=alibi_slopes is not None, sinks=sinks is not None)
+                alibi=alibi_slopes is not None, sinks=sinks is not None,
+                k_channel_scales=k_channel_scale is not None)
     try:
         # one-shot plans share a per-thread workspace instead of owning one
         plan._ws = _scratch(plan._ws_size)
         return plan.run(qv, kv, vv, mask=mask, mask_drop=mask_drop, mask_add=mask_add,
                         mask_bits=mask_bits, alibi_slopes=alibi_slopes, sinks=sinks,
-                        k_scale=k_scale, v_scale=v_scale,
+                        k_scale=k_scale, v_scale=v_scale, k_channel_scale=k_channel_scale,
                         block_table=block_table, return_lse=return_lse,
                         out=out if out is not None else _alloc(qv.torch, _o_shape(plan),
                                                                o_dtype))

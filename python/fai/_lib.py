@@ -79,6 +79,7 @@ class Problem(ctypes.Structure):
         ("alibi", c_int),
         ("sinks", c_int),
         ("trust_scales", c_int),
+        ("k_channel_scales", c_int),
     ]
 
 
@@ -119,6 +120,16 @@ class Scale(ctypes.Structure):
     ]
 
 
+class ChannelScale(ctypes.Structure):
+    """fai_channel_scale: the f32 scale of channel d of kv head h of a quantized K at
+    data[h*stride_head + d] (stride_head 0: the same for every head)."""
+
+    _fields_ = [
+        ("data", c_void_p),
+        ("stride_head", c_int64),
+    ]
+
+
 class Tensors(ctypes.Structure):
     """fai_tensors."""
 
@@ -135,6 +146,7 @@ class Tensors(ctypes.Structure):
         ("sinks", c_void_p),
         ("k_scale", Scale),
         ("v_scale", Scale),
+        ("k_channel_scale", ChannelScale),
     ]
 
 

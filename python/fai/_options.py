@@ -102,6 +102,22 @@ def _head_values(values, name, heads):
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
+def _channel_scale_values(values, heads_kv, head_dim):
+    """K's per-channel scales as a float32 array, contiguous, and its head stride: [Hkv, D], or
+    [D] (the same channels for every kv head, stride 0)."""
+    if _is_torch(values):
+        values = values.detach().cpu().numpy()
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
+        _fail(f"k_channel_scale has dtype {arr.dtype}: expected float32 [Hkv, D] or [D]")
+    if arr.shape == (heads_kv, head_dim):
+        return np.ascontiguousarray(arr, dtype=np.float32), head_dim
+    if arr.shape == (head_dim,):
+        return np.ascontiguousarray(arr, dtype=np.float32), 0
+    _fail(f"k_channel_scale has shape {list(arr.shape)}; expected [{heads_kv}, {head_dim}] "
+          f"(kv heads, channels) or [{head_dim}] (the same for every kv head)")
+
+
 # -- scales of a quantized K or V -------------------------------------------------------------------
 
 def _scale_forms(lead, labels):

@@ -918,6 +918,41 @@ def test_quantized_scale_layouts():
             q, k, v, k_scale=ks, v_scale=vs), 0.0)
 
 
+@pytest.mark.parametrize("dt", QUANT_DTYPES)
+@pytest.mark.parametrize("sq,shared", [(1, False), (40, False), (6, True)])
+def test_quantized_channel_scales(dt, sq, shared):
+    # keys with a scale per channel as well (KIVI's layout): the reference reads
+    # code x token scale x channel scale in float64; decode, prefill and one set for every head
+    rng = np.random.default_rng(75 + sq)
+    B, Skv, Hq, Hkv, D = 2, 37, 8, 2, 32
+    arrays, (ks, vs), (q64, k64, v64) = quantized_qkv(rng, B, sq, Skv, Hq, Hkv, D, (dt, dt),
+                                                      ("token", "head"))
+    channels = rng.uniform(0.25, 4.0, (D,) if shared else (Hkv, D)).astype(np.float32)
+    check(arrays, (q64, k64 * channels.astype(np.float64), v64), ("float32", dt, dt), causal=True,
+          k_scale=ks, v_scale=vs, k_channel_scale=channels, ref_kw=dict(causal="bottom_right"))
+    plan = fai.Plan.like(*arrays, k_scale=ks, v_scale=vs, k_channel_scale=channels)
+    with pytest.raises(fai.FaiError, match="k_channel_scale is required"):
+        plan.run(*arrays, k_scale=ks, v_scale=vs)
+    with pytest.raises(fai.FaiError, match="k_channel_scale given, but the plan was made without"):
+        fai.Plan.like(*arrays).run(*arrays, k_scale=ks, v_scale=vs, k_channel_scale=channels)
+
+
+def test_quantized_channel_scale_errors():
+    q = np.zeros((1, 2, 4, 8), np.float32)
+    k = np.ones((1, 5, 2, 8), np.int8)
+    good = np.ones((2, 8), np.float32)
+    with pytest.raises(fai.FaiError, match=r"k_channel_scale has shape \[2, 7\]; expected "
+                       r"\[2, 8\] \(kv heads, channels\) or \[8\]"):
+        fai.attention(q, k, k, k_scale=0.5, v_scale=0.5, k_channel_scale=np.ones((2, 7)))
+    bad = good.copy()
+    bad[1, 3] = 0.0
+    with pytest.raises(fai.FaiError, match="k_channel_scale of kv head 1, channel 3 = 0: a scale "
+                       "must be finite and > 0"):
+        fai.attention(q, k, k, k_scale=0.5, v_scale=0.5, k_channel_scale=bad)
+    with pytest.raises(fai.FaiError, match="k_channel_scales = 1 with k_dtype = f16"):
+        fai.attention(q, k.astype(np.float16), k, v_scale=0.5, k_channel_scale=good)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({}, "k has dtype int8: k_scale is required"),
     ({"k_scale": 0.1}, "v has dtype int8: v_scale is required"),

@@ -56,7 +56,8 @@ typedef struct unit_scratch {
     const void **fetch_ptrs;  /* decode: the rows of the stream read next (fai_row_fetch) */
     const fai_run_rows *rows; /* the run's tensors, resolved (kv/fai_kv.h) */
     unsigned char *kv_cache;  /* the thread's packed K/V cache (slot 0 only), or NULL */
-    int *q_dot_ok; /* bf16 dot or tile products: the unit's Q in their range (fai_internal.h) */
+    int *q_dot_ok;   /* bf16 dot or tile products: the unit's Q in their range (fai_internal.h) */
+    float *q_scaled; /* K's channel scales: the unit's Q rows times them [rows, ld_q] */
     float *mx_row_sums; /* the matrix engine: its rows' running sums [ld_s, FAI_MX_SUM_LANES] */
 } unit_scratch;
 
@@ -81,6 +82,7 @@ static unit_scratch carve_scratch(const fai_plan *plan, unsigned char *ws,
     sc.kv_cache = NULL;
     sc.q_dot_ok = (int *)(ws + plan->ws.unit_flags);
     sc.mx_row_sums = (float *)(ws + plan->ws.mx_row_sums);
+    sc.q_scaled = (float *)(ws + plan->ws.q_scaled);
     return sc;
 }
 
@@ -349,13 +351,27 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
     for (int64_t r = 0; r < rows; r++)
         sc->row_ptrs[r] =
             fai__q_row(&sc->rows->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
+    fai_dtype q_dtype = t->q.dtype;
+    if (plan->k_channel_scaled) {
+        /* q . (c x codes) = (q x c) . codes: Q rows times the kv head's channel scales, in f32,
+         * then packed as f32 Q (decode's Q tile is that already) */
+        float *scaled = plan->direct_kv ? sc->q_tile : sc->q_scaled;
+        const float *channels =
+            t->k_channel_scale.data + unit->head_kv * t->k_channel_scale.stride_head;
+        cntx->pack_rows(scaled, plan->ld_q, sc->row_ptrs, rows, d, q_dtype, NULL);
+        cntx->scale_keys_rows(scaled, plan->ld_q, rows, d, channels);
+        for (int64_t r = 0; r < rows; r++)
+            sc->row_ptrs[r] = scaled + r * plan->ld_q;
+        q_dtype = FAI_DTYPE_F32;
+    }
     if (plan->mx)
-        mx_pack_q_blocks(plan, sc, rows, t->q.dtype);
-    else if (plan->direct_kv)
-        cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype, NULL);
-    else if (!(plan->bf16_qk && (*sc->q_dot_ok = cntx->pack_q_bf16((uint16_t *)sc->q_tile, ld_s,
-                                                                   sc->row_ptrs, rows, d))))
-        cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, t->q.dtype);
+        mx_pack_q_blocks(plan, sc, rows, q_dtype);
+    else if (plan->direct_kv) {
+        if (!plan->k_channel_scaled)
+            cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, q_dtype, NULL);
+    } else if (!(plan->bf16_qk && (*sc->q_dot_ok = cntx->pack_q_bf16((uint16_t *)sc->q_tile, ld_s,
+                                                                     sc->row_ptrs, rows, d))))
+        cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, q_dtype);
     for (int64_t r = 0; r < ld_s; r++) { /* the vector lanes past `rows` too */
         sc->row_max[r] = -INFINITY;
         sc->row_sum[r] = 0.0f;

@@ -179,13 +179,14 @@ int64_t fai__vector_slot_bytes(const fai_plan *plan, int64_t rows, int64_t tile_
 
 static fai_status layout_workspace(fai_plan *plan) {
     set_vector_dims(plan);
-    plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
+    /* (K's channel scales turn Q into f32 values: no bf16 products of Q then) */
+    const fai_dtype q_dtype = plan->k_channel_scaled ? FAI_DTYPE_F32 : plan->pb.q_dtype;
+    plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && q_dtype == FAI_DTYPE_BF16 &&
                     plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0 &&
                     fai__dot_products_scale_ok(plan);
     plan->bf16_pv = plan->bf16_qk && plan->cntx->pv_bf16 && plan->pb.v_dtype == FAI_DTYPE_BF16;
-    plan->bf16_qk_rows = plan->cntx->qk_rows_bf16 && plan->direct_kv &&
-                         plan->pb.q_dtype == FAI_DTYPE_BF16 && plan->pb.k_dtype == FAI_DTYPE_BF16 &&
-                         fai__dot_products_scale_ok(plan);
+    plan->bf16_qk_rows = plan->cntx->qk_rows_bf16 && plan->direct_kv && q_dtype == FAI_DTYPE_BF16 &&
+                         plan->pb.k_dtype == FAI_DTYPE_BF16 && fai__dot_products_scale_ok(plan);
     plan->p_parts = plan->pb.round_p_bf16 ? 1 : 2;
     plan->mx = use_matrix_engine(plan);
     plan->prefetch_spread = !plan->direct_kv && !plan->mx &&
@@ -198,7 +199,7 @@ static fai_status layout_workspace(fai_plan *plan) {
         plan->ld_o = fai__ceil_div(plan->head_dim_v, 32) * 32;
         plan->ld_n = fai__ceil_div(plan->tile_kv, 32) * 32;
         plan->d_pad = fai__ceil_div(plan->pb.head_dim, 32) * 32;
-        plan->mx_q_parts = mx_parts(plan->pb.q_dtype);
+        plan->mx_q_parts = mx_parts(q_dtype);
         plan->mx_k_parts = mx_parts(plan->pb.k_dtype);
         plan->mx_v_parts = mx_parts(plan->pb.v_dtype);
     }
@@ -224,6 +225,10 @@ static fai_status layout_workspace(fai_plan *plan) {
     ws->kv_rows = offset, offset += align64(pointers * sizeof(void *));
     /* decode: a second list, so that each stream's rows are at hand while the other computes */
     ws->fetch_rows = offset, offset += align64((plan->direct_kv ? pointers : 0) * sizeof(void *));
+    /* K's channel scales: Q times them (decode scales its Q tile in place) */
+    const size_t scaled_q =
+        plan->k_channel_scaled && !plan->direct_kv ? rows * (size_t)plan->ld_q : 0;
+    ws->q_scaled = offset, offset += align64(scaled_q * sizeof(float));
     ws->slot = offset;
     if (plan->mx) budget_mx(plan);
     ws->per_thread = offset * (size_t)fai__slots_per_thread(plan);
@@ -268,6 +273,7 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
     plan->has_positions = problem->q_positions != NULL;
     plan->mods = problem->softcap > 0.0f || problem->alibi;
     plan->k_scaled = fai_dtype_is_quantized(problem->k_dtype);
+    plan->k_channel_scaled = problem->k_channel_scales != 0;
     plan->v_scaled = fai_dtype_is_quantized(problem->v_dtype);
     plan->workers = problem->workers ? problem->workers : fai_cpu_count();
     if (plan->workers > FAI_MAX_WORKERS) plan->workers = FAI_MAX_WORKERS;

@@ -95,6 +95,11 @@ fai_status fai__validate_problem(const fai_problem *pb) {
     FAI_TRY(check_dtype("k_dtype", pb->k_dtype, 1));
     FAI_TRY(check_dtype("v_dtype", pb->v_dtype, 1));
     FAI_TRY(check_dtype("o_dtype", pb->o_dtype, 0));
+    if (pb->k_channel_scales && !fai_dtype_is_quantized(pb->k_dtype))
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "k_channel_scales = %d with k_dtype = %s: per-channel scales belong to a "
+                         "quantized K (int8, e4m3, e5m2)",
+                         pb->k_channel_scales, fai_dtype_name(pb->k_dtype));
     if (!isfinite(pb->scale) && !is_default_scale(pb->scale))
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "scale = %g is not finite (FAI_SCALE_DEFAULT asks for 1/sqrt(head_dim))",
