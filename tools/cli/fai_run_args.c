@@ -32,6 +32,7 @@ static const struct {
     [FT_RUN_OPT_SINKS] = {"--sinks", 1},
     [FT_RUN_OPT_K_SCALE] = {"--k-scale", 1},
     [FT_RUN_OPT_V_SCALE] = {"--v-scale", 1},
+    [FT_RUN_OPT_K_CHANNEL_SCALE] = {"--k-channel-scale", 1},
     [FT_RUN_OPT_K_DTYPE] = {"--k-dtype", 1},
     [FT_RUN_OPT_V_DTYPE] = {"--v-dtype", 1},
     [FT_RUN_OPT_SEQLENS_Q] = {"--seqlens-q", 1},

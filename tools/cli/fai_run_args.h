@@ -30,6 +30,7 @@ enum {
     FT_RUN_OPT_SINKS,
     FT_RUN_OPT_K_SCALE,
     FT_RUN_OPT_V_SCALE,
+    FT_RUN_OPT_K_CHANNEL_SCALE,
     FT_RUN_OPT_K_DTYPE,
     FT_RUN_OPT_V_DTYPE,
     FT_RUN_OPT_SEQLENS_Q,
@@ -82,6 +83,7 @@ typedef struct ft_run_inputs {
     ft_npy q, k, v, mask, seqlens_q, seqlens_kv, block_table;
     ft_npy alibi_slopes, sinks; /* float32 [Hq] */
     ft_npy k_scale, v_scale;    /* float32 scales of a quantized K and V */
+    ft_npy k_channel_scale;     /* float32 [Hkv, D] or [D]: K's per-channel scales */
 } ft_run_inputs;
 
 void ft_run_free_inputs(ft_run_inputs *inputs);
@@ -100,6 +102,8 @@ typedef struct ft_run_problem {
      * token (those shapes), per kv head ([Hkv]: stride_head 1, the others 0) or one scale (all
      * strides 0); data NULL for a float K (V) */
     fai_scale k_scale, v_scale;
+    /* --k-channel-scale: [Hkv, D] (stride_head D) or [D] (stride_head 0); data NULL without */
+    fai_channel_scale k_channel_scale;
     fai_problem problem; /* everything fai_plan_create needs, lengths pointing into the inputs */
 } ft_run_problem;
 

@@ -23,6 +23,7 @@ void ft_run_free_inputs(ft_run_inputs *in) {
     ft_npy_free(&in->alibi_slopes);
     ft_npy_free(&in->sinks);
     ft_npy_free(&in->k_scale);
+    ft_npy_free(&in->k_channel_scale);
     ft_npy_free(&in->v_scale);
 }
 
@@ -247,6 +248,36 @@ static int load_scale(ft_run_args *a, int opt, int kv_opt, fai_dtype dtype, cons
     return 0;
 }
 
+/* --k-channel-scale: float32 [Hkv, D] or [D], only with a quantized K. */
+static int load_channel_scale(ft_run_args *a, ft_run_inputs *in, ft_run_problem *p) {
+    const int opt = FT_RUN_OPT_K_CHANNEL_SCALE;
+    char head[FT_RUN_ERROR_LEN / 2];
+    memset(&p->k_channel_scale, 0, sizeof p->k_channel_scale);
+    if (!a->value[opt]) return 0;
+    if (!fai_dtype_is_quantized(p->k_dtype))
+        return ft_run_fail(a,
+                           "%s %s given, but %s %s holds %s values: channel scales belong to "
+                           "int8, e4m3 and e5m2 codes",
+                           ft_run_option_name(opt), a->value[opt], ft_run_option_name(FT_RUN_OPT_K),
+                           a->value[FT_RUN_OPT_K], fai_dtype_name(p->k_dtype));
+    if (load_input(a, opt, &in->k_channel_scale)) return 2;
+    const ft_npy *arr = &in->k_channel_scale;
+    if (arr->dtype != FT_NPY_F32)
+        return ft_run_fail(a, "%s %s: dtype %s is not float32", ft_run_option_name(opt),
+                           a->value[opt], ft_npy_dtype_name(arr->dtype));
+    if (arr->rank == 2 && arr->shape[0] == p->heads_kv && arr->shape[1] == p->head_dim)
+        p->k_channel_scale.stride_head = p->head_dim;
+    else if (!(arr->rank == 1 && arr->shape[0] == p->head_dim))
+        return ft_run_fail(a,
+                           "%s does not match %s: expected (%lld, %lld) (kv heads, channels) "
+                           "or (%lld,) (the same for every kv head)",
+                           shape_of(a, opt, arr, head, sizeof head),
+                           ft_run_option_name(FT_RUN_OPT_K), (long long)p->heads_kv,
+                           (long long)p->head_dim, (long long)p->head_dim);
+    p->k_channel_scale.data = arr->data;
+    return 0;
+}
+
 /* -- Step 3: the mask -- */
 static int load_mask(ft_run_args *a, ft_run_inputs *in, ft_run_problem *p, int64_t seq_kv) {
     char head[FT_RUN_ERROR_LEN / 2];
@@ -347,6 +378,7 @@ static void describe_problem(const ft_run_args *a, const ft_run_inputs *in, ft_r
     pb->softcap = a->softcap;
     pb->alibi = p->alibi_slopes != NULL;
     pb->sinks = p->sinks != NULL;
+    pb->k_channel_scales = p->k_channel_scale.data != NULL;
     pb->seqlens_q = a->value[FT_RUN_OPT_SEQLENS_Q] ? in->seqlens_q.data : NULL;
     pb->seqlens_kv = a->value[FT_RUN_OPT_SEQLENS_KV] ? in->seqlens_kv.data : NULL;
     pb->threads = a->threads;
@@ -362,7 +394,8 @@ int ft_run_load(ft_run_args *a, ft_run_inputs *in, ft_run_problem *p) {
         load_scale(a, FT_RUN_OPT_K_SCALE, FT_RUN_OPT_K, p->k_dtype, &in->k, &in->k_scale,
                    &p->k_scale) ||
         load_scale(a, FT_RUN_OPT_V_SCALE, FT_RUN_OPT_V, p->v_dtype, &in->v, &in->v_scale,
-                   &p->v_scale))
+                   &p->v_scale) ||
+        load_channel_scale(a, in, p))
         return 2;
     if (a->mask_opt >= 0 && load_mask(a, in, p, seq_kv)) return 2;
     if (load_head_values(a, FT_RUN_OPT_ALIBI_SLOPES, &in->alibi_slopes, p, &p->alibi_slopes) ||

@@ -35,6 +35,8 @@ static void print_run_usage(FILE *out) {
             "                         head [B, Skv, Hkv] (paged: [num_pages, page_size, Hkv]),\n"
             "                         one per kv head [Hkv], or one for the tensor [] or [1]\n"
             "  --v-scale VS.npy       the same for a quantized V\n"
+            "  --k-channel-scale C.npy  float32 scales of a quantized K per kv head and channel\n"
+            "                         [Hkv, D], or [D] for every kv head: K = code x scale x C\n"
             "outputs (written only when the run succeeds):\n"
             "  --out O.npy            [B, Sq, Hq, Dv], float32 unless --out-dtype\n"
             "  --out-dtype T          f32 (default), f16, or bf16 (written as uint16 bits)\n"
@@ -111,6 +113,7 @@ static int run_with(ft_run_args *a, ft_run_inputs *in) {
     t.sinks = p.sinks;
     t.k_scale = p.k_scale;
     t.v_scale = p.v_scale;
+    t.k_channel_scale = p.k_channel_scale;
     t.block_table = p.paged ? in->block_table.data : NULL;
     t.block_table_stride = 0;
 

@@ -228,6 +228,7 @@ static int run_ring(ft_run_args *a, ft_run_inputs *in, const ft_run_problem *p, 
         t.sinks = p->sinks;
         t.k_scale = scales[0];
         t.v_scale = scales[1];
+        t.k_channel_scale = p->k_channel_scale;
         if (fai_mpi_ring_attention(MPI_COMM_WORLD, &local, p->seq_q, &t, NULL) != FAI_OK)
             rc = ft_run_fail(a, "%s", fai_mpi_last_error());
     }

@@ -149,7 +149,8 @@ def case(name, **kw):
     c = dict(name=name, B=2, Sq=8, Skv=8, Hq=2, Hkv=2, D=16, Dv=None, q="f32", k="f32", v="f32",
              out="f32", causal=None, window=None, mask=None, scale=None, seqlens_q=False,
              seqlens_kv=False, page=None, lse=True, threads=None, workers=None, bf16=False,
-             amp=1.0, softcap=None, alibi=None, sinks=None, k_scale="token", v_scale="token")
+             amp=1.0, softcap=None, alibi=None, sinks=None, k_scale="token", v_scale="token",
+             k_channel=None)
     c.update(kw)
     if c["Dv"] is None:
         c["Dv"] = c["D"]
@@ -226,6 +227,11 @@ CASES = [
          v_scale="tensor", Sq=6, Skv=17, Hq=4, Hkv=1, Dv=24, window=(5, 2)),
     case("e4m3_k_f16_v_paged_mask", k="e4m3", v="f16", k_scale="head", page=8, B=2, Sq=4,
          Skv=30, mask=("keep", 3), out="f16"),
+    # K's scales per channel as well: [Hkv, D], or [D] for every kv head
+    case("i8_channels_decode", k="i8", v="i8", k_channel="heads", B=2, Sq=1, Skv=40, Hq=8,
+         Hkv=2, D=32),
+    case("e4m3_channels_shared_paged", k="e4m3", v="i8", k_channel="shared", page=4, B=2, Sq=5,
+         Skv=21, Hq=4, Hkv=2, causal="br"),
 ]
 
 
@@ -318,6 +324,12 @@ def build(c, rng, d):
     for t, sc in scales.items():
         np.save(os.path.join(d, t + "s.npy"), sc)
         args += ["--%s-scale" % t, t + "s.npy"]
+    if c["k_channel"]:  # K = code x scale x channel scale
+        channels = rng.uniform(0.25, 4.0, (D,) if c["k_channel"] == "shared" else (Hkv, D))
+        channels = channels.astype(np.float32)
+        np.save(os.path.join(d, "kc.npy"), channels)
+        args += ["--k-channel-scale", "kc.npy"]
+        k = k * channels.astype(np.float64)
 
     if c["alibi"] is True:  # the standard slopes of Hq heads, as fai.alibi_slopes gives them
         n = 1 << (Hq.bit_length() - 1)
