@@ -594,7 +594,8 @@ FAI_API const char *fai_tuning_path(void);
  * cache, no two tokens in one slot), and for quantized caches every source value of the tokens
  * written finite (skipped tokens are not read) and every fixed scale finite and > 0; on failure
  * nothing is written and fai_last_error() names the field and the value. The bytes written do
- * not depend on the number of threads. */
+ * not depend on the number of threads. A K cache with channel scales (fai_problem.k_channel_scales)
+ * is written from the tokens divided by them: each token is quantized with its own scale here. */
 FAI_API fai_status fai_cache_write(int64_t tokens, int64_t heads, int64_t dim,
                                    const fai_tensor *src, const int64_t *slots, int64_t blocks,
                                    int64_t block_rows, const fai_tensor *cache,

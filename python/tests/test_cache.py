@@ -297,3 +297,39 @@ def test_cache_write_into_empty_cache():
     s = scale.reshape(128, 2)[slots[written]]
     check_quantized("int8", src[written], s[..., None],
                     cache.reshape(128, 2, 64)[slots[written]].astype(np.float32))
+
+
+def test_append_then_attend_with_channel_scales():
+    # a K cache with scales per channel: written from the tokens divided by them, then attended
+    # with them; the result is attention over code x token scale x channel scale, computed in
+    # float64 here, and the codes hold the tokens within the quantization's half step
+    rng = np.random.default_rng(7)
+    pages, page, heads_kv, dim, tokens = 4, 8, 2, 32, 27
+    channels = rng.uniform(0.25, 4.0, (heads_kv, dim)).astype(np.float32)
+    k_new = (rng.standard_normal((tokens, heads_kv, dim)) * channels).astype(np.float32)
+    v_new = rng.standard_normal((tokens, heads_kv, dim)).astype(np.float32)
+    k_cache = fai.empty_cache((pages, page, heads_kv, dim), "int8")
+    v_cache = fai.empty_cache((pages, page, heads_kv, dim), "int8")
+    k_scale = fai.empty_cache((pages, page, heads_kv), "float32")
+    v_scale = fai.empty_cache((pages, page, heads_kv), "float32")
+    table = np.array([[2, 0, 3, 1]], np.int32)
+    slots = np.array([table[0, t // page] * page + t % page for t in range(tokens)], np.int64)
+    fai.cache_write(k_new / channels, k_cache, slots, scale=k_scale)
+    fai.cache_write(v_new, v_cache, slots, scale=v_scale)
+    rows = k_cache.reshape(-1, heads_kv, dim)[slots].astype(np.float64)
+    k_values = rows * k_scale.reshape(-1, heads_kv)[slots][..., None] * channels
+    assert np.all(np.abs(k_values - k_new) <= 0.5 * np.max(np.abs(k_new), axis=-1,
+                                                           keepdims=True) / 127 * channels + 1e-6)
+    v_values = (v_cache.reshape(-1, heads_kv, dim)[slots].astype(np.float64)
+                * v_scale.reshape(-1, heads_kv)[slots][..., None])
+    q = rng.standard_normal((1, 3, 4, dim)).astype(np.float32)
+    o = fai.attention(q, k_cache, v_cache, block_table=table, seqlens_kv=[tokens], causal=True,
+                      k_scale=k_scale, v_scale=v_scale, k_channel_scale=channels)
+    # float64 reference: query i sees keys j <= i + tokens - 3; q head h reads kv head h // 2
+    s = np.einsum("qhd,khd->hqk", q[0].astype(np.float64),
+                  np.repeat(k_values, 2, axis=1)) / np.sqrt(dim)
+    s[:, np.arange(3)[:, None] + tokens - 3 < np.arange(tokens)[None, :]] = -np.inf
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    ref = np.einsum("hqk,khd->qhd", p / p.sum(axis=-1, keepdims=True),
+                    np.repeat(v_values, 2, axis=1))
+    assert np.max(np.abs(o[0] - ref)) < 1e-5
