@@ -304,8 +304,10 @@ typedef struct fai_problem {
      * channel, given at run time in fai_tensors.k_channel_scale, as KIVI and OpenVINO keep for
      * keys: element d of a key of kv head h is code x its scale (fai_scale) x the channel's.
      * fai multiplies Q by the channels' scales once per unit instead (q . (c x codes) =
-     * (q x c) . codes, one more f32 rounding of each Q element), so it costs no pass over K.
-     * Refused for f32, f16 and bf16 K. 0 (the default): none. */
+     * (q x c) . codes, one more f32 rounding of each Q element), so it costs no pass over K;
+     * each product q x c must then lie within f32's range (below 3.4e38, and above 1e-38 where
+     * it matters), as it does for any scale a model stores. Refused for f32, f16 and bf16 K. 0
+     * (the default): none. */
     int k_channel_scales;
 } fai_problem;
 
