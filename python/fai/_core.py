@@ -14,9 +14,8 @@ from ._arrays import (_BYTE_MASK, _alloc, _dtype_name, _expect, _fai_dtype, _fil
                       _want_kv)
 from ._errors import FaiError, _check, _fail
 from ._options import (_KIND_NAMES, _MASK_ARGS, _MASK_KINDS, _channel_scale_values, _head_values,
-                       _kv_scale,
-                       _mask_kind_of, _set_dtypes, _set_execution, _set_lengths, _set_scores,
-                       _set_shape)
+                       _kv_scale, _mask_kind_of, _set_dtypes, _set_execution, _set_lengths,
+                       _set_scores, _set_shape)
 
 __all__ = ["FaiError", "Plan", "attention", "merge_states", "alibi_slopes", "cpu_count",
            "cpu_cache_bytes", "library_path"]
