@@ -290,6 +290,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     fai_plan *plan = (fai_plan *)&pb; /* must be replaced by NULL on failure */
     const uint8_t how = fuzz_u8(&in);
+    /* K's channel scales, a flag of any value (refused unless K is quantized); read last, so
+     * the inputs before it keep their meaning */
+    pb.k_channel_scales = take_enum(&in, 3);
     fai_status status;
     if (how == 255) {
         status = fai_plan_create(NULL, &plan);

@@ -54,6 +54,20 @@ if "$fai" bench --no-peaks --kv-dtypes f16,bogus 2>"$tmp/err"; then
 fi
 grep -q -- "--kv-dtypes" "$tmp/err"
 
+# --k-channel-scales: a quantized K's scales per kv head and channel too, decode and prefill,
+# each checked against fp64 with them
+"$fai" bench --b 1 --hq 4 --hkv 2 --sq 1 --skv 70 --d 40 --page-size 16 --runs 1 --threads 1 \
+    --json --no-peaks --kv-dtypes int8,e4m3 --k-channel-scales >"$tmp/channels"
+"$fai" bench --b 1 --hq 4 --hkv 2 --sq 30 --skv 70 --d 40 --causal --runs 1 --threads 2 \
+    --json --no-peaks --kv-dtype e5m2 --q-dtype bf16 --k-channel-scales >>"$tmp/channels"
+python3 - "$tmp/channels" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]).read().splitlines()]
+rows = [row for row in rows if "compare_threads" not in row]
+assert [row["kv_dtype"] for row in rows] == ["int8", "e4m3", "e5m2"], rows
+assert all(row["check"] == "ok" for row in rows), rows
+PY
+
 # --profile: stage shares that add up to one, a busy share per thread, the timers' cost
 "$fai" bench --b 1 --hq 2 --hkv 1 --sq 8 --skv 40 --d 16 --runs 2 --threads 2 --json \
     --no-peaks --profile >"$tmp/profile"

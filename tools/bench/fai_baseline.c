@@ -130,7 +130,10 @@ static float *gather_kv(const ft_shape *shape, const ft_shape_data *data, const 
                 const double factor =
                     ft_shape_scale(t, scale, page, shape->page_size ? j % shape->page_size : j, hk);
                 for (int64_t x = 0; x < dim; x++)
-                    row[x] = (float)(factor * fai_oracle_load(t->data, t->dtype, at + x));
+                    row[x] = (float)(factor * fai_oracle_load(t->data, t->dtype, at + x) *
+                                     (t == &data->tensors.k
+                                          ? ft_shape_channel_scale(&data->tensors, hk, x)
+                                          : 1.0));
             }
     return out;
 }

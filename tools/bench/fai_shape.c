@@ -77,6 +77,9 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
         } else if (!strcmp(arg, "--head-major")) {
             shape->head_major = 1;
             used[i] = 1;
+        } else if (!strcmp(arg, "--k-channel-scales")) {
+            shape->k_channel_scales = 1;
+            used[i] = 1;
         } else if (!strcmp(arg, "--alibi") || !strcmp(arg, "--sinks")) {
             *(arg[2] == 'a' ? &shape->alibi : &shape->sinks) = 1;
             used[i] = 1;
@@ -153,6 +156,7 @@ void ft_shape_problem(const ft_shape *shape, fai_problem *pb, int32_t *seqlens_k
     pb->window_left = shape->window_left;
     pb->window_right = shape->window_right;
     pb->round_p_bf16 = shape->round_p_bf16;
+    pb->k_channel_scales = shape->k_channel_scales && fai_dtype_is_quantized(shape->kv_dtype);
     pb->softcap = shape->softcap;
     pb->alibi = shape->alibi;
     pb->sinks = shape->sinks;
@@ -316,6 +320,14 @@ int ft_shape_data_create(const ft_shape *shape, uint64_t seed, ft_shape_data *da
         t->v_scale = per_token;
         t->v_scale.data = data->kv_scales + scale_count;
     }
+    if (pb->k_channel_scales) { /* from 1/2 to 2, channel by channel */
+        data->k_channels = malloc((size_t)(shape->hkv * shape->d) * sizeof(float));
+        if (!data->k_channels) return -1;
+        for (int64_t x = 0; x < shape->hkv * shape->d; x++)
+            data->k_channels[x] = (float)(0.5 + 1.5 * (double)((x * 37) % 64) / 63.0);
+        t->k_channel_scale.data = data->k_channels;
+        t->k_channel_scale.stride_head = shape->d;
+    }
     if (paged) {
         /* a shuffled block table: page order in memory is not sequence order */
         const int64_t pages = pb->num_pages;
@@ -345,6 +357,7 @@ void ft_shape_data_free(ft_shape_data *data) {
     free(data->alibi_slopes);
     free(data->sinks);
     free(data->kv_scales);
+    free(data->k_channels);
     memset(data, 0, sizeof *data);
 }
 
@@ -361,6 +374,11 @@ double ft_shape_kv_bytes(const ft_shape *shape) {
     const double scales = fai_dtype_is_quantized(shape->kv_dtype) ? 2.0 * sizeof(float) : 0.0;
     return (double)shape->b * (double)shape->skv * (double)shape->hkv *
            ((double)(shape->d + dv) * (double)fai_dtype_size(shape->kv_dtype) + scales);
+}
+
+double ft_shape_channel_scale(const fai_tensors *t, int64_t h, int64_t x) {
+    const fai_channel_scale *c = &t->k_channel_scale;
+    return c->data ? (double)c->data[h * c->stride_head + x] : 1.0;
 }
 
 double ft_shape_scale(const fai_tensor *kv, const fai_scale *scale, int64_t b, int64_t s,

@@ -20,7 +20,8 @@ typedef struct ft_shape {
     /* score modifiers: --softcap C, --alibi (the standard slopes), --sinks (a sink per head) */
     float softcap;
     int alibi, sinks;
-    int head_major; /* --head-major: pages [num_pages, Hkv, page_size, D] (vLLM's blocks) */
+    int head_major;       /* --head-major: pages [num_pages, Hkv, page_size, D] (vLLM's blocks) */
+    int k_channel_scales; /* --k-channel-scales: a quantized K's scales per kv head and channel */
 } ft_shape;
 
 /* The benchmark shapes of the design, then the model shapes, in order; the first
@@ -34,6 +35,7 @@ extern const ft_shape ft_shape_custom_base;
 
 /* Consumes the shape options in argv (a shape name, --b --hq --hkv --sq --skv --d --dv,
  * --causal, --causal-top-left, --window L,R, --page-size N, --head-major, --round-p-bf16,
+ * --k-channel-scales,
  * --q-dtype, --kv-dtype,
  * --out-dtype) starting from *shape: a shape name anywhere replaces *shape first, then the
  * flags change it (--d also sets Dv unless --dv is given). Options it does not know are left
@@ -61,10 +63,14 @@ typedef struct ft_shape_data {
     float *lse;
     float *alibi_slopes, *sinks; /* [hq] when the shape has them */
     float *kv_scales;            /* quantized K/V: K's scales [rows, hkv], then V's */
+    float *k_channels;           /* --k-channel-scales: [hkv, d] */
 } ft_shape_data;
 
 /* The scale of row (b, s) (a page and slot when paged), kv head h, of K or V: 1 unless
  * quantized. */
+/* K's channel scale of kv head h, channel x (1 without channel scales). */
+double ft_shape_channel_scale(const fai_tensors *t, int64_t h, int64_t x);
+
 double ft_shape_scale(const fai_tensor *kv, const fai_scale *scale, int64_t b, int64_t s,
                       int64_t h);
 
