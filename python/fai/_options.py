@@ -90,13 +90,20 @@ def _softcap(softcap):
     return float(softcap)
 
 
-def _head_values(values, name, heads):
-    """A float32 [heads] array of per-head values (ALiBi slopes, sink logits), contiguous."""
+def _real_array(values, name, expected):
+    """values (numpy, torch or a sequence) as a numpy array of real numbers; `expected` names
+    the dtype and shapes wanted, for the message."""
     if _is_torch(values):
         values = values.detach().cpu().numpy()
     arr = np.asarray(values)
     if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
-        _fail(f"{name} has dtype {arr.dtype}: expected float32 [heads_q]")
+        _fail(f"{name} has dtype {arr.dtype}: expected {expected}")
+    return arr
+
+
+def _head_values(values, name, heads):
+    """A float32 [heads] array of per-head values (ALiBi slopes, sink logits), contiguous."""
+    arr = _real_array(values, name, "float32 [heads_q]")
     if arr.shape != (heads,):
         _fail(f"{name} has shape {list(arr.shape)}; expected [{heads}] (one per query head)")
     return np.ascontiguousarray(arr, dtype=np.float32)
@@ -105,11 +112,7 @@ def _head_values(values, name, heads):
 def _channel_scale_values(values, heads_kv, head_dim):
     """K's per-channel scales as a float32 array, contiguous, and its head stride: [Hkv, D], or
     [D] (the same channels for every kv head, stride 0)."""
-    if _is_torch(values):
-        values = values.detach().cpu().numpy()
-    arr = np.asarray(values)
-    if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
-        _fail(f"k_channel_scale has dtype {arr.dtype}: expected float32 [Hkv, D] or [D]")
+    arr = _real_array(values, "k_channel_scale", "float32 [Hkv, D] or [D]")
     if arr.shape == (heads_kv, head_dim):
         return np.ascontiguousarray(arr, dtype=np.float32), head_dim
     if arr.shape == (head_dim,):

@@ -351,27 +351,30 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
     for (int64_t r = 0; r < rows; r++)
         sc->row_ptrs[r] =
             fai__q_row(&sc->rows->q, b, unit->q_begin + r / heads, unit->head_q_begin + r % heads);
-    fai_dtype q_dtype = t->q.dtype;
-    if (plan->k_channel_scaled) {
-        /* q . (c x codes) = (q x c) . codes: Q rows times the kv head's channel scales, in f32,
-         * then packed as f32 Q (decode's Q tile is that already) */
-        float *scaled = plan->direct_kv ? sc->q_tile : sc->q_scaled;
-        const float *channels =
-            t->k_channel_scale.data + unit->head_kv * t->k_channel_scale.stride_head;
-        cntx->pack_rows(scaled, plan->ld_q, sc->row_ptrs, rows, d, q_dtype, NULL);
-        cntx->scale_keys_rows(scaled, plan->ld_q, rows, d, channels);
-        for (int64_t r = 0; r < rows; r++)
-            sc->row_ptrs[r] = scaled + r * plan->ld_q;
-        q_dtype = FAI_DTYPE_F32;
+    /* K's channel scales move onto Q, q . (c x codes) = (q x c) . codes: the rows times the kv
+     * head's scales in f32 (decode's Q tile, or rows the packing then reads as f32 Q) */
+    const float *channels =
+        plan->k_channel_scaled
+            ? t->k_channel_scale.data + unit->head_kv * t->k_channel_scale.stride_head
+            : NULL;
+    if (plan->direct_kv) {
+        cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, t->q.dtype, NULL);
+        if (channels) cntx->scale_keys_rows(sc->q_tile, plan->ld_q, rows, d, channels);
+    } else {
+        fai_dtype q_dtype = t->q.dtype;
+        if (channels) {
+            cntx->pack_rows(sc->q_scaled, plan->ld_q, sc->row_ptrs, rows, d, q_dtype, NULL);
+            cntx->scale_keys_rows(sc->q_scaled, plan->ld_q, rows, d, channels);
+            for (int64_t r = 0; r < rows; r++)
+                sc->row_ptrs[r] = sc->q_scaled + r * plan->ld_q;
+            q_dtype = FAI_DTYPE_F32;
+        }
+        if (plan->mx)
+            mx_pack_q_blocks(plan, sc, rows, q_dtype);
+        else if (!(plan->bf16_qk && (*sc->q_dot_ok = cntx->pack_q_bf16((uint16_t *)sc->q_tile, ld_s,
+                                                                       sc->row_ptrs, rows, d))))
+            cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, q_dtype);
     }
-    if (plan->mx)
-        mx_pack_q_blocks(plan, sc, rows, q_dtype);
-    else if (plan->direct_kv) {
-        if (!plan->k_channel_scaled)
-            cntx->pack_rows(sc->q_tile, plan->ld_q, sc->row_ptrs, rows, d, q_dtype, NULL);
-    } else if (!(plan->bf16_qk && (*sc->q_dot_ok = cntx->pack_q_bf16((uint16_t *)sc->q_tile, ld_s,
-                                                                     sc->row_ptrs, rows, d))))
-        cntx->pack_q(sc->q_tile, ld_s, sc->row_ptrs, rows, d, q_dtype);
     for (int64_t r = 0; r < ld_s; r++) { /* the vector lanes past `rows` too */
         sc->row_max[r] = -INFINITY;
         sc->row_sum[r] = 0.0f;

@@ -112,9 +112,9 @@ static int64_t key_row(const ft_shape *shape, const ft_shape_data *data, const f
 }
 
 /* K or V of every (batch, kv head) as contiguous f32 [Skv, dim] blocks, in sequence order
- * (a quantized one dequantized with its scales). */
+ * (a quantized one dequantized with its scales, and K's channel scales: `channels`, or NULL). */
 static float *gather_kv(const ft_shape *shape, const ft_shape_data *data, const fai_tensor *t,
-                        const fai_scale *scale, int64_t dim) {
+                        const fai_scale *scale, const fai_channel_scale *channels, int64_t dim) {
     const size_t count = (size_t)(shape->b * shape->hkv * shape->skv * dim);
     float *out = ft_shape_alloc_huge(count * sizeof *out + 1);
     if (!out) return NULL;
@@ -131,9 +131,7 @@ static float *gather_kv(const ft_shape *shape, const ft_shape_data *data, const 
                     ft_shape_scale(t, scale, page, shape->page_size ? j % shape->page_size : j, hk);
                 for (int64_t x = 0; x < dim; x++)
                     row[x] = (float)(factor * fai_oracle_load(t->data, t->dtype, at + x) *
-                                     (t == &data->tensors.k
-                                          ? ft_shape_channel_scale(&data->tensors, hk, x)
-                                          : 1.0));
+                                     ft_shape_channel_scale(channels, hk, x));
             }
     return out;
 }
@@ -199,8 +197,9 @@ int ft_baseline_create(const ft_shape *shape, const ft_shape_data *data, int64_t
 
     if (ok) {
         bl->q = convert_q(shape, &data->tensors.q);
-        bl->k = gather_kv(shape, data, &data->tensors.k, &data->tensors.k_scale, bl->d);
-        bl->v = gather_kv(shape, data, &data->tensors.v, &data->tensors.v_scale, bl->dv);
+        bl->k = gather_kv(shape, data, &data->tensors.k, &data->tensors.k_scale,
+                          &data->tensors.k_channel_scale, bl->d);
+        bl->v = gather_kv(shape, data, &data->tensors.v, &data->tensors.v_scale, NULL, bl->dv);
         bl->o = ft_shape_alloc_huge((size_t)(bl->b * bl->sq * bl->hq * bl->dv) * sizeof *bl->o + 1);
         bl->scratch = calloc((size_t)bl->max_threads, sizeof *bl->scratch);
         ok = bl->q && bl->k && bl->v && bl->o && bl->scratch;

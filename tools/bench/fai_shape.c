@@ -376,9 +376,8 @@ double ft_shape_kv_bytes(const ft_shape *shape) {
            ((double)(shape->d + dv) * (double)fai_dtype_size(shape->kv_dtype) + scales);
 }
 
-double ft_shape_channel_scale(const fai_tensors *t, int64_t h, int64_t x) {
-    const fai_channel_scale *c = &t->k_channel_scale;
-    return c->data ? (double)c->data[h * c->stride_head + x] : 1.0;
+double ft_shape_channel_scale(const fai_channel_scale *channels, int64_t h, int64_t x) {
+    return channels && channels->data ? (double)channels->data[h * channels->stride_head + x] : 1.0;
 }
 
 double ft_shape_scale(const fai_tensor *kv, const fai_scale *scale, int64_t b, int64_t s,

@@ -35,12 +35,10 @@ extern const ft_shape ft_shape_custom_base;
 
 /* Consumes the shape options in argv (a shape name, --b --hq --hkv --sq --skv --d --dv,
  * --causal, --causal-top-left, --window L,R, --page-size N, --head-major, --round-p-bf16,
- * --k-channel-scales,
- * --q-dtype, --kv-dtype,
- * --out-dtype) starting from *shape: a shape name anywhere replaces *shape first, then the
- * flags change it (--d also sets Dv unless --dv is given). Options it does not know are left
- * for the caller: used[i] is set for every argument consumed. Returns 0, or -1 after printing
- * one line to stderr. */
+ * --k-channel-scales, --q-dtype, --kv-dtype, --out-dtype) starting from *shape: a shape name
+ * anywhere replaces *shape first, then the flags change it (--d also sets Dv unless --dv is given).
+ * Options it does not know are left for the caller: used[i] is set for every argument consumed.
+ * Returns 0, or -1 after printing one line to stderr. */
 int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const char *cmd);
 
 /* The one shape of a command's arguments: the named shape changed by the flags; without a name,
@@ -66,11 +64,12 @@ typedef struct ft_shape_data {
     float *k_channels;           /* --k-channel-scales: [hkv, d] */
 } ft_shape_data;
 
+/* K's channel scale of kv head h, channel x: 1 without channel scales (channels or its data
+ * NULL). */
+double ft_shape_channel_scale(const fai_channel_scale *channels, int64_t h, int64_t x);
+
 /* The scale of row (b, s) (a page and slot when paged), kv head h, of K or V: 1 unless
  * quantized. */
-/* K's channel scale of kv head h, channel x (1 without channel scales). */
-double ft_shape_channel_scale(const fai_tensors *t, int64_t h, int64_t x);
-
 double ft_shape_scale(const fai_tensor *kv, const fai_scale *scale, int64_t b, int64_t s,
                       int64_t h);
 

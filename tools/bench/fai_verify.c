@@ -59,7 +59,7 @@ static double reference_row(const ft_shape *shape, const ft_shape_data *data, in
         double dot = 0.0, dot_mag = 0.0;
         for (int64_t x = 0; x < d; x++) {
             const double term = fai_oracle_load(t->q.data, t->q.dtype, q0 + x) * k_scale *
-                                ft_shape_channel_scale(t, hk, x) *
+                                ft_shape_channel_scale(&t->k_channel_scale, hk, x) *
                                 fai_oracle_load(t->k.data, t->k.dtype, k0 + x);
             dot += term;
             dot_mag += fabs(term);
