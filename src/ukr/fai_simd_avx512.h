@@ -10,7 +10,8 @@
 #define FAI_SIMD_WIDTH 16
 /* Register blocks (32 vector registers): QK keys x vectors of query rows, PV rows x vectors. */
 #define FAI_QK_KEYS 12
-#define FAI_PV_ROWS 4
+#define FAI_QK_KEYS_4VECS 6 /* and 6 keys x 4 vectors where the tile has 4 vectors of rows */
+#define FAI_PV_ROWS 6       /* 6 x 4 vectors of O: 24 FMAs for 10 loads per key */
 #define FAI_PV_VECS 4
 #define FAI_QK_ROWS_KEYS 4 /* decode's QK: 4 rows x 4 keys of accumulators */
 #define FAI_PV_ROWS_VECS 4 /* decode's PV: 4 rows x 4 vectors of O */
