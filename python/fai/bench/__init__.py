@@ -16,8 +16,11 @@ values are exact in f32); OpenVINO is told to compute in f32 (INFERENCE_PRECISIO
 would pick bf16 on CPUs that have it. With --bf16 everything is bf16: torch in bf16, OpenVINO
 with its bf16 precision hint (f32 tensors in and out), ONNX Runtime has no bf16 CPU kernel.
 
-Layouts: fai reads the paged shapes (D1 D2 C1) through a shuffled block table; no peer has a
-paged KV cache on CPU, so they get the equivalent dense K/V. Each peer gets its preferred layout
+Layouts: fai reads the paged shapes (D1 D2 C1) through a shuffled block table, from a cache
+made by fai.empty_cache, as a server using fai keeps it (2 MiB pages: a kv head's rows of a
+token-major page lie a whole token apart, and on 4 KiB pages every other row needs its own TLB
+entry; --numpy-kv puts them in plain numpy arrays instead); no peer has a paged KV cache on CPU,
+so they get the equivalent dense K/V. Each peer gets its preferred layout
 built outside the timed region:
   torch    SDPA on [B, H, S, D]; GQA: K/V repeated to Hq heads for prefill (enable_gqa where
            this torch has it), and for short queries the Hq/Hkv group folded into the query axis

@@ -1,6 +1,8 @@
 """The benchmark shapes and the data every library of one run reads."""
 import numpy as np
 
+import fai
+
 
 SHAPES = {
     # name: B, Hq, Hkv, Sq, Skv, D, causal, page_size, what
@@ -14,13 +16,16 @@ SHAPES = {
 
 class Case:
     """One benchmark shape's data: fai's inputs (paged where the shape is) and the dense
-    equivalent [B, S, H, D] as float32 values for the peers."""
+    equivalent [B, S, H, D] as float32 values for the peers. fai's paged K/V live where a
+    server using fai keeps its cache, in fai.empty_cache (2 MiB pages), or with numpy_kv in
+    plain numpy arrays."""
 
-    def __init__(self, name, bf16, seed=0):
+    def __init__(self, name, bf16, seed=0, numpy_kv=False):
         B, Hq, Hkv, Sq, Skv, D, causal, ps, what = SHAPES[name]
         self.name, self.what = name, what
         self.B, self.Hq, self.Hkv, self.Sq, self.Skv, self.D = B, Hq, Hkv, Sq, Skv, D
         self.causal, self.page_size = causal, ps
+        self.kv_memory = "numpy arrays" if numpy_kv else "fai.empty_cache"
         self.group = Hq // Hkv
         rng = np.random.default_rng(seed)
         if bf16:
@@ -38,8 +43,9 @@ class Case:
             pages = Skv // ps
             order = rng.permutation(B * pages).astype(np.int32)
             self.block_table = order.reshape(B, pages)
-            self.k = np.empty((B * pages, ps, Hkv, D), kv_dt)
-            self.v = np.empty((B * pages, ps, Hkv, D), kv_dt)
+            empty = np.empty if numpy_kv else fai.empty_cache
+            self.k = empty((B * pages, ps, Hkv, D), kv_dt)
+            self.v = empty((B * pages, ps, Hkv, D), kv_dt)
             for b in range(B):
                 for p in range(pages):
                     self.k[self.block_table[b, p]] = k[b, p * ps:(p + 1) * ps]

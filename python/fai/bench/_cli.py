@@ -32,6 +32,9 @@ def _parse(argv):
     ap.add_argument("--plot", default="fai_bench.png", help="PNG to write (default %(default)s)")
     ap.add_argument("--no-plot", action="store_true", help="write no PNG")
     ap.add_argument("--json", metavar="PATH", help="also write one JSON object per shape")
+    ap.add_argument("--numpy-kv", action="store_true",
+                    help="fai's paged K/V (D1 D2 C1) in plain numpy arrays (4 KiB pages) "
+                         "instead of fai.empty_cache")
     ap.add_argument("--round-p-bf16", action="store_true",
                     help="fai rounds P to bf16 where PV multiplies in bf16 (all-bf16 "
                          "prefill), as torch and vLLM do (faster; see fai.h)")
@@ -54,7 +57,7 @@ def _parse(argv):
 def _run_shape(shape, args, peers):
     """Times one shape on fai and the peers; returns its row (the table's and the JSON's) and
     its notes."""
-    case = Case(shape, args.bf16)
+    case = Case(shape, args.bf16, numpy_kv=args.numpy_kv)
     row = {"shape": shape, "what": case.what, "threads": args.threads,
            "dtypes": "bf16" if args.bf16 else "q f32, kv f16, o f32", "results": {}}
     notes = []
@@ -70,7 +73,8 @@ def _run_shape(shape, args, peers):
                              "kv_gbps": case.kv_bytes() / median / 1e6, "note": note}
     row["rate"] = (f"{case.kv_bytes() / median / 1e6:.1f} GB/s" if case.Sq == 1 else
                    f"{case.flops() / median / 1e6:.0f} GFLOP/s")
-    notes.append(f"{shape} fai: {note}" + ("; K/V paged (block table)" if case.paged else ""))
+    notes.append(f"{shape} fai: {note}" + (f"; K/V paged (block table) in {case.kv_memory}"
+                                           if case.paged else ""))
     tol = 2e-2 if args.bf16 else 1e-3
     for p in peers:
         label = PEERS[p][0]
