@@ -427,39 +427,39 @@ DEFINE_QK_BLOCK(qk_block_narrow, (2 * FAI_QK_KEYS), 1)
 DEFINE_QK_BLOCK(qk_block_narrow_4keys, 4, 1)
 DEFINE_QK_BLOCK(qk_block_narrow_1key, 1, 1)
 
+/* A band of query-row vectors of S^T over a tile's keys: blocks of KEYS keys, then 4, then 1. */
+#define DEFINE_QK_BAND(NAME, KEYS, BLOCK, BLOCK_4KEYS, BLOCK_1KEY)                                 \
+    static inline void NAME(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n, \
+                            int64_t d, fvec scale) {                                               \
+        int64_t j = 0;                                                                             \
+        for (; j + (KEYS) <= n; j += (KEYS))                                                       \
+            BLOCK(s_t + j * ld_s, ld_s, q_t, k + j * d, d, scale);                                 \
+        for (; j + 4 <= n; j += 4)                                                                 \
+            BLOCK_4KEYS(s_t + j * ld_s, ld_s, q_t, k + j * d, d, scale);                           \
+        for (; j < n; j++)                                                                         \
+            BLOCK_1KEY(s_t + j * ld_s, ld_s, q_t, k + j * d, d, scale);                            \
+    }
+
+#if defined(FAI_QK_KEYS_4VECS)
+DEFINE_QK_BAND(qk_band_4vecs, FAI_QK_KEYS_4VECS, qk_block_4vecs, qk_block_4vecs_4keys,
+               qk_block_4vecs_1key)
+#endif
+DEFINE_QK_BAND(qk_band_wide, FAI_QK_KEYS, qk_block_wide, qk_block_wide_4keys, qk_block_wide_1key)
+DEFINE_QK_BAND(qk_band_narrow, 2 * FAI_QK_KEYS, qk_block_narrow, qk_block_narrow_4keys,
+               qk_block_narrow_1key)
+
 static void qk_simd(float *s_t, int64_t ld_s, const float *q_t, const float *k, int64_t n,
                     int64_t d, float scale) {
     const fvec vscale = v_set1(scale);
     int64_t i0 = 0;
 #if defined(FAI_QK_KEYS_4VECS)
-    for (; i0 + 4 * W <= ld_s; i0 += 4 * W) {
-        int64_t j = 0;
-        for (; j + FAI_QK_KEYS_4VECS <= n; j += FAI_QK_KEYS_4VECS)
-            qk_block_4vecs(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
-        for (; j + 4 <= n; j += 4)
-            qk_block_4vecs_4keys(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
-        for (; j < n; j++)
-            qk_block_4vecs_1key(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
-    }
+    for (; i0 + 4 * W <= ld_s; i0 += 4 * W)
+        qk_band_4vecs(s_t + i0, ld_s, q_t + i0, k, n, d, vscale);
 #endif
-    for (; i0 + 2 * W <= ld_s; i0 += 2 * W) {
-        int64_t j = 0;
-        for (; j + FAI_QK_KEYS <= n; j += FAI_QK_KEYS)
-            qk_block_wide(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
-        for (; j + 4 <= n; j += 4)
-            qk_block_wide_4keys(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
-        for (; j < n; j++)
-            qk_block_wide_1key(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
-    }
-    for (; i0 < ld_s; i0 += W) {
-        int64_t j = 0;
-        for (; j + 2 * FAI_QK_KEYS <= n; j += 2 * FAI_QK_KEYS)
-            qk_block_narrow(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
-        for (; j + 4 <= n; j += 4)
-            qk_block_narrow_4keys(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
-        for (; j < n; j++)
-            qk_block_narrow_1key(s_t + j * ld_s + i0, ld_s, q_t + i0, k + j * d, d, vscale);
-    }
+    for (; i0 + 2 * W <= ld_s; i0 += 2 * W)
+        qk_band_wide(s_t + i0, ld_s, q_t + i0, k, n, d, vscale);
+    for (; i0 < ld_s; i0 += W)
+        qk_band_narrow(s_t + i0, ld_s, q_t + i0, k, n, d, vscale);
 }
 
 /* -- stage 2: online softmax, W query rows at a time ---------------------------------------
