@@ -80,7 +80,8 @@ TEST(ukr_tables_match_reference) {
     const fai_cntx *ref = fai__cntx_by_name("ref");
     REQUIRE(ref != NULL);
     static const int64_t shapes[][4] = {{1, 1, 1, 1},     {4, 64, 128, 128},  {13, 37, 19, 23},
-                                        {64, 64, 64, 64}, {33, 12, 576, 512}, {7, 25, 3, 130}};
+                                        {64, 64, 64, 64}, {33, 12, 576, 512}, {7, 25, 3, 130},
+                                        {70, 63, 19, 23}};
     for (size_t t = 0; t < sizeof table_names / sizeof *table_names; t++) {
         const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
         if (!cntx || cntx == ref) continue;

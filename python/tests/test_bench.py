@@ -79,12 +79,13 @@ def test_paged_kv_memory(monkeypatch, numpy_kv):
     """fai's paged K/V sit in fai.empty_cache's memory (2 MiB aligned), or with --numpy-kv in
     numpy's; the values are the same either way."""
     import numpy as np
+    from fai import _cache
     from fai.bench import _cases
     monkeypatch.setitem(_cases.SHAPES, "T", (2, 4, 2, 1, 256, 64, False, 64, "tiny paged"))
     case = _cases.Case("T", False, numpy_kv=numpy_kv)
     plain = _cases.Case("T", False, numpy_kv=True)
     for got, want in ((case.k, plain.k), (case.v, plain.v)):
-        from_cache = any(type(o).__name__ == "_CacheMemory" for o in _owners(got))
+        from_cache = any(isinstance(o, _cache._CacheMemory) for o in _owners(got))
         assert from_cache == (not numpy_kv)
         assert not from_cache or got.ctypes.data % (2 << 20) == 0
         np.testing.assert_array_equal(got, want)

@@ -394,11 +394,11 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
  * into L2 while this one computes. Asked for all at once, a tile's rows overran the lines a core
  * keeps in flight: on AMD Zen 5, chunked prefill with f16 K/V (C1) spent 33-38 % of its time
  * packing rows that had not arrived. Spread over QK, a chunk of QK_CHUNK_KEYS keys at a time
- * (a whole register block of every table: 12 on AVX-512 and NEON, 2 x 6 on AVX2) asking for as
- * many of the next tile's K rows before it and V rows after it, the share fell to 20 % and C1
- * ran 1.1-1.3x faster. Rows longer than FAI_SPREAD_ROW_BYTES a key (K and V together; f32 at D
- * 128) gained nothing in such bursts and keep the one at the tile's start (plan->prefetch_spread
- * says which). */
+ * (whole register blocks of every table: 12 or 2 x 6 keys on AVX-512, 12 on NEON, 2 x 6 on AVX2)
+ * asking for as many of the next tile's K rows before it and V rows after it, the share fell to 20
+ * % and C1 ran 1.1-1.3x faster. Rows longer than FAI_SPREAD_ROW_BYTES a key (K and V together; f32
+ * at D 128) gained nothing in such bursts and keep the one at the tile's start
+ * (plan->prefetch_spread says which). */
 #define QK_CHUNK_KEYS 12
 
 /* Stage 1, QK_CHUNK_KEYS keys a call, on the packed K tile (or, with bf16 dot products, k_packed

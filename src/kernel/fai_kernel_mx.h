@@ -231,6 +231,7 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++) {
             if (tile + 2 < tile_end) mx_prefetch_share(plan, t, unit, sc, tile + 2, block, blocks);
+            FAI_LAP(FAI_STAGE_PACK_KV);
             mx_softmax_pv_block(plan, t, unit, sc, &tiles[current], block, rows);
             if (has_next) mx_qk_block(plan, t, unit, sc, &tiles[1 - current], block, rows);
             FAI_LAP(FAI_STAGE_QK);

@@ -14,7 +14,7 @@
  * unroller, gcc 12 copied a block's accumulators through the stack before storing them. */
 #if defined(__clang__)
 #define FAI_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
+#elif defined(__GNUC__) && __GNUC__ >= 8
 #define FAI_UNROLL _Pragma("GCC unroll 32")
 #else
 #define FAI_UNROLL

@@ -17,9 +17,9 @@ would pick bf16 on CPUs that have it. With --bf16 everything is bf16: torch in b
 with its bf16 precision hint (f32 tensors in and out), ONNX Runtime has no bf16 CPU kernel.
 
 Layouts: fai reads the paged shapes (D1 D2 C1) through a shuffled block table, from a cache
-made by fai.empty_cache, as a server using fai keeps it (2 MiB pages: a kv head's rows of a
-token-major page lie a whole token apart, and on 4 KiB pages every other row needs its own TLB
-entry; --numpy-kv puts them in plain numpy arrays instead); no peer has a paged KV cache on CPU,
+made by fai.empty_cache, as a server using fai keeps it (huge pages asked for: a kv head's rows
+of a token-major page lie a whole token apart, and on 4 KiB pages every other row needs its own
+TLB entry; --numpy-kv puts them in plain numpy arrays instead); no peer has a paged KV cache on CPU,
 so they get the equivalent dense K/V. Each peer gets its preferred layout
 built outside the timed region:
   torch    SDPA on [B, H, S, D]; GQA: K/V repeated to Hq heads for prefill (enable_gqa where

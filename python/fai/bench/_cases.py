@@ -17,8 +17,8 @@ SHAPES = {
 class Case:
     """One benchmark shape's data: fai's inputs (paged where the shape is) and the dense
     equivalent [B, S, H, D] as float32 values for the peers. fai's paged K/V live where a
-    server using fai keeps its cache, in fai.empty_cache (2 MiB pages), or with numpy_kv in
-    plain numpy arrays."""
+    server using fai keeps its cache, in fai.empty_cache (2 MiB aligned, huge pages asked for), or
+    with numpy_kv in plain numpy arrays."""
 
     def __init__(self, name, bf16, seed=0, numpy_kv=False):
         B, Hq, Hkv, Sq, Skv, D, causal, ps, what = SHAPES[name]

@@ -33,8 +33,8 @@ def _parse(argv):
     ap.add_argument("--no-plot", action="store_true", help="write no PNG")
     ap.add_argument("--json", metavar="PATH", help="also write one JSON object per shape")
     ap.add_argument("--numpy-kv", action="store_true",
-                    help="fai's paged K/V (D1 D2 C1) in plain numpy arrays (4 KiB pages) "
-                         "instead of fai.empty_cache")
+                    help="fai's paged K/V (D1 D2 C1) in plain numpy arrays instead of "
+                         "fai.empty_cache (huge pages asked for)")
     ap.add_argument("--round-p-bf16", action="store_true",
                     help="fai rounds P to bf16 where PV multiplies in bf16 (all-bf16 "
                          "prefill), as torch and vLLM do (faster; see fai.h)")
@@ -60,6 +60,8 @@ def _run_shape(shape, args, peers):
     case = Case(shape, args.bf16, numpy_kv=args.numpy_kv)
     row = {"shape": shape, "what": case.what, "threads": args.threads,
            "dtypes": "bf16" if args.bf16 else "q f32, kv f16, o f32", "results": {}}
+    if case.paged:
+        row["kv_memory"] = case.kv_memory
     notes = []
     fai_setup = (functools.partial(setup_fai, round_p_bf16=True) if args.round_p_bf16
                  else setup_fai)
