@@ -331,6 +331,18 @@ static int scales_fold(const float *scales, int64_t n) {
     return top <= 0x1p64f;
 }
 
+/* The K and V rows of keys [key_begin, key_begin + count) of the unit's sequence and kv head,
+ * asked for into L2: prefill packs each row from memory, and rows asked for a tile ahead have
+ * arrived when they are packed. */
+static void prefetch_kv_keys(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                             const unit_scratch *sc, int64_t key_begin, int64_t count) {
+    if (count <= 0) return;
+    fai__kv_prefetch(&sc->rows->k, unit->batch, unit->head_kv, key_begin, count,
+                     plan->pb.head_dim * (int64_t)fai_dtype_size(t->k.dtype));
+    fai__kv_prefetch(&sc->rows->v, unit->batch, unit->head_kv, key_begin, count,
+                     plan->head_dim_v * (int64_t)fai_dtype_size(t->v.dtype));
+}
+
 #include "kernel/fai_kernel_mx.h"
 
 static void write_zero_row(const fai_plan *plan, const fai_tensors *t, const fai_run_rows *rows,
@@ -477,12 +489,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         plan->direct_kv || tile + 1 >= unit->kv_tiles || (next_state && *next_state) ? 0
         : seq->kv_len - next < tile_kv ? seq->kv_len - next
                                        : tile_kv;
-    if (next_n > 0 && !plan->prefetch_spread) {
-        fai__kv_prefetch(&sc->rows->k, b, unit->head_kv, next, next_n,
-                         d * (int64_t)fai_dtype_size(t->k.dtype));
-        fai__kv_prefetch(&sc->rows->v, b, unit->head_kv, next, next_n,
-                         dv * (int64_t)fai_dtype_size(t->v.dtype));
-    }
+    if (!plan->prefetch_spread) prefetch_kv_keys(plan, t, unit, sc, next, next_n);
     fai__kv_rows(&sc->rows->k, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
     /* decode: the tile's V rows are asked for while QK computes; PV reads them from this list */
     const fai_row_fetch v_fetch = {sc->fetch_ptrs, n, dv * (int64_t)fai_dtype_size(t->v.dtype)};

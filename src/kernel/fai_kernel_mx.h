@@ -164,23 +164,18 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     FAI_LAP(FAI_STAGE_PV);
 }
 
-/* Share `share` of `shares` of the K and V rows of a kv tile (an offset into the unit's range),
- * asked for into L2 unless the packed cache holds the tile. Packing reads each row from memory:
- * with token-major pages a kv head's rows lie a whole token apart, where the hardware prefetchers
- * do not follow, and the rows of the tile after next, asked for while a tile computes, have
- * arrived when that tile is packed. */
-static void mx_prefetch_share(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
-                              const unit_scratch *sc, int64_t tile, int64_t share, int64_t shares) {
+/* The keys of a kv tile (an offset into the unit's range) to ask for ahead of its packing,
+ * from *key_begin: its own, or none where the tile is past `tile_end` or the packed cache holds
+ * it. With token-major pages a kv head's rows lie a whole token apart, where the hardware
+ * prefetchers do not follow: packing waited on every row before its rows were asked for. */
+static int64_t mx_keys_ahead(const fai_plan *plan, const fai_unit *unit, const unit_scratch *sc,
+                             int64_t tile, int64_t tile_end, int64_t *key_begin) {
+    if (tile >= tile_end) return 0;
     const tile_extent e = tile_extent_of(plan, unit, tile);
     unsigned char *cached = NULL;
     const unsigned char *state = kv_cache_find(plan, sc, unit, e.key_begin, &cached);
-    if (state && *state) return;
-    const int64_t lo = e.n * share / shares, hi = e.n * (share + 1) / shares;
-    if (hi <= lo) return;
-    fai__kv_prefetch(&sc->rows->k, unit->batch, unit->head_kv, e.key_begin + lo, hi - lo,
-                     plan->pb.head_dim * (int64_t)fai_dtype_size(t->k.dtype));
-    fai__kv_prefetch(&sc->rows->v, unit->batch, unit->head_kv, e.key_begin + lo, hi - lo,
-                     plan->head_dim_v * (int64_t)fai_dtype_size(t->v.dtype));
+    *key_begin = e.key_begin;
+    return state && *state ? 0 : e.n;
 }
 
 /* After a unit's last tile: each row's sum from its lanes (in a fixed order), and a NaN sum (a
@@ -205,7 +200,9 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
     const int64_t blocks = fai__ceil_div(rows, FAI_MX_BLOCK_ROWS);
     mx_tile tiles[2];
     if (tile_begin < tile_end) {
-        if (tile_begin + 1 < tile_end) mx_prefetch_share(plan, t, unit, sc, tile_begin + 1, 0, 1);
+        int64_t first = 0;
+        const int64_t count = mx_keys_ahead(plan, unit, sc, tile_begin + 1, tile_end, &first);
+        prefetch_kv_keys(plan, t, unit, sc, first, count);
         tiles[0] = mx_prepare(plan, t, unit, tile_begin, 0, sc);
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++)
@@ -228,9 +225,13 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
             gather_scales(plan, unit, &sc->rows->v_scale, e->key_begin, e->n, sc->v_scales);
             if (!scales_fold(sc->v_scales, e->n)) tiles[current].state |= KV_V_EXACT;
         }
+        /* the rows of the tile packed after the next one, a share before each row block */
+        int64_t ahead_begin = 0;
+        const int64_t ahead = mx_keys_ahead(plan, unit, sc, tile + 2, tile_end, &ahead_begin);
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++) {
-            if (tile + 2 < tile_end) mx_prefetch_share(plan, t, unit, sc, tile + 2, block, blocks);
+            const int64_t lo = ahead * block / blocks, hi = ahead * (block + 1) / blocks;
+            prefetch_kv_keys(plan, t, unit, sc, ahead_begin + lo, hi - lo);
             FAI_LAP(FAI_STAGE_PACK_KV);
             mx_softmax_pv_block(plan, t, unit, sc, &tiles[current], block, rows);
             if (has_next) mx_qk_block(plan, t, unit, sc, &tiles[1 - current], block, rows);

@@ -414,7 +414,7 @@ static void scale_keys_rows_simd(float *s, int64_t ld_n, int64_t m, int64_t n, c
  * Where the vocabulary names FAI_QK_KEYS_4VECS, tiles of 4 vectors of rows or more run blocks of
  * that many keys x 4 vectors first: half the broadcasts per FMA and half the K rows in flight
  * (avx512: 6 x 4 ran at 95-100 % of the FMA peak in cache on a Sapphire Rapids Xeon, 12 x 2 at
- * 85-90 %). */
+ * 80-91 %). */
 #if defined(FAI_QK_KEYS_4VECS)
 DEFINE_QK_BLOCK(qk_block_4vecs, FAI_QK_KEYS_4VECS, 4)
 DEFINE_QK_BLOCK(qk_block_4vecs_4keys, 4, 4)
