@@ -474,6 +474,22 @@ typedef struct fai_profile {
 FAI_API fai_status fai_run_profiled(const fai_plan *plan, const fai_tensors *tensors,
                                     void *workspace, size_t workspace_size, fai_profile *profile);
 
+/* fai_run_profiled, timing a run with some of the seed's stages not computed, so that what the
+ * others cost without them can be read: a stage that runs on a CPU's matrix unit (QK and PV on
+ * the matrix engine) and one on its vector unit (the softmax) that cost less together than one
+ * after the other hide each other's time (`fai bench --profile` reports it). left_out is any
+ * combination of the FAI_LEAVE_OUT_ bits below; anything else is refused. The stages left out
+ * leave 0 scores (QK), the max unmoved and no masks (the softmax: PV weighs keys by what the
+ * scores hold) and O unchanged (PV). Whatever is left out, the run writes nothing to the tensors
+ * (O and LSE keep their contents): its numbers are not the attention's, only its times count.
+ * left_out 0 computes everything and writes nothing. */
+#define FAI_LEAVE_OUT_QK (1u << FAI_STAGE_QK)
+#define FAI_LEAVE_OUT_SOFTMAX (1u << FAI_STAGE_SOFTMAX)
+#define FAI_LEAVE_OUT_PV (1u << FAI_STAGE_PV)
+FAI_API fai_status fai_run_profiled_without(const fai_plan *plan, const fai_tensors *tensors,
+                                            void *workspace, size_t workspace_size,
+                                            unsigned left_out, fai_profile *profile);
+
 /* The checks fai_run makes of the tensors, alone: FAI_OK if fai_run would accept them. The
  * block-table entries are checked even when the plan trusts them, so a caller can check a table
  * once and then run trusted. Reads the block table, writes nothing. Thread-safe. */

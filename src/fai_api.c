@@ -295,6 +295,7 @@ typedef struct run_job {
     int64_t threads;
     /* fai_run_profiled only: the threads' stage ticks are summed here, busy times per thread */
     fai_profile *profile;
+    unsigned left_out; /* the stages the profiled kernel leaves out (fai_run_profiled_without) */
     _Atomic uint64_t stage_ticks[FAI_STAGE_COUNT];
     atomic_llong next_worker; /* the next worker no thread has taken yet */
 } run_job;
@@ -315,9 +316,11 @@ static void run_thread(void *arg, int64_t thread_index) {
         return;
     }
     memset(&fai__stage_clock, 0, sizeof fai__stage_clock);
+    fai__left_out = job->left_out;
     const double start = now_seconds();
     for (int64_t w = take_worker(job); w < job->plan->workers; w = take_worker(job))
         fai__kernel_run_worker_profiled(job->plan, job->tensors, w, ws, job->workspace);
+    fai__left_out = 0;
     job->profile->busy_seconds[thread_index] = now_seconds() - start;
     for (int s = 0; s < FAI_STAGE_COUNT; s++)
         atomic_fetch_add_explicit(&job->stage_ticks[s], fai__stage_clock.ticks[s],
@@ -325,7 +328,7 @@ static void run_thread(void *arg, int64_t thread_index) {
 }
 
 static fai_status run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
-                      size_t workspace_size, fai_profile *profile) {
+                      size_t workspace_size, fai_profile *profile, unsigned left_out) {
     if (!plan) return fai__fail(FAI_ERR_INVALID_ARG, "plan = NULL");
     if (!tensors) return fai__fail(FAI_ERR_INVALID_ARG, "tensors = NULL");
     if (plan->workspace_size > 0 && (!workspace || workspace_size < plan->workspace_size))
@@ -347,7 +350,7 @@ static fai_status run(const fai_plan *plan, const fai_tensors *tensors, void *wo
     atomic_llong *done = (atomic_llong *)(aligned + plan->ws.counters);
     for (int64_t u = 0; u < plan->split_units; u++)
         atomic_init(&done[u], 0);
-    run_job job = {plan, tensors, aligned, threads < 1 ? 1 : threads, profile, {0}, 0};
+    run_job job = {plan, tensors, aligned, threads < 1 ? 1 : threads, profile, left_out, {0}, 0};
     for (int s = 0; s < FAI_STAGE_COUNT; s++)
         atomic_init(&job.stage_ticks[s], 0);
     atomic_init(&job.next_worker, 0);
@@ -377,14 +380,30 @@ static fai_status run(const fai_plan *plan, const fai_tensors *tensors, void *wo
 fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
                    size_t workspace_size) {
     fai__clear_error();
-    return run(plan, tensors, workspace, workspace_size, NULL);
+    return run(plan, tensors, workspace, workspace_size, NULL, 0);
 }
 
 fai_status fai_run_profiled(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
                             size_t workspace_size, fai_profile *profile) {
     fai__clear_error();
     if (!profile) return fai__fail(FAI_ERR_INVALID_ARG, "profile = NULL");
-    return run(plan, tensors, workspace, workspace_size, profile);
+    return run(plan, tensors, workspace, workspace_size, profile, 0);
+}
+
+fai_status fai_run_profiled_without(const fai_plan *plan, const fai_tensors *tensors,
+                                    void *workspace, size_t workspace_size, unsigned left_out,
+                                    fai_profile *profile) {
+    fai__clear_error();
+    const unsigned stages = FAI_LEAVE_OUT_QK | FAI_LEAVE_OUT_SOFTMAX | FAI_LEAVE_OUT_PV;
+    if (left_out & ~stages)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "left_out = 0x%x: only FAI_LEAVE_OUT_QK (0x%x), FAI_LEAVE_OUT_SOFTMAX "
+                         "(0x%x) and FAI_LEAVE_OUT_PV (0x%x) may be left out",
+                         left_out, FAI_LEAVE_OUT_QK, FAI_LEAVE_OUT_SOFTMAX, FAI_LEAVE_OUT_PV);
+    if (!profile) return fai__fail(FAI_ERR_INVALID_ARG, "profile = NULL");
+    /* the store goes with any of them: the numbers are not the attention's, so none is written */
+    return run(plan, tensors, workspace, workspace_size, profile,
+               left_out | (1u << FAI_STAGE_STORE));
 }
 
 const char *fai_stage_name(fai_stage stage) {

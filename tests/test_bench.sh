@@ -83,7 +83,16 @@ assert abs(sum(shares.values()) - 1.0) < 1e-3 and shares["qk"] > 0 and shares["p
 busy = prof["thread_busy"]
 assert 1 <= len(busy) <= 2 and busy[0] > 0 and all(0 <= b <= 1.01 for b in busy), prof
 assert prof["runs"] == 2 and prof["median_ms"] > 0 and prof["overhead"] > 0, prof
+# the overlap of QK + PV and the softmax, from runs that leave them out: each kind took time,
+# and what they hid is their times alone less the time together, over the rest's
+lap = row["overlap"]
+kinds = ("together_ms", "qk_pv_alone_ms", "softmax_alone_ms", "neither_ms")
+assert all(lap[k] > 0 for k in kinds), lap
+hidden = lap["qk_pv_alone_ms"] + lap["softmax_alone_ms"] - lap["together_ms"] - lap["neither_ms"]
+assert abs(lap["hidden_ms"] - hidden) < 1e-4, lap
 PY
+"$fai" bench --b 1 --hq 2 --hkv 1 --sq 8 --skv 40 --d 16 --runs 2 --threads 1 --no-peaks \
+    --profile | grep -q "overlap, over the .* ms the other stages take (nothing stored): qk+pv alone"
 
 # --scaling: after the rows, one line per extra thread count with the interleaved speedup
 "$fai" bench --b 1 --hq 2 --hkv 1 --sq 8 --skv 40 --d 16 --runs 2 --threads 1,2 --json \

@@ -7,6 +7,7 @@
 #include "fai_cases.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,4 +98,92 @@ TEST(profile_errors_and_stage_names) {
     for (int s = 0; s < FAI_STAGE_COUNT; s++)
         CHECK(strcmp(fai_stage_name((fai_stage)s), names[s]) == 0);
     CHECK(strcmp(fai_stage_name(FAI_STAGE_COUNT), "?") == 0);
+}
+
+/* fai_run_profiled_without: whatever it leaves out, O and LSE keep their bytes (the run's numbers
+ * are not the attention's), on prefill (the matrix engine where the table has one: bf16 K/V),
+ * f32 prefill and split-KV decode with int8 K/V; and it still refuses what fai_run refuses. */
+static void without_case(int *test_failed_, int64_t seq_q, int64_t workers, fai_dtype kv_dtype) {
+    fai_case_spec spec;
+    fai_case_spec_any(&spec);
+    spec.batch = 2, spec.heads_q = 4, spec.heads_kv = 2, spec.seq_q = seq_q, spec.seq_kv = 300;
+    spec.head_dim = spec.head_dim_v = 64, spec.q_lens = spec.kv_lens = 0;
+    spec.q_dtype = spec.o_dtype = FAI_DTYPE_F32;
+    spec.k_dtype = spec.v_dtype = kv_dtype;
+    spec.mask_kind = 0, spec.workers = workers, spec.threads = 2, spec.split = FAI_SPLIT_AUTO;
+    spec.positions = 0, spec.lse = 1, spec.causal = seq_q > 1;
+    fai_case c;
+    REQUIRE(fai_case_build(&c, &spec, 43) == 0);
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+    const size_t bytes = fai_plan_workspace_size(plan);
+    void *ws = malloc(bytes + 1);
+    const size_t o_bytes = c.bytes[FAI_CASE_BUF_O], lse_bytes = c.bytes[FAI_CASE_BUF_LSE];
+    void *o_before = malloc(o_bytes), *lse_before = malloc(lse_bytes);
+    REQUIRE(ws && o_before && lse_before);
+    memset(c.buf[FAI_CASE_BUF_O], 0xA5, o_bytes);
+    memset(c.buf[FAI_CASE_BUF_LSE], 0x5A, lse_bytes);
+    memcpy(o_before, c.buf[FAI_CASE_BUF_O], o_bytes);
+    memcpy(lse_before, c.buf[FAI_CASE_BUF_LSE], lse_bytes);
+    const unsigned kinds[] = {0,
+                              FAI_LEAVE_OUT_QK,
+                              FAI_LEAVE_OUT_SOFTMAX,
+                              FAI_LEAVE_OUT_PV,
+                              FAI_LEAVE_OUT_QK | FAI_LEAVE_OUT_PV,
+                              FAI_LEAVE_OUT_QK | FAI_LEAVE_OUT_SOFTMAX | FAI_LEAVE_OUT_PV};
+    static fai_profile profile;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        CHECK(fai_run_profiled_without(plan, &c.tensors, ws, bytes, kinds[k], &profile) == FAI_OK);
+        CHECK(memcmp(c.buf[FAI_CASE_BUF_O], o_before, o_bytes) == 0);
+        CHECK(memcmp(c.buf[FAI_CASE_BUF_LSE], lse_before, lse_bytes) == 0);
+        CHECK(profile.wall_seconds > 0.0 && profile.busy_seconds[0] > 0.0);
+    }
+    /* the tensors are checked as fai_run checks them */
+    fai_tensors bad = c.tensors;
+    bad.q.data = NULL;
+    CHECK(fai_run_profiled_without(plan, &bad, ws, bytes, 0, &profile) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "q.data") != NULL);
+    /* and then a full run writes O as fai_run does */
+    REQUIRE(fai_run(plan, &c.tensors, ws, bytes) == FAI_OK);
+    CHECK(memcmp(c.buf[FAI_CASE_BUF_O], o_before, o_bytes) != 0);
+    free(o_before);
+    free(lse_before);
+    free(ws);
+    fai_plan_free(plan);
+    fai_case_free(&c);
+}
+
+TEST(profile_without_writes_nothing_prefill) {
+    without_case(test_failed_, 64, 2, FAI_DTYPE_BF16);
+    without_case(test_failed_, 64, 2, FAI_DTYPE_F32);
+}
+
+TEST(profile_without_writes_nothing_split_decode) {
+    without_case(test_failed_, 1, 7, FAI_DTYPE_I8);
+}
+
+TEST(profile_without_errors_name_the_value) {
+    fai_problem pb;
+    fai_problem_init(&pb);
+    pb.batch = 1, pb.heads_q = pb.heads_kv = 1, pb.seq_q = pb.seq_kv = 4, pb.head_dim = 8;
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    fai_tensors t;
+    memset(&t, 0, sizeof t);
+    static fai_profile profile;
+    const unsigned refused[] = {1u << FAI_STAGE_STORE, 1u << FAI_STAGE_PACK_Q,
+                                1u << FAI_STAGE_RESCALE, FAI_LEAVE_OUT_QK | (1u << 31)};
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+        CHECK(fai_run_profiled_without(plan, &t, NULL, 0, refused[k], &profile) ==
+              FAI_ERR_INVALID_ARG);
+        char want[32];
+        snprintf(want, sizeof want, "left_out = 0x%x", refused[k]);
+        CHECK(strstr(fai_last_error(), want) != NULL);
+    }
+    CHECK(fai_run_profiled_without(plan, &t, NULL, 0, FAI_LEAVE_OUT_PV, NULL) ==
+          FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "profile = NULL") != NULL);
+    CHECK(fai_run_profiled_without(NULL, &t, NULL, 0, 0, &profile) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "plan = NULL") != NULL);
+    fai_plan_free(plan);
 }

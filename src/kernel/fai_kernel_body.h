@@ -32,9 +32,13 @@
 #include "kernel/fai_profile.h"
 #define FAI_LAP(stage) fai__lap(stage)
 #define FAI_LAP_START() (fai__stage_clock.last = fai__ticks())
+/* Whether the stage is computed: the profiled build may leave QK, the softmax, PV and the store
+ * out (fai_run_profiled_without); fai_run's build computes every stage. */
+#define FAI_KEEPS(stage) ((fai__left_out & (1u << (stage))) == 0)
 #else
 #define FAI_LAP(stage) ((void)0)
 #define FAI_LAP_START() ((void)0)
+#define FAI_KEEPS(stage) 1
 #endif
 
 /* One unit's scratch. Decode plans (direct_kv) keep Q row-major [rows, ld_q] and S row-major
@@ -343,6 +347,18 @@ static void prefetch_kv_keys(const fai_plan *plan, const fai_tensors *t, const f
                      plan->head_dim_v * (int64_t)fai_dtype_size(t->v.dtype));
 }
 
+/* What a stage left out leaves behind (fai_run_profiled_without): scores of 0 in place of QK's,
+ * and row_alpha 1 (the max unmoved) in place of the softmax's. */
+static void leave_scores_zero(const fai_plan *plan, const unit_scratch *sc, int64_t rows,
+                              int64_t n) {
+    const int64_t floats = plan->direct_kv ? rows * plan->ld_n : n * plan->ld_s;
+    memset(sc->s_tile, 0, (size_t)floats * sizeof(float));
+}
+static void leave_max_unmoved(float *row_alpha, int64_t rows) {
+    for (int64_t r = 0; r < rows; r++)
+        row_alpha[r] = 1.0f;
+}
+
 #include "kernel/fai_kernel_mx.h"
 
 static void write_zero_row(const fai_plan *plan, const fai_tensors *t, const fai_run_rows *rows,
@@ -496,9 +512,12 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     if (plan->direct_kv)
         fai__kv_rows(&sc->rows->v, b, unit->head_kv, key_begin, n + ahead, sc->fetch_ptrs);
     FAI_LAP(FAI_STAGE_PACK_KV);
-    if (plan->bf16_qk_rows &&
-        cntx->qk_rows_bf16(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows, sc->row_ptrs,
-                           ahead, &v_fetch, n, d, plan->scale)) {
+    const int qk_kept = FAI_KEEPS(FAI_STAGE_QK);
+    if (!qk_kept && plan->direct_kv) {
+        leave_scores_zero(plan, sc, rows, n);
+    } else if (plan->bf16_qk_rows &&
+               cntx->qk_rows_bf16(sc->s_tile, plan->ld_n, sc->q_tile, plan->ld_q, rows,
+                                  sc->row_ptrs, ahead, &v_fetch, n, d, plan->scale)) {
         /* done on bf16 dot products */
     } else if (plan->direct_kv) {
         /* a quantized K's scales are applied as the scores are stored */
@@ -508,7 +527,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                       &v_fetch, t->k.dtype, n, d, plan->scale,
                       plan->k_scaled ? sc->k_scales : NULL);
     } else if (bf16_qk) { /* bf16 dot products straight from the K rows */
-        if (plan->prefetch_spread)
+        if (!qk_kept)
+            leave_scores_zero(plan, sc, rows, n);
+        else if (plan->prefetch_spread)
             qk_prefetching(plan, t, unit, sc, NULL, n, next, next_n);
         else
             cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
@@ -526,7 +547,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
             cntx->pack_rows(k_packed, d, sc->row_ptrs, n, d, t->k.dtype,
                             k_folded ? sc->k_scales : NULL);
         FAI_LAP(FAI_STAGE_PACK_KV);
-        if (plan->prefetch_spread)
+        if (!qk_kept)
+            leave_scores_zero(plan, sc, rows, n);
+        else if (plan->prefetch_spread)
             qk_prefetching(plan, t, unit, sc, k_packed, n, next, next_n);
         else
             cntx->qk(sc->s_tile, ld_s, sc->q_tile, k_packed, n, d, plan->scale);
@@ -540,14 +563,18 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     FAI_LAP(FAI_STAGE_QK);
 
     const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
-    if (plan->mods) { /* soft-capping and ALiBi, just before the masks */
+    /* left out, with the masks and score modifiers: PV weighs the keys by their scores */
+    const int softmax_kept = FAI_KEEPS(FAI_STAGE_SOFTMAX);
+    if (!softmax_kept) {
+        leave_max_unmoved(sc->row_alpha, rows);
+    } else if (plan->mods) { /* soft-capping and ALiBi, just before the masks */
         const fai_score_mods mods = tile_mods(plan, unit, sc, key_begin, 0, rows, 1.0f);
         if (plan->direct_kv)
             cntx->mods_rows(sc->s_tile, plan->ld_n, rows, n, &mods);
         else
             cntx->mods_t(sc->s_tile, ld_s, n, &mods);
     }
-    if (plan->direct_kv) {
+    if (softmax_kept && plan->direct_kv) {
         if (masked)
             apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, plan->ld_n,
                         1);
@@ -556,7 +583,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
             gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
         cntx->softmax_rows(sc->s_tile, plan->ld_n, rows, sc->row_max, sc->row_sum, sc->row_alpha,
                            plan->v_scaled ? sc->v_scales : NULL);
-    } else {
+    } else if (softmax_kept) {
         if (masked)
             apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, 1, ld_s);
         cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
@@ -584,8 +611,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
             k_fetch.count = next_tile.n;
         }
         FAI_LAP(FAI_STAGE_PACK_KV);
-        cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->fetch_ptrs, ahead,
-                      &k_fetch, t->v.dtype, n, dv, masked);
+        if (FAI_KEEPS(FAI_STAGE_PV))
+            cntx->pv_rows(sc->o_acc, ld_o, sc->s_tile, plan->ld_n, rows, sc->fetch_ptrs, ahead,
+                          &k_fetch, t->v.dtype, n, dv, masked);
     } else {
         if (!from_cache)
             fai__kv_rows(&sc->rows->v, b, unit->head_kv, key_begin, n + ahead, sc->row_ptrs);
@@ -606,11 +634,14 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         /* V holding Inf or NaN takes the exact (sparse) PV: in a tile product 0 x Inf would be NaN
          * where a key weighs 0 (masked), and a P's lo part of 0 would turn an Inf it carries into
          * NaN */
-        if (plan->bf16_pv)
+        if (!FAI_KEEPS(FAI_STAGE_PV)) {
+            /* left out */
+        } else if (plan->bf16_pv) {
             cntx->pv_bf16(sc->o_acc, ld_o, sc->s_tile, ld_s, (const uint16_t *)v_packed, rows, n,
                           plan->p_parts, !v_plain);
-        else
+        } else {
             cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, v_packed, rows, n, masked && !v_plain);
+        }
     }
     FAI_LAP(FAI_STAGE_PV);
 }
@@ -633,6 +664,8 @@ static void compute_tiles(const fai_plan *plan, const fai_tensors *t, const fai_
  * O = O e^(m - m') / l' and LSE = m' + log l'; a row that saw nothing gets LSE = sink. */
 static void finish_unit(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                         const unit_scratch *sc) {
+    /* a run that leaves a stage out writes nothing to the tensors (fai_run_profiled_without) */
+    if (!FAI_KEEPS(FAI_STAGE_STORE)) return;
     const int64_t heads = unit->heads, rows = unit->q_len * heads;
     const int64_t b = unit->batch;
     for (int64_t r = 0; r < rows; r++) {

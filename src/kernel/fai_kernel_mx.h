@@ -101,6 +101,10 @@ static void mx_qk_block(const fai_plan *plan, const fai_tensors *t, const fai_un
     if (plan->pb.mask_kind == FAI_MASK_KEEP_BITS &&
         bits_rows_empty(t, unit, mt->extent.key_begin, mt->extent.n, r0, r0 + m))
         return; /* its softmax and PV are skipped too */
+    if (!FAI_KEEPS(FAI_STAGE_QK)) {
+        memset(s, 0, (size_t)(FAI_MX_BLOCK_ROWS * ld_n) * sizeof(float));
+        return;
+    }
     /* exact where the tile products could lose a product: Q out of their range (which takes
      * Inf and NaN in), or Inf and NaN in K meeting a part of 0 */
     if (!*sc->q_dot_ok || (mx_qk_has_parts(plan) && (mt->state & KV_K_NONFINITE)))
@@ -128,6 +132,18 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
      * scale and masks that only remove keys; else S is scaled first, as the other tables do
      * (with the score modifiers, in their pass) */
+    float *o = sc->o_acc + r0 * ld_o;
+    uint16_t *p = mx_p_block(plan, sc, block);
+    if (!FAI_KEEPS(FAI_STAGE_SOFTMAX)) {
+        /* left out with the masks and modifiers: PV reads the P left from before */
+        leave_max_unmoved(sc->row_alpha + r0, FAI_MX_BLOCK_ROWS);
+        FAI_LAP(FAI_STAGE_SOFTMAX);
+        if (FAI_KEEPS(FAI_STAGE_PV))
+            cntx->mx_pv(o, ld_o, p, plan->p_parts, mt->v, plan->mx_v_parts, FAI_MX_BLOCK_ROWS,
+                        mt->n_pad, ld_o);
+        FAI_LAP(FAI_STAGE_PV);
+        return;
+    }
     float scale = plan->scale;
     if (plan->k_scaled) cntx->scale_keys_rows(s, ld_n, m, e->n, sc->k_scales);
     if (plan->mods) {
@@ -143,7 +159,6 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     if (masked)
         apply_masks_rows(plan, t, unit, &e->band, e->band_partial, e->key_begin, e->n, sc->s_tile,
                          ld_n, 1, r0, r0 + m);
-    uint16_t *p = mx_p_block(plan, sc, block);
     /* a V tile with Inf, NaN or large values takes an f32 PV, and P in f32 (its weights below
      * 2^-118 times such values count) */
     const int sparse = (mt->state & KV_V_EXACT) != 0;
@@ -152,15 +167,17 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
                      sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0, p, p_parts,
                      plan->v_scaled ? sc->v_scales : NULL);
     FAI_LAP(FAI_STAGE_SOFTMAX);
-    float *o = sc->o_acc + r0 * ld_o;
     cntx->rescale_o(o, ld_o, m, sc->row_alpha + r0);
     FAI_LAP(FAI_STAGE_RESCALE);
-    if (sparse)
+    if (!FAI_KEEPS(FAI_STAGE_PV)) {
+        /* left out */
+    } else if (sparse) {
         cntx->mx_pv_sparse(o, ld_o, p, p_parts, mt->v, plan->mx_v_parts, m, e->n, FAI_MX_BLOCK_ROWS,
                            mt->n_pad, plan->head_dim_v, ld_o);
-    else
+    } else {
         cntx->mx_pv(o, ld_o, p, plan->p_parts, mt->v, plan->mx_v_parts, FAI_MX_BLOCK_ROWS,
                     mt->n_pad, ld_o);
+    }
     FAI_LAP(FAI_STAGE_PV);
 }
 

@@ -34,6 +34,10 @@ typedef struct fai_stage_clock {
 
 extern _Thread_local fai_stage_clock fai__stage_clock;
 
+/* The stages this thread's profiled run leaves out, bits 1u << stage (fai_run_profiled_without):
+ * FAI_STAGE_QK, FAI_STAGE_SOFTMAX, FAI_STAGE_PV and FAI_STAGE_STORE. */
+extern _Thread_local unsigned fai__left_out;
+
 static inline void fai__lap(fai_stage stage) {
     const uint64_t now = fai__ticks();
     fai__stage_clock.ticks[stage] += now - fai__stage_clock.last;

@@ -89,6 +89,9 @@ static int bench_one(const ft_shape *shape, const ft_shape_data *data, fai_pool 
         if (opt->profile)
             status = ft_bench_profile_run(plan, &data->tensors, workspace, workspace_bytes,
                                           opt->runs, &result->profile);
+        if (opt->profile && status == FAI_OK)
+            status = ft_bench_overlap_run(plan, &data->tensors, workspace, workspace_bytes,
+                                          opt->runs, &result->overlap);
     }
     if (status != FAI_OK) {
         fprintf(stderr, "fai bench: %s: %s %s\n", shape->name, fai_status_string(status),
@@ -181,7 +184,10 @@ static int bench_shape(const ft_shape *shape, uint64_t seed, fai_pool **pools,
             ft_bench_print_json(shape, &result, &check, opt, peak, have_base ? &base : NULL);
         else
             ft_bench_print_row(shape, &result, &check, peak, have_base ? &base : NULL);
-        if (!opt->json && opt->profile) ft_bench_profile_print(&result.profile, result.median_ms);
+        if (!opt->json && opt->profile) {
+            ft_bench_profile_print(&result.profile, result.median_ms);
+            ft_bench_overlap_print(&result.overlap);
+        }
         fflush(stdout);
     }
     if (opt->scaling && !failures &&

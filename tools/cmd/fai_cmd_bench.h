@@ -3,6 +3,7 @@
 #ifndef FAI_CMD_BENCH_H
 #define FAI_CMD_BENCH_H
 
+#include "fai_bench_overlap.h"
 #include "fai_bench_profile.h"
 #include "fai_peak.h"
 #include "fai_shape.h"
@@ -35,6 +36,7 @@ typedef struct bench_result {
     double check_us; /* median cost of fai_run's tensor checks (block table included) */
     fai_plan_info info;
     ft_bench_profile profile; /* with --profile */
+    ft_bench_overlap overlap; /* with --profile */
 } bench_result;
 
 /* The unfused baseline on one (shape, thread count): its times and its score matrix. */

@@ -122,6 +122,7 @@ void ft_bench_print_json(const ft_shape *shape, const bench_result *r, const ben
     if (peak) json_peak_ratios(&json, shape, r, peak);
     if (base) json_baseline(&json, r, base, check, peak);
     if (opt->profile) ft_bench_profile_json(&json, &r->profile, r->median_ms);
+    if (opt->profile) ft_bench_overlap_json(&json, &r->overlap);
     ft_json_end(&json);
 }
 
