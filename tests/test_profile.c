@@ -80,14 +80,20 @@ TEST(profile_prefill_matches_plain_run) { profile_case(test_failed_, 64, 2, 0); 
 
 TEST(profile_decode_split_kv_shows_merge) { profile_case(test_failed_, 1, 7, 1); }
 
-TEST(profile_errors_and_stage_names) {
-    fai_profile profile;
-    CHECK(fai_run_profiled(NULL, NULL, NULL, 0, &profile) == FAI_ERR_INVALID_ARG);
+/* A plan of one head, 4 queries and 4 keys, for the error paths (NULL if it fails). */
+static fai_plan *tiny_plan(void) {
     fai_problem pb;
     fai_problem_init(&pb);
     pb.batch = 1, pb.heads_q = pb.heads_kv = 1, pb.seq_q = pb.seq_kv = 4, pb.head_dim = 8;
-    fai_plan *plan;
-    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    fai_plan *plan = NULL;
+    return fai_plan_create(&pb, &plan) == FAI_OK ? plan : NULL;
+}
+
+TEST(profile_errors_and_stage_names) {
+    fai_profile profile;
+    CHECK(fai_run_profiled(NULL, NULL, NULL, 0, &profile) == FAI_ERR_INVALID_ARG);
+    fai_plan *plan = tiny_plan();
+    REQUIRE(plan != NULL);
     fai_tensors t;
     memset(&t, 0, sizeof t);
     CHECK(fai_run_profiled(plan, &t, NULL, 0, NULL) == FAI_ERR_INVALID_ARG);
@@ -163,11 +169,8 @@ TEST(profile_without_writes_nothing_split_decode) {
 }
 
 TEST(profile_without_errors_name_the_value) {
-    fai_problem pb;
-    fai_problem_init(&pb);
-    pb.batch = 1, pb.heads_q = pb.heads_kv = 1, pb.seq_q = pb.seq_kv = 4, pb.head_dim = 8;
-    fai_plan *plan;
-    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    fai_plan *plan = tiny_plan();
+    REQUIRE(plan != NULL);
     fai_tensors t;
     memset(&t, 0, sizeof t);
     static fai_profile profile;
