@@ -129,9 +129,6 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     if (plan->pb.mask_kind == FAI_MASK_KEEP_BITS &&
         bits_rows_empty(t, unit, e->key_begin, e->n, r0, r0 + m))
         return; /* a block whose keys are all masked changes nothing */
-    /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
-     * scale and masks that only remove keys; else S is scaled first, as the other tables do
-     * (with the score modifiers, in their pass) */
     float *o = sc->o_acc + r0 * ld_o;
     uint16_t *p = mx_p_block(plan, sc, block);
     if (!FAI_KEEPS(FAI_STAGE_SOFTMAX)) {
@@ -144,6 +141,9 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
         FAI_LAP(FAI_STAGE_PV);
         return;
     }
+    /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
+     * scale and masks that only remove keys; else S is scaled first, as the other tables do
+     * (with the score modifiers, in their pass) */
     float scale = plan->scale;
     if (plan->k_scaled) cntx->scale_keys_rows(s, ld_n, m, e->n, sc->k_scales);
     if (plan->mods) {
