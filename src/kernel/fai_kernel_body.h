@@ -563,30 +563,31 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     FAI_LAP(FAI_STAGE_QK);
 
     const int masked = band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
-    /* left out, with the masks and score modifiers: PV weighs the keys by their scores */
-    const int softmax_kept = FAI_KEEPS(FAI_STAGE_SOFTMAX);
-    if (!softmax_kept) {
+    if (!FAI_KEEPS(FAI_STAGE_SOFTMAX)) {
+        /* left out, with the masks and score modifiers: PV weighs the keys by their scores */
         leave_max_unmoved(sc->row_alpha, rows);
-    } else if (plan->mods) { /* soft-capping and ALiBi, just before the masks */
-        const fai_score_mods mods = tile_mods(plan, unit, sc, key_begin, 0, rows, 1.0f);
-        if (plan->direct_kv)
-            cntx->mods_rows(sc->s_tile, plan->ld_n, rows, n, &mods);
-        else
-            cntx->mods_t(sc->s_tile, ld_s, n, &mods);
-    }
-    if (softmax_kept && plan->direct_kv) {
-        if (masked)
-            apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, plan->ld_n,
-                        1);
-        /* P V = (P v_scale) V_q: a quantized V's scales are applied as P is stored */
-        if (plan->v_scaled)
-            gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
-        cntx->softmax_rows(sc->s_tile, plan->ld_n, rows, sc->row_max, sc->row_sum, sc->row_alpha,
-                           plan->v_scaled ? sc->v_scales : NULL);
-    } else if (softmax_kept) {
-        if (masked)
-            apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, 1, ld_s);
-        cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
+    } else {
+        if (plan->mods) { /* soft-capping and ALiBi, just before the masks */
+            const fai_score_mods mods = tile_mods(plan, unit, sc, key_begin, 0, rows, 1.0f);
+            if (plan->direct_kv)
+                cntx->mods_rows(sc->s_tile, plan->ld_n, rows, n, &mods);
+            else
+                cntx->mods_t(sc->s_tile, ld_s, n, &mods);
+        }
+        if (plan->direct_kv) {
+            if (masked)
+                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile,
+                            plan->ld_n, 1);
+            /* P V = (P v_scale) V_q: a quantized V's scales are applied as P is stored */
+            if (plan->v_scaled)
+                gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
+            cntx->softmax_rows(sc->s_tile, plan->ld_n, rows, sc->row_max, sc->row_sum,
+                               sc->row_alpha, plan->v_scaled ? sc->v_scales : NULL);
+        } else {
+            if (masked)
+                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, 1, ld_s);
+            cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
+        }
     }
     FAI_LAP(FAI_STAGE_SOFTMAX);
     /* P V = (P v_scale) V_q, after P joined the row sums; a packed V tile takes its scales

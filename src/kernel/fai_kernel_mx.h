@@ -115,32 +115,16 @@ static void mx_qk_block(const fai_plan *plan, const fai_tensors *t, const fai_un
                     mt->n_pad, plan->d_pad);
 }
 
-/* The vector stages and PV of one row block: masks, the online softmax into P, O rescaled, and
- * O += P V. */
-static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
-                                const unit_scratch *sc, const mx_tile *mt, int64_t block,
-                                int64_t rows) {
+/* The vector stages of one row block: the scale where it is not folded into the exponent, the
+ * score modifiers, the masks, the online softmax into P (in p_parts) and O rescaled. */
+static void mx_vector_stages(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                             const unit_scratch *sc, const mx_tile *mt, int64_t r0, int64_t m,
+                             uint16_t *p, int p_parts) {
     const fai_cntx *cntx = plan->cntx;
-    const int64_t r0 = block * FAI_MX_BLOCK_ROWS, ld_n = plan->ld_n, ld_o = plan->ld_o;
-    const int64_t m = rows - r0 < FAI_MX_BLOCK_ROWS ? rows - r0 : FAI_MX_BLOCK_ROWS;
+    const int64_t ld_n = plan->ld_n;
     const tile_extent *e = &mt->extent;
     const int masked = e->band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
     float *s = sc->s_tile + r0 * ld_n;
-    if (plan->pb.mask_kind == FAI_MASK_KEEP_BITS &&
-        bits_rows_empty(t, unit, e->key_begin, e->n, r0, r0 + m))
-        return; /* a block whose keys are all masked changes nothing */
-    float *o = sc->o_acc + r0 * ld_o;
-    uint16_t *p = mx_p_block(plan, sc, block);
-    if (!FAI_KEEPS(FAI_STAGE_SOFTMAX)) {
-        /* left out with the masks and modifiers: PV reads the P left from before */
-        leave_max_unmoved(sc->row_alpha + r0, FAI_MX_BLOCK_ROWS);
-        FAI_LAP(FAI_STAGE_SOFTMAX);
-        if (FAI_KEEPS(FAI_STAGE_PV))
-            cntx->mx_pv(o, ld_o, p, plan->p_parts, mt->v, plan->mx_v_parts, FAI_MX_BLOCK_ROWS,
-                        mt->n_pad, ld_o);
-        FAI_LAP(FAI_STAGE_PV);
-        return;
-    }
     /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
      * scale and masks that only remove keys; else S is scaled first, as the other tables do
      * (with the score modifiers, in their pass) */
@@ -159,16 +143,38 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
     if (masked)
         apply_masks_rows(plan, t, unit, &e->band, e->band_partial, e->key_begin, e->n, sc->s_tile,
                          ld_n, 1, r0, r0 + m);
-    /* a V tile with Inf, NaN or large values takes an f32 PV, and P in f32 (its weights below
-     * 2^-118 times such values count) */
-    const int sparse = (mt->state & KV_V_EXACT) != 0;
-    const int p_parts = sparse ? 0 : plan->p_parts;
     cntx->mx_softmax(s, ld_n, m, FAI_MX_BLOCK_ROWS, e->n, mt->n_pad, scale, sc->row_max + r0,
                      sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0, p, p_parts,
                      plan->v_scaled ? sc->v_scales : NULL);
     FAI_LAP(FAI_STAGE_SOFTMAX);
-    cntx->rescale_o(o, ld_o, m, sc->row_alpha + r0);
+    cntx->rescale_o(sc->o_acc + r0 * plan->ld_o, plan->ld_o, m, sc->row_alpha + r0);
     FAI_LAP(FAI_STAGE_RESCALE);
+}
+
+/* The vector stages and PV of one row block: masks, the online softmax into P, O rescaled, and
+ * O += P V. */
+static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                                const unit_scratch *sc, const mx_tile *mt, int64_t block,
+                                int64_t rows) {
+    const fai_cntx *cntx = plan->cntx;
+    const int64_t r0 = block * FAI_MX_BLOCK_ROWS, ld_o = plan->ld_o;
+    const int64_t m = rows - r0 < FAI_MX_BLOCK_ROWS ? rows - r0 : FAI_MX_BLOCK_ROWS;
+    const tile_extent *e = &mt->extent;
+    if (plan->pb.mask_kind == FAI_MASK_KEEP_BITS &&
+        bits_rows_empty(t, unit, e->key_begin, e->n, r0, r0 + m))
+        return; /* a block whose keys are all masked changes nothing */
+    uint16_t *p = mx_p_block(plan, sc, block);
+    /* a V tile with Inf, NaN or large values takes an f32 PV, and P in f32 (its weights below
+     * 2^-118 times such values count) */
+    const int sparse = (mt->state & KV_V_EXACT) != 0;
+    const int p_parts = sparse ? 0 : plan->p_parts;
+    if (FAI_KEEPS(FAI_STAGE_SOFTMAX)) {
+        mx_vector_stages(plan, t, unit, sc, mt, r0, m, p, p_parts);
+    } else { /* with the masks and modifiers: PV reads the P left from before */
+        leave_max_unmoved(sc->row_alpha + r0, FAI_MX_BLOCK_ROWS);
+        FAI_LAP(FAI_STAGE_SOFTMAX);
+    }
+    float *o = sc->o_acc + r0 * ld_o;
     if (!FAI_KEEPS(FAI_STAGE_PV)) {
         /* left out */
     } else if (sparse) {
