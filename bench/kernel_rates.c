@@ -157,15 +157,15 @@ static void pv_bf16(operands *t, int set) {
     t->cntx->pv_bf16(t->o, D, t->s_t, M, t->v_pairs[set], M, N, t->p_parts, 0);
 }
 static void mx_qk(operands *t, int set) {
-    t->cntx->mx_qk(t->s_t, N, t->mx_q, 1, t->mx_k[set], 1, M, N, D);
+    t->cntx->mx_qk(t->s_t, N, t->mx_q, 1, t->mx_k[set], 1, M, N, 0, N, D);
 }
 static void mx_softmax(operands *t, int set) {
     (void)set;
-    t->cntx->mx_softmax(t->s_t, N, M, M, N, N, SCALE, t->row_max, t->mx_sums, t->row_alpha, t->mx_p,
-                        t->p_parts, NULL);
+    t->cntx->mx_softmax(t->s_t, N, M, M, N, N, 0, N, SCALE, t->row_max, t->mx_sums, t->row_alpha,
+                        t->mx_p, t->p_parts, NULL);
 }
 static void mx_pv(operands *t, int set) {
-    t->cntx->mx_pv(t->o, D, t->mx_p, t->p_parts, t->mx_v[set], 1, M, N, D);
+    t->cntx->mx_pv(t->o, D, t->mx_p, t->p_parts, t->mx_v[set], 1, M, N, 0, N, D);
 }
 static void qk_rows(operands *t, int set) {
     const int quantized = t->dtype >= FAI_DTYPE_I8;

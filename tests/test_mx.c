@@ -63,8 +63,12 @@ typedef struct mx_run {
     float row_max[32], row_sums[32 * FAI_MX_SUM_LANES], row_alpha[32];
 } mx_run;
 
-static void run_block(const fai_cntx *cntx, const mx_shape *sh, const void *q_rows,
-                      const void *k_rows, const void *v_rows, mx_run *out) {
+/* The stages on the keys [j_begin, j_end) (multiples of 32), with the keys outside [seen_begin,
+ * seen_end) masked (-inf, as the driver's masks leave them); S and P start as NaN, so that what
+ * the stages leave out must also be what they never read. */
+static void run_block_keys(const fai_cntx *cntx, const mx_shape *sh, const void *q_rows,
+                           const void *k_rows, const void *v_rows, int64_t j_begin, int64_t j_end,
+                           int64_t seen_begin, int64_t seen_end, mx_run *out) {
     const int64_t m_pad = 32, n_pad = pad32(sh->n), d_pad = pad32(sh->d), dv_pad = pad32(sh->dv);
     const int qp = dtype_parts(sh->q_dtype), kp = dtype_parts(sh->kv_dtype);
     const size_t qs = sh->q_dtype == FAI_DTYPE_F32 ? 4 : 2,
@@ -85,15 +89,27 @@ static void run_block(const fai_cntx *cntx, const mx_shape *sh, const void *q_ro
     for (int64_t j = 0; j < sh->n; j++)
         rows[j] = (const char *)v_rows + (size_t)(j * sh->dv) * ks;
     cntx->mx_pack_v(out->v, kp, rows, sh->n, n_pad, sh->dv, dv_pad, sh->kv_dtype);
+    for (int64_t i = 0; i < m_pad * n_pad; i++)
+        out->s[i] = NAN;
+    for (int64_t i = 0; i < 2 * m_pad * n_pad; i++)
+        out->p[i] = 0x7fc0; /* bf16 NaN */
     cntx->mx_enter();
-    cntx->mx_qk(out->s, n_pad, out->q, qp, out->k, kp, m_pad, n_pad, d_pad);
+    cntx->mx_qk(out->s, n_pad, out->q, qp, out->k, kp, m_pad, n_pad, j_begin, j_end, d_pad);
+    for (int64_t i = 0; i < m_pad; i++)
+        for (int64_t j = j_begin; j < j_end && j < sh->n; j++)
+            if (j < seen_begin || j >= seen_end) out->s[i * n_pad + j] = -INFINITY;
     for (int i = 0; i < 32; i++)
         out->row_max[i] = -INFINITY;
     memset(out->row_sums, 0, sizeof out->row_sums);
-    cntx->mx_softmax(out->s, n_pad, sh->m, m_pad, sh->n, n_pad, 0.125f, out->row_max, out->row_sums,
-                     out->row_alpha, out->p, 2, NULL);
-    cntx->mx_pv(out->o, dv_pad, out->p, 2, out->v, kp, m_pad, n_pad, dv_pad);
+    cntx->mx_softmax(out->s, n_pad, sh->m, m_pad, sh->n < j_end ? sh->n : j_end, n_pad, j_begin,
+                     j_end, 0.125f, out->row_max, out->row_sums, out->row_alpha, out->p, 2, NULL);
+    cntx->mx_pv(out->o, dv_pad, out->p, 2, out->v, kp, m_pad, n_pad, j_begin, j_end, dv_pad);
     cntx->mx_leave();
+}
+
+static void run_block(const fai_cntx *cntx, const mx_shape *sh, const void *q_rows,
+                      const void *k_rows, const void *v_rows, mx_run *out) {
+    run_block_keys(cntx, sh, q_rows, k_rows, v_rows, 0, pad32(sh->n), 0, sh->n, out);
 }
 
 static void free_run(mx_run *r) {
@@ -230,6 +246,50 @@ TEST(mx_stages_match_float64_and_each_other) {
  * of mixed signs (large terms cancelling), on whichever table runs; where PV runs in f32 the
  * result is the exact one. Without round_p_bf16 (P as hi + lo), the plain bound holds on the
  * same data. */
+/* The driver leaves out a tile's first and last keys where the band masks them for every row of
+ * a block (mx_block_keys): the stages on fewer keys must give the bits the stages on all keys
+ * give with those keys masked, and never read what they leave out. */
+TEST(mx_fewer_keys_change_nothing) {
+    static const mx_shape shapes[] = {
+        {32, 128, 128, 128, FAI_DTYPE_BF16, FAI_DTYPE_BF16},
+        {20, 100, 64, 64, FAI_DTYPE_F32, FAI_DTYPE_F16},
+    };
+    static const int64_t seen[][2] = {{0, 1},   {0, 40},   {0, 64},  {0, 95},
+                                      {33, 95}, {64, 100}, {10, 20}, {96, 100}};
+    const char *names[] = {"amx-emu", "amx"};
+    uint64_t st = 23;
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        const mx_shape *sh = &shapes[c];
+        const int64_t dv_pad = pad32(sh->dv);
+        void *q = random_rows(sh->m, sh->d, sh->q_dtype, 2.0f, &st);
+        void *k = random_rows(sh->n, sh->d, sh->kv_dtype, 2.0f, &st);
+        void *v = random_rows(sh->n, sh->dv, sh->kv_dtype, 3.0f, &st);
+        for (int t = 0; t < 2; t++) {
+            const fai_cntx *cntx = fai__cntx_by_name(names[t]);
+            if (!cntx) continue;
+            for (size_t w = 0; w < sizeof seen / sizeof *seen; w++) {
+                const int64_t begin = seen[w][0], end = seen[w][1] < sh->n ? seen[w][1] : sh->n;
+                mx_run all, fewer;
+                run_block_keys(cntx, sh, q, k, v, 0, pad32(sh->n), begin, end, &all);
+                run_block_keys(cntx, sh, q, k, v, begin / 32 * 32, pad32(end), begin, end, &fewer);
+                CHECK(memcmp(all.o, fewer.o, (size_t)(32 * dv_pad) * sizeof(float)) == 0);
+                CHECK(memcmp(all.row_max, fewer.row_max, sizeof all.row_max) == 0);
+                CHECK(memcmp(all.row_sums, fewer.row_sums, sizeof all.row_sums) == 0);
+                CHECK(memcmp(all.row_alpha, fewer.row_alpha, sizeof all.row_alpha) == 0);
+                int finite = 1;
+                for (int64_t i = 0; i < sh->m * dv_pad; i++)
+                    finite &= isfinite(fewer.o[i]);
+                CHECK(finite);
+                free_run(&all);
+                free_run(&fewer);
+            }
+        }
+        free(q);
+        free(k);
+        free(v);
+    }
+}
+
 TEST(mx_round_p_bf16_within_its_bound) {
     for (int run = 0; run < 4; run++) {
         const int adversarial = run % 2, round_p = run / 2;

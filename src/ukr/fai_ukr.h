@@ -221,6 +221,11 @@ typedef struct fai_cntx {
      *     if a value is Inf or NaN.
      *   mx_pack_v: n V rows into value pairs [n_pad / 2, dv_pad, 2]; returns 0 if a value is
      *     Inf, NaN or of magnitude FAI_BF16_DOT_HIGH or more.
+     *   mx_qk, mx_softmax, mx_pv take the keys [j_begin, j_end) of the tile (multiples of 32,
+     *     j_end at most n_pad, which stays the layouts' leading dimension): the caller leaves out
+     *     the first and last keys where the band masks them for every row of the block (a
+     *     window's start, the diagonal), and S, P and O see nothing of those keys, as if their P
+     *     were 0.
      *   mx_qk: S = Q K^T, unscaled.
      *   mx_qk_exact: the same in plain f32 for the first m rows and n keys, for tiles where Q
      *     or K holds Inf or NaN and one of them has parts (Inf x 0 between parts would be NaN
@@ -244,15 +249,17 @@ typedef struct fai_cntx {
     int (*mx_pack_v)(uint16_t *v, int parts, const void *const *rows, int64_t n, int64_t n_pad,
                      int64_t dv, int64_t dv_pad, fai_dtype dtype);
     void (*mx_qk)(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,
-                  int k_parts, int64_t m_pad, int64_t n_pad, int64_t d_pad);
+                  int k_parts, int64_t m_pad, int64_t n_pad, int64_t j_begin, int64_t j_end,
+                  int64_t d_pad);
     void (*mx_qk_exact)(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,
                         int k_parts, int64_t m, int64_t n, int64_t m_pad, int64_t n_pad, int64_t d,
                         int64_t d_pad);
     void (*mx_softmax)(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
-                       float scale, float *row_max, float *row_sums, float *row_alpha, uint16_t *p,
-                       int p_parts, const float *p_scale);
+                       int64_t j_begin, int64_t j_end, float scale, float *row_max, float *row_sums,
+                       float *row_alpha, uint16_t *p, int p_parts, const float *p_scale);
     void (*mx_pv)(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
-                  int v_parts, int64_t m_pad, int64_t n_pad, int64_t dv_pad);
+                  int v_parts, int64_t m_pad, int64_t n_pad, int64_t j_begin, int64_t j_end,
+                  int64_t dv_pad);
     void (*mx_pv_sparse)(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
                          int v_parts, int64_t m, int64_t n, int64_t m_pad, int64_t n_pad,
                          int64_t dv, int64_t dv_pad);

@@ -213,13 +213,15 @@ static int mx_pack_v(uint16_t *v, int parts, const void *const *rows, int64_t n,
  * the rounding of an f32 product. */
 #define MAX_PASS_LEVEL 2
 
-/* S [m_pad, ld_n] = Q K^T, in 32 x 32 blocks: accumulators 0-3, Q in tiles 4-5, K in 6-7. */
+/* S [m_pad, ld_n] = Q K^T for the keys [j_begin, j_end), in 32 x 32 blocks: accumulators 0-3, Q
+ * in tiles 4-5, K in 6-7. */
 static void mx_qk(float *s, int64_t ld_n, const uint16_t *q, int q_parts, const uint16_t *k,
-                  int k_parts, int64_t m_pad, int64_t n_pad, int64_t d_pad) {
+                  int k_parts, int64_t m_pad, int64_t n_pad, int64_t j_begin, int64_t j_end,
+                  int64_t d_pad) {
     const int64_t q_stride = d_pad * 2, k_stride = n_pad * 4;
     const int64_t q_part = m_pad * d_pad, k_part = n_pad * d_pad;
     for (int64_t i0 = 0; i0 < m_pad; i0 += 2 * TILE) {
-        for (int64_t j0 = 0; j0 < n_pad; j0 += 2 * TILE) {
+        for (int64_t j0 = j_begin; j0 < j_end; j0 += 2 * TILE) {
             TILE_ZERO(0);
             TILE_ZERO(1);
             TILE_ZERO(2);
@@ -268,10 +270,11 @@ static void mx_qk_exact(float *s, int64_t ld_n, const uint16_t *q, int q_parts, 
  * with p_parts 1, P rounded to bf16 in hi alone; with p_parts 0, P in f32 [m_pad, n_pad] over the
  * same bytes, for mx_pv_sparse) (keys
  * [n, n_pad) and rows [m, m_pad) zero), row_alpha and row_max as the other tables' softmax
- * leaves them. The row sums stay W lanes wide, row_sums [m_pad, W], scaled by alpha with the
- * row: the driver adds the lanes once at the end of the unit. S's columns [n, n_pad) are
- * overwritten. With p_scale (n_pad entries, a quantized V's scales), P's key j is multiplied
- * by p_scale[j] after it joined the sum and before it is split.
+ * leaves them. Only the keys [j_begin, j_end) are read and written (the rest are masked for
+ * every row: see fai_ukr.h). The row sums stay W lanes wide, row_sums [m_pad, W], scaled by
+ * alpha with the row: the driver adds the lanes once at the end of the unit. S's columns [n,
+ * j_end) are overwritten. With p_scale (n_pad entries, a quantized V's scales), P's key j is
+ * multiplied by p_scale[j] after it joined the sum and before it is split.
  *
  * P below 2^-118 is 0 in parts: a subnormal costs a microcode assist to compute, bf16 parts
  * could not hold it, and times a V below 2^80 (mx_pack_v sends larger ones to mx_pv_sparse) it
@@ -279,8 +282,8 @@ static void mx_qk_exact(float *s, int64_t ld_n, const uint16_t *q, int q_parts, 
 #define MX_P_CUT_PARTS (-118.0f)
 #define MX_P_CUT_F32 (-150.0f)
 static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
-                       float scale, float *row_max, float *row_sums, float *row_alpha, uint16_t *p,
-                       int p_parts, const float *p_scale) {
+                       int64_t j_begin, int64_t j_end, float scale, float *row_max, float *row_sums,
+                       float *row_alpha, uint16_t *p, int p_parts, const float *p_scale) {
     uint16_t *p_hi = p, *p_lo = p + m_pad * n_pad;
     float *p_f32 = (float *)(void *)p;
     const float cut = p_parts == 0 ? MX_P_CUT_F32 : MX_P_CUT_PARTS;
@@ -289,10 +292,10 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
     for (int64_t i = 0; i < m; i++) {
         float *row = s + i * ld_n, *sums = row_sums + i * W;
         uint16_t *hi = p_hi + i * n_pad, *lo = p_lo + i * n_pad;
-        for (int64_t j = n; j < n_pad; j++)
+        for (int64_t j = n > j_begin ? n : j_begin; j < j_end; j++)
             row[j] = -INFINITY;
         fvec top_vec = v_set1(-INFINITY);
-        for (int64_t j = 0; j < n_pad; j += W)
+        for (int64_t j = j_begin; j < j_end; j += W)
             top_vec = v_max(v_load(row + j), top_vec); /* NaN scores are passed over here */
         const float old_max = row_max[i];
         float new_max = old_max;
@@ -304,7 +307,7 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
         const float shift = new_max == -INFINITY ? 0.0f : new_max * log2e;
         const fvec minus_shift = v_set1(-shift);
         fvec sum = v_set1(0.0f);
-        for (int64_t j = 0; j < n_pad; j += 2 * W) {
+        for (int64_t j = j_begin; j < j_end; j += 2 * W) {
             const fvec ta = v_fma(v_load(row + j), scale_log2e, minus_shift);
             const fvec tb = v_fma(v_load(row + j + W), scale_log2e, minus_shift);
             fvec a = v_exp2_cut(ta, exp2_poly, cut);
@@ -329,26 +332,28 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
         row_max[i] = new_max;
     }
     for (int64_t i = m; i < m_pad; i++) {
-        if (p_parts == 0) memset(p_f32 + i * n_pad, 0, (size_t)n_pad * sizeof(float));
-        if (p_parts >= 1) memset(p_hi + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));
-        if (p_parts == 2) memset(p_lo + i * n_pad, 0, (size_t)n_pad * sizeof(uint16_t));
+        const size_t cols = (size_t)(j_end - j_begin);
+        if (p_parts == 0) memset(p_f32 + i * n_pad + j_begin, 0, cols * sizeof(float));
+        if (p_parts >= 1) memset(p_hi + i * n_pad + j_begin, 0, cols * sizeof(uint16_t));
+        if (p_parts == 2) memset(p_lo + i * n_pad + j_begin, 0, cols * sizeof(uint16_t));
         row_alpha[i] = 1.0f;
     }
 }
 
-/* O [m_pad, ld_o] += P V in 32 x 32 blocks: accumulators 0-3, P in tiles 4-5, V in 6-7; P is
- * hi + lo (2^-16 relative; or hi alone, rounded, when asked), and V's parts pass as above:
- * P_hi V_hi + P_lo V_hi (+ P_hi V_lo), each V part's tiles loaded once for the P parts it meets
- * (a load fewer per pass pair: all-bf16 P1 and P2 1.03-1.04x on one thread). */
+/* O [m_pad, ld_o] += P V over the keys [j_begin, j_end) in 32 x 32 blocks: accumulators 0-3, P in
+ * tiles 4-5, V in 6-7; P is hi + lo (2^-16 relative; or hi alone, rounded, when asked), and V's
+ * parts pass as above: P_hi V_hi + P_lo V_hi (+ P_hi V_lo), each V part's tiles loaded once for the
+ * P parts it meets (a load fewer per pass pair: all-bf16 P1 and P2 1.03-1.04x on one thread). */
 static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
-                  int v_parts, int64_t m_pad, int64_t n_pad, int64_t dv_pad) {
+                  int v_parts, int64_t m_pad, int64_t n_pad, int64_t j_begin, int64_t j_end,
+                  int64_t dv_pad) {
     const int64_t p_stride = n_pad * 2, v_stride = dv_pad * 4;
     const int64_t p_part = m_pad * n_pad, v_part = n_pad * dv_pad;
     for (int64_t i0 = 0; i0 < m_pad; i0 += 2 * TILE) {
         for (int64_t x0 = 0; x0 < dv_pad; x0 += 2 * TILE) {
             float *out = o + i0 * ld_o + x0;
             C_2X2(TILE_LOAD, out, ld_o);
-            for (int64_t j = 0; j < n_pad; j += PAIR_COLS) {
+            for (int64_t j = j_begin; j < j_end; j += PAIR_COLS) {
                 const int64_t p_at = i0 * n_pad + j, v_at = ((j / 2) * dv_pad + x0) * 2;
                 for (int vj = 0; vj < v_parts && vj < 2; vj++) {
                     const uint16_t *vb = v + vj * v_part + v_at;
