@@ -433,8 +433,8 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
  * NULL, on the K rows sc->row_ptrs), with the next tile's K and V rows [next, next + next_n) asked
  * for along the way (next_n 0: none). */
 static void qk_prefetching(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
-                           const unit_scratch *sc, const float *k_packed, int64_t n, int64_t next,
-                           int64_t next_n) {
+                           const unit_scratch *sc, const float *k_packed, int64_t first, int64_t n,
+                           int64_t next, int64_t next_n) {
     const int64_t d = plan->pb.head_dim, ld_s = plan->ld_s;
     const int64_t k_bytes = d * (int64_t)fai_dtype_size(t->k.dtype);
     const int64_t v_bytes = plan->head_dim_v * (int64_t)fai_dtype_size(t->v.dtype);
@@ -446,13 +446,32 @@ static void qk_prefetching(const fai_plan *plan, const fai_tensors *t, const fai
             fai__kv_prefetch(&sc->rows->k, unit->batch, unit->head_kv, next + c, count, k_bytes);
         if (!k_packed)
             plan->cntx->qk_bf16(sc->s_tile + c * ld_s, ld_s, (const uint16_t *)sc->q_tile,
-                                sc->row_ptrs + c, keys, d, plan->scale);
+                                sc->row_ptrs + first + c, keys, d, plan->scale);
         else
-            plan->cntx->qk(sc->s_tile + c * ld_s, ld_s, sc->q_tile, k_packed + c * d, keys, d,
-                           plan->scale);
+            plan->cntx->qk(sc->s_tile + c * ld_s, ld_s, sc->q_tile, k_packed + (first + c) * d,
+                           keys, d, plan->scale);
         if (count > 0)
             fai__kv_prefetch(&sc->rows->v, unit->batch, unit->head_kv, next + c, count, v_bytes);
     }
+}
+
+/* The keys [*first, *first + *count) of a prefill tile that some row of the unit sees, where the
+ * band starts or ends within it (a sliding window's start, causal attention's diagonal): the
+ * first query's first key to the last query's last, both rounded out to multiples of 16 (or the
+ * tile's end). QK, the softmax and PV then run on those alone, for the same bits: the keys left
+ * out weigh 0 for every row, and the pairs of keys bf16 dot products take stay the same pairs
+ * (an odd count would send its last key down the f32 path). Packing still packs the whole tile,
+ * which the cache keeps. */
+static void tile_seen_keys(const fai_unit *unit, const tile_extent *e, int64_t *first,
+                           int64_t *count) {
+    const int64_t last_query = unit->q_begin + unit->q_len - 1;
+    const int64_t begin = fai__band_lo(&e->band, unit->q_begin) - e->key_begin;
+    const int64_t end = fai__band_hi(&e->band, last_query) - e->key_begin + 1;
+    *first = begin > 0 ? begin / 16 * 16 : 0;
+    const int64_t end16 = (end + 15) / 16 * 16;
+    const int64_t last = end16 < e->n ? end16 : e->n;
+    *count = last - *first;
+    if (*count < 1) *first = 0, *count = e->n; /* (nothing seen: a tile the plan would not give) */
 }
 
 /* Step 2 of a unit, for one of its valid kv tiles (an offset into its range): the four stages,
@@ -484,6 +503,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     int k_folded = 0; /* a quantized K's scales in its packed tile */
     float *k_packed = state && !plan->bf16_qk ? (float *)cached : sc->k_tile;
     float *v_packed = state ? (float *)(cached + plan->ws.kv_cache_k_bytes) : sc->v_tile;
+    /* the keys [kb, kb + nk) QK, the softmax and PV run on (prefill: tile_seen_keys) */
+    int64_t kb = 0, nk = n;
+    if (band_partial && !plan->direct_kv) tile_seen_keys(unit, &e, &kb, &nk);
 
     FAI_LAP(FAI_STAGE_OTHER);
     /* a tile whose bits are all 0 for every row would only add -inf scores: skipped */
@@ -528,11 +550,11 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                       plan->k_scaled ? sc->k_scales : NULL);
     } else if (bf16_qk) { /* bf16 dot products straight from the K rows */
         if (!qk_kept)
-            leave_scores_zero(plan, sc, rows, n);
+            leave_scores_zero(plan, sc, rows, nk);
         else if (plan->prefetch_spread)
-            qk_prefetching(plan, t, unit, sc, NULL, n, next, next_n);
+            qk_prefetching(plan, t, unit, sc, NULL, kb, nk, next, next_n);
         else
-            cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs, n, d,
+            cntx->qk_bf16(sc->s_tile, ld_s, (const uint16_t *)sc->q_tile, sc->row_ptrs + kb, nk, d,
                           plan->scale);
     } else {
         /* a quantized K's scales are folded into the packed tile where they fit (then the cache
@@ -548,17 +570,17 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                             k_folded ? sc->k_scales : NULL);
         FAI_LAP(FAI_STAGE_PACK_KV);
         if (!qk_kept)
-            leave_scores_zero(plan, sc, rows, n);
+            leave_scores_zero(plan, sc, rows, nk);
         else if (plan->prefetch_spread)
-            qk_prefetching(plan, t, unit, sc, k_packed, n, next, next_n);
+            qk_prefetching(plan, t, unit, sc, k_packed, kb, nk, next, next_n);
         else
-            cntx->qk(sc->s_tile, ld_s, sc->q_tile, k_packed, n, d, plan->scale);
+            cntx->qk(sc->s_tile, ld_s, sc->q_tile, k_packed + kb * d, nk, d, plan->scale);
     }
     if (plan->k_scaled && !k_folded && !plan->direct_kv) {
         /* S = scale (Q K_q^T) k_scale, K_q the quantized values */
         if (k_from_cache) /* (else gathered for the packing) */
             gather_scales(plan, unit, &sc->rows->k_scale, key_begin, n, sc->k_scales);
-        cntx->scale_keys_t(sc->s_tile, ld_s, n, sc->k_scales);
+        cntx->scale_keys_t(sc->s_tile, ld_s, nk, sc->k_scales + kb);
     }
     FAI_LAP(FAI_STAGE_QK);
 
@@ -568,11 +590,11 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         leave_max_unmoved(sc->row_alpha, rows);
     } else {
         if (plan->mods) { /* soft-capping and ALiBi, just before the masks */
-            const fai_score_mods mods = tile_mods(plan, unit, sc, key_begin, 0, rows, 1.0f);
+            const fai_score_mods mods = tile_mods(plan, unit, sc, key_begin + kb, 0, rows, 1.0f);
             if (plan->direct_kv)
                 cntx->mods_rows(sc->s_tile, plan->ld_n, rows, n, &mods);
             else
-                cntx->mods_t(sc->s_tile, ld_s, n, &mods);
+                cntx->mods_t(sc->s_tile, ld_s, nk, &mods);
         }
         if (plan->direct_kv) {
             if (masked)
@@ -585,8 +607,9 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
                                sc->row_alpha, plan->v_scaled ? sc->v_scales : NULL);
         } else {
             if (masked)
-                apply_masks(plan, t, unit, &band, band_partial, key_begin, n, sc->s_tile, 1, ld_s);
-            cntx->softmax(sc->s_tile, ld_s, rows, n, sc->row_max, sc->row_sum, sc->row_alpha);
+                apply_masks(plan, t, unit, &band, band_partial, key_begin + kb, nk, sc->s_tile, 1,
+                            ld_s);
+            cntx->softmax(sc->s_tile, ld_s, rows, nk, sc->row_max, sc->row_sum, sc->row_alpha);
         }
     }
     FAI_LAP(FAI_STAGE_SOFTMAX);
@@ -597,7 +620,7 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         gather_scales(plan, unit, &sc->rows->v_scale, key_begin, n, sc->v_scales);
         /* then pack_rows applies them */
         v_folded = !from_cache && scales_fold(sc->v_scales, n);
-        if (!v_folded) cntx->scale_keys_t(sc->s_tile, ld_s, n, sc->v_scales);
+        if (!v_folded) cntx->scale_keys_t(sc->s_tile, ld_s, nk, sc->v_scales + kb);
     }
     cntx->rescale_o(sc->o_acc, ld_o, rows, sc->row_alpha);
     FAI_LAP(FAI_STAGE_RESCALE);
@@ -638,10 +661,12 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
         if (!FAI_KEEPS(FAI_STAGE_PV)) {
             /* left out */
         } else if (plan->bf16_pv) {
-            cntx->pv_bf16(sc->o_acc, ld_o, sc->s_tile, ld_s, (const uint16_t *)v_packed, rows, n,
-                          plan->p_parts, !v_plain);
+            /* (kb is even: V is held in pairs of keys) */
+            cntx->pv_bf16(sc->o_acc, ld_o, sc->s_tile, ld_s, (const uint16_t *)v_packed + kb * ld_o,
+                          rows, nk, plan->p_parts, !v_plain);
         } else {
-            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, v_packed, rows, n, masked && !v_plain);
+            cntx->pv(sc->o_acc, ld_o, sc->s_tile, ld_s, v_packed + kb * ld_o, rows, nk,
+                     masked && !v_plain);
         }
     }
     FAI_LAP(FAI_STAGE_PV);
