@@ -429,9 +429,9 @@ static void start_unit(const fai_plan *plan, const fai_tensors *t, const fai_uni
  * (plan->prefetch_spread says which). */
 #define QK_CHUNK_KEYS 12
 
-/* Stage 1, QK_CHUNK_KEYS keys a call, on the packed K tile (or, with bf16 dot products, k_packed
- * NULL, on the K rows sc->row_ptrs), with the next tile's K and V rows [next, next + next_n) asked
- * for along the way (next_n 0: none). */
+/* Stage 1 for the tile's keys [first, first + n), QK_CHUNK_KEYS keys a call, on the packed K tile
+ * (or, with bf16 dot products, k_packed NULL, on the K rows sc->row_ptrs), with the next tile's K
+ * and V rows [next, next + next_n) asked for along the way (next_n 0: none). */
 static void qk_prefetching(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                            const unit_scratch *sc, const float *k_packed, int64_t first, int64_t n,
                            int64_t next, int64_t next_n) {
