@@ -241,11 +241,6 @@ TEST(mx_stages_match_float64_and_each_other) {
     }
 }
 
-/* round_p_bf16 (P rounded to bf16 before PV on a matrix engine or on bf16 dot products) stays
- * within what fai.h allows: the documented bound plus 2^-8 sum_j p_j |v_jd|, also with large V
- * of mixed signs (large terms cancelling), on whichever table runs; where PV runs in f32 the
- * result is the exact one. Without round_p_bf16 (P as hi + lo), the plain bound holds on the
- * same data. */
 /* The driver leaves out a tile's first and last keys where the band masks them for every row of
  * a block (mx_block_keys): the stages on fewer keys must give the bits the stages on all keys
  * give with those keys masked, and never read what they leave out. */
@@ -290,6 +285,11 @@ TEST(mx_fewer_keys_change_nothing) {
     }
 }
 
+/* round_p_bf16 (P rounded to bf16 before PV on a matrix engine or on bf16 dot products) stays
+ * within what fai.h allows: the documented bound plus 2^-8 sum_j p_j |v_jd|, also with large V
+ * of mixed signs (large terms cancelling), on whichever table runs; where PV runs in f32 the
+ * result is the exact one. Without round_p_bf16 (P as hi + lo), the plain bound holds on the
+ * same data. */
 TEST(mx_round_p_bf16_within_its_bound) {
     for (int run = 0; run < 4; run++) {
         const int adversarial = run % 2, round_p = run / 2;

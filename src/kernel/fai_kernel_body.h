@@ -234,6 +234,30 @@ static tile_extent tile_extent_of(const fai_plan *plan, const fai_unit *unit, in
     return e;
 }
 
+/* The keys [begin, end) of a tile that the queries [first_query, last_query] of a unit see at
+ * all, rounded out to multiples of `align` and at most `cap`: where the band starts or ends
+ * within the tile (a sliding window's start, causal attention's diagonal), the keys before the
+ * first query's first and after the last query's last are masked for every one of those rows,
+ * and QK, the softmax and PV need not run on them: the keys left out weigh 0 for every row, so
+ * the results are the same bits. [0, cap) for a tile the band does not cut (and for one where
+ * those queries see nothing, which the plan does not give). */
+typedef struct key_range {
+    int64_t begin, end;
+} key_range;
+
+static key_range band_seen_keys(const tile_extent *e, int64_t first_query, int64_t last_query,
+                                int64_t align, int64_t cap) {
+    key_range keys = {0, cap};
+    if (!e->band_partial) return keys;
+    const int64_t begin = fai__band_lo(&e->band, first_query) - e->key_begin;
+    const int64_t end = fai__band_hi(&e->band, last_query) - e->key_begin + 1;
+    if (end <= begin || end < 1) return keys;
+    if (begin > 0) keys.begin = begin / align * align;
+    const int64_t end_aligned = fai__ceil_div(end, align) * align;
+    if (end_aligned < cap) keys.end = end_aligned;
+    return keys;
+}
+
 /* A thread's packed K/V cache (layout_kv_cache in fai_plan.c): which (batch, kv head) its tiles
  * belong to, a state per tile (0 not packed yet, else KV_PACKED with KV_K_NONFINITE when K holds
  * Inf or NaN, KV_V_EXACT when V needs the exact f32 PV (Inf or NaN, and on the dot and tile
@@ -455,25 +479,6 @@ static void qk_prefetching(const fai_plan *plan, const fai_tensors *t, const fai
     }
 }
 
-/* The keys [*first, *first + *count) of a prefill tile that some row of the unit sees, where the
- * band starts or ends within it (a sliding window's start, causal attention's diagonal): the
- * first query's first key to the last query's last, both rounded out to multiples of 16 (or the
- * tile's end). QK, the softmax and PV then run on those alone, for the same bits: the keys left
- * out weigh 0 for every row, and the pairs of keys bf16 dot products take stay the same pairs
- * (an odd count would send its last key down the f32 path). Packing still packs the whole tile,
- * which the cache keeps. */
-static void tile_seen_keys(const fai_unit *unit, const tile_extent *e, int64_t *first,
-                           int64_t *count) {
-    const int64_t last_query = unit->q_begin + unit->q_len - 1;
-    const int64_t begin = fai__band_lo(&e->band, unit->q_begin) - e->key_begin;
-    const int64_t end = fai__band_hi(&e->band, last_query) - e->key_begin + 1;
-    *first = begin > 0 ? begin / 16 * 16 : 0;
-    const int64_t end16 = (end + 15) / 16 * 16;
-    const int64_t last = end16 < e->n ? end16 : e->n;
-    *count = last - *first;
-    if (*count < 1) *first = 0, *count = e->n; /* (nothing seen: a tile the plan would not give) */
-}
-
 /* Step 2 of a unit, for one of its valid kv tiles (an offset into its range): the four stages,
  * leaving the unnormalised O, the running max m and the running sum l in the scratch. `after` and
  * `after_tile` are the unit and tile its thread computes next (NULL: none or unknown), whose K
@@ -503,9 +508,13 @@ static void run_tile(const fai_plan *plan, const fai_tensors *t, const fai_unit 
     int k_folded = 0; /* a quantized K's scales in its packed tile */
     float *k_packed = state && !plan->bf16_qk ? (float *)cached : sc->k_tile;
     float *v_packed = state ? (float *)(cached + plan->ws.kv_cache_k_bytes) : sc->v_tile;
-    /* the keys [kb, kb + nk) QK, the softmax and PV run on (prefill: tile_seen_keys) */
-    int64_t kb = 0, nk = n;
-    if (band_partial && !plan->direct_kv) tile_seen_keys(unit, &e, &kb, &nk);
+    /* the keys [kb, kb + nk) prefill's QK, the softmax and PV run on (band_seen_keys), in
+     * multiples of 16 so that bf16 dot products pair the same keys (an odd count would send its
+     * last key down the f32 path); packing still packs the whole tile, which the cache keeps */
+    const key_range seen =
+        plan->direct_kv ? (key_range){0, n}
+                        : band_seen_keys(&e, unit->q_begin, unit->q_begin + unit->q_len - 1, 16, n);
+    const int64_t kb = seen.begin, nk = seen.end - seen.begin;
 
     FAI_LAP(FAI_STAGE_OTHER);
     /* a tile whose bits are all 0 for every row would only add -inf scores: skipped */

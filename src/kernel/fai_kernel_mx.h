@@ -90,30 +90,12 @@ static mx_tile mx_prepare(const fai_plan *plan, const fai_tensors *t, const fai_
     return mt;
 }
 
-/* The keys [j_begin, j_end) of a kv tile that the rows [r0, r0 + m) of the unit compute,
- * multiples of 32: the tile's, less the first and the last keys the band masks for every one of
- * those rows. Where the band starts or ends within the tile (a sliding window's start, causal
- * attention's diagonal), a block of rows sees only part of it: the rest would cost QK, the
- * softmax and PV for weights of 0. The results are the same bit for bit (the keys left out add
- * nothing to any sum). */
-typedef struct mx_keys {
-    int64_t j_begin, j_end;
-} mx_keys;
-
-static mx_keys mx_block_keys(const fai_unit *unit, const mx_tile *mt, int64_t r0, int64_t m) {
-    const tile_extent *e = &mt->extent;
-    mx_keys keys = {0, mt->n_pad};
-    if (!e->band_partial) return keys;
-    /* a row's visible keys grow with its query: the block's first row starts last, its last
-     * row ends last */
-    const int64_t first_query = unit->q_begin + r0 / unit->heads;
-    const int64_t last_query = unit->q_begin + (r0 + m - 1) / unit->heads;
-    const int64_t end = fai__band_hi(&e->band, last_query) - e->key_begin + 1;
-    const int64_t begin = fai__band_lo(&e->band, first_query) - e->key_begin;
-    if (end < e->n) keys.j_end = end < 1 ? 32 : fai__ceil_div(end, 32) * 32;
-    if (begin > 0) keys.j_begin = begin / 32 * 32;
-    if (keys.j_begin >= keys.j_end) keys.j_begin = keys.j_end - 32; /* (nothing visible) */
-    return keys;
+/* The keys of a kv tile that the rows [r0, r0 + m) of the unit compute (band_seen_keys), in
+ * the multiples of 32 the tile products take: a block of 8 query positions sees less of the
+ * diagonal's tile (or of a window's first) than the whole unit does. */
+static key_range mx_block_keys(const fai_unit *unit, const mx_tile *mt, int64_t r0, int64_t m) {
+    return band_seen_keys(&mt->extent, unit->q_begin + r0 / unit->heads,
+                          unit->q_begin + (r0 + m - 1) / unit->heads, 32, mt->n_pad);
 }
 
 /* QK of one row block: S rows of the block = Q K^T, unscaled. */
@@ -137,44 +119,46 @@ static void mx_qk_block(const fai_plan *plan, const fai_tensors *t, const fai_un
         cntx->mx_qk_exact(s, ld_n, q, plan->mx_q_parts, mt->k, plan->mx_k_parts, m, mt->extent.n,
                           FAI_MX_BLOCK_ROWS, mt->n_pad, plan->pb.head_dim, plan->d_pad);
     else {
-        const mx_keys keys = mx_block_keys(unit, mt, r0, m);
+        const key_range keys = mx_block_keys(unit, mt, r0, m);
         cntx->mx_qk(s, ld_n, q, plan->mx_q_parts, mt->k, plan->mx_k_parts, FAI_MX_BLOCK_ROWS,
-                    mt->n_pad, keys.j_begin, keys.j_end, plan->d_pad);
+                    mt->n_pad, keys.begin, keys.end, plan->d_pad);
     }
 }
 
 /* The vector stages of one row block over the tile's keys `keys` (mx_block_keys): the scale
  * where it is not folded into the exponent, the score modifiers, the masks, the online softmax
- * into P (in p_parts) and O rescaled. The scale, modifiers and masks pass over the keys before
- * j_begin too (the masks set them to -inf), which the softmax then does not read. */
+ * into P (in p_parts) and O rescaled. */
 static void mx_vector_stages(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                              const unit_scratch *sc, const mx_tile *mt, int64_t r0, int64_t m,
-                             mx_keys keys, uint16_t *p, int p_parts) {
+                             key_range keys, uint16_t *p, int p_parts) {
     const fai_cntx *cntx = plan->cntx;
     const int64_t ld_n = plan->ld_n;
     const tile_extent *e = &mt->extent;
-    const int64_t n = e->n < keys.j_end ? e->n : keys.j_end; /* the keys the block computes */
+    const int64_t n = e->n < keys.end ? e->n : keys.end; /* the keys the block computes */
     const int masked = e->band_partial || plan->pb.mask_kind != FAI_MASK_NONE;
     float *s = sc->s_tile + r0 * ld_n;
+    /* the passes before the softmax start at the block's first key: s_keys, n_keys */
+    float *s_keys = s + keys.begin;
+    const int64_t n_keys = n - keys.begin, first_key = e->key_begin + keys.begin;
     /* the scale is folded into the softmax's exponent where that is exact: a positive, not huge
      * scale and masks that only remove keys; else S is scaled first, as the other tables do
      * (with the score modifiers, in their pass) */
     float scale = plan->scale;
-    if (plan->k_scaled) cntx->scale_keys_rows(s, ld_n, m, n, sc->k_scales);
+    if (plan->k_scaled) cntx->scale_keys_rows(s_keys, ld_n, m, n_keys, sc->k_scales + keys.begin);
     if (plan->mods) {
-        const fai_score_mods mods = tile_mods(plan, unit, sc, e->key_begin, r0, r0 + m, scale);
-        cntx->mods_rows(s, ld_n, m, n, &mods);
+        const fai_score_mods mods = tile_mods(plan, unit, sc, first_key, r0, r0 + m, scale);
+        cntx->mods_rows(s_keys, ld_n, m, n_keys, &mods);
         scale = 1.0f;
     } else if (plan->pb.mask_kind == FAI_MASK_ADD || !(scale > 0.0f && scale < 1e30f)) {
         for (int64_t r = 0; r < m; r++)
-            for (int64_t c = 0; c < n; c++)
-                s[r * ld_n + c] *= scale;
+            for (int64_t c = 0; c < n_keys; c++)
+                s_keys[r * ld_n + c] *= scale;
         scale = 1.0f;
     }
     if (masked)
-        apply_masks_rows(plan, t, unit, &e->band, e->band_partial, e->key_begin, n, sc->s_tile,
-                         ld_n, 1, r0, r0 + m);
-    cntx->mx_softmax(s, ld_n, m, FAI_MX_BLOCK_ROWS, n, mt->n_pad, keys.j_begin, keys.j_end, scale,
+        apply_masks_rows(plan, t, unit, &e->band, e->band_partial, first_key, n_keys,
+                         sc->s_tile + keys.begin, ld_n, 1, r0, r0 + m);
+    cntx->mx_softmax(s, ld_n, m, FAI_MX_BLOCK_ROWS, n, mt->n_pad, keys.begin, keys.end, scale,
                      sc->row_max + r0, sc->mx_row_sums + r0 * FAI_MX_SUM_LANES, sc->row_alpha + r0,
                      p, p_parts, plan->v_scaled ? sc->v_scales : NULL);
     FAI_LAP(FAI_STAGE_SOFTMAX);
@@ -199,10 +183,9 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
      * 2^-118 times such values count) */
     const int sparse = (mt->state & KV_V_EXACT) != 0;
     const int p_parts = sparse ? 0 : plan->p_parts;
-    /* the f32 PV reads P for all the tile's keys: the softmax writes them all (the keys QK left
-     * out are masked to -inf by then) */
-    mx_keys keys = mx_block_keys(unit, mt, r0, m);
-    if (sparse) keys = (mx_keys){0, mt->n_pad};
+    /* the f32 PV reads P for all the tile's keys: the softmax writes them all, over scores the
+     * masks set to -inf where QK left keys out */
+    const key_range keys = sparse ? (key_range){0, mt->n_pad} : mx_block_keys(unit, mt, r0, m);
     if (FAI_KEEPS(FAI_STAGE_SOFTMAX)) {
         mx_vector_stages(plan, t, unit, sc, mt, r0, m, keys, p, p_parts);
     } else { /* with the masks and modifiers: PV reads the P left from before */
@@ -217,7 +200,7 @@ static void mx_softmax_pv_block(const fai_plan *plan, const fai_tensors *t, cons
                            mt->n_pad, plan->head_dim_v, ld_o);
     } else {
         cntx->mx_pv(o, ld_o, p, plan->p_parts, mt->v, plan->mx_v_parts, FAI_MX_BLOCK_ROWS,
-                    mt->n_pad, keys.j_begin, keys.j_end, ld_o);
+                    mt->n_pad, keys.begin, keys.end, ld_o);
     }
     FAI_LAP(FAI_STAGE_PV);
 }
