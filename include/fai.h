@@ -309,6 +309,15 @@ typedef struct fai_problem {
      * it matters), as it does for any scale a model stores. Refused for f32, f16 and bf16 K. 0
      * (the default): none. */
     int k_channel_scales;
+
+    /* The seed's KERNEL_TASK_NUM on the matrix engine: how many kv tiles a unit has in flight.
+     * 1: each tile's QK runs just before its softmax; 2: the next tile's QK is issued behind this
+     * tile's PV, row block by row block, its K and V packed into a second buffer of the
+     * workspace. FAI_AUTO: the planner chooses (1 where one row block's operands fit L1d, whose
+     * second K/V buffer would push them out; else 2). The vector tables compute one tile at a
+     * time whatever it says (plan info pipeline_tiles: 1). The results are the same bits either
+     * way. Otherwise 0, 1 or 2. */
+    int pipeline_tiles;
 } fai_problem;
 
 /* Fills a problem with the defaults: every count 0, head_dim_v FAI_HEAD_DIM_V_DEFAULT (D),
@@ -531,6 +540,9 @@ typedef struct fai_plan_info {
      * ("amx") or on bf16 dot products (a CPU with AVX512_BF16, all of Q, K and V bf16), as 2
      * parts, hi + lo, within 2^-16 of P (the default), or 1, P rounded to bf16 (round_p_bf16). */
     int p_parts;
+    /* kv tiles in flight per unit (fai_problem.pipeline_tiles): 1 or 2 on the matrix engine, 1
+     * elsewhere */
+    int pipeline_tiles;
 } fai_plan_info;
 
 /* Fills *info. Thread-safe. */

@@ -130,6 +130,9 @@ struct fai_plan {
      * operand is held (1 for bf16, 2 for f16, 3 for f32). */
     int mx;
     int mx_q_parts, mx_k_parts, mx_v_parts;
+    /* kv tiles in flight per unit on the matrix engine (fai_problem.pipeline_tiles): 1, or 2
+     * with the next tile's QK behind this one's PV and a second K/V buffer */
+    int mx_pipeline;
     /* The bf16 parts of P where PV multiplies in bf16 (the matrix engine, bf16_pv): 2 (hi +
      * lo), or 1 with round_p_bf16 */
     int p_parts;

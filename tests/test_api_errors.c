@@ -183,6 +183,8 @@ TEST(plan_counts_out_of_range) {
     BAD_COUNT(tile_q, 4097, "4097");
     BAD_COUNT(tile_kv, -16, "-16");
     BAD_COUNT(tile_kv, 4097, "4097");
+    BAD_COUNT(pipeline_tiles, -1, "-1");
+    BAD_COUNT(pipeline_tiles, 3, "3");
 #undef BAD_COUNT
 
     /* the limits themselves are accepted */
@@ -193,6 +195,7 @@ TEST(plan_counts_out_of_range) {
     pb.threads = FAI_MAX_WORKERS;
     pb.tile_q = 4096;
     pb.tile_kv = 4096;
+    pb.pipeline_tiles = 2;
     CHECK(plan_succeeds(&pb));
     base_problem(&pb);
     pb.window_left = 0;

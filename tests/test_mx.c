@@ -398,3 +398,115 @@ TEST(mx_tile_keeps_a_row_block_in_l1d) {
         fai_plan_free(plan);
     }
 }
+
+/* The elements (b, i, h, x < count) of an output tensor of a case with full lengths, in double. */
+static double *output_elements(const fai_tensor *t, const fai_case_spec *s, int64_t count) {
+    double *out = malloc((size_t)(s->batch * s->seq_q * s->heads_q * count) * sizeof(double));
+    if (!out) return NULL;
+    const int64_t dim_stride = t->stride_dim ? t->stride_dim : 1; /* (0 is read as 1) */
+    size_t at = 0;
+    for (int64_t b = 0; b < s->batch; b++)
+        for (int64_t i = 0; i < s->seq_q; i++)
+            for (int64_t h = 0; h < s->heads_q; h++)
+                for (int64_t x = 0; x < count; x++)
+                    out[at++] = fai_oracle_load(t->data, t->dtype,
+                                                b * t->stride_batch + i * t->stride_seq +
+                                                    h * t->stride_head + x * dim_stride);
+    return out;
+}
+
+/* The matrix engine's pipeline (fai_problem.pipeline_tiles): one kv tile in flight (each block's
+ * QK just before its softmax) or two (the next tile's QK behind this one's PV) run the same
+ * stages on the same operands, so O and LSE are the same bits, within the tolerances; the
+ * planner takes one where a row block's operands fit L1d (all-bf16 at head dim 64) and two
+ * elsewhere, and one tile needs one K/V buffer fewer in the workspace. The vector tables compute
+ * a tile at a time whatever is asked (plan info 1). */
+TEST(mx_pipeline_tiles_change_only_the_order) {
+    const struct {
+        int64_t head_dim;
+        fai_dtype q_dtype, kv_dtype;
+        int64_t causal, window_left, kv_lens;
+        int auto_tiles; /* the planner's choice on the matrix engine (48 KiB L1d) */
+    } cases[] = {
+        {64, FAI_DTYPE_BF16, FAI_DTYPE_BF16, FAI_CAUSAL_BOTTOM_RIGHT, -1, FAI_CASE_LEN_FULL, 1},
+        {64, FAI_DTYPE_BF16, FAI_DTYPE_BF16, FAI_CAUSAL_BOTTOM_RIGHT, 70, FAI_CASE_LEN_PAGED, 1},
+        {128, FAI_DTYPE_F32, FAI_DTYPE_F16, FAI_CAUSAL_NONE, -1, FAI_CASE_LEN_FULL, 2},
+        {128, FAI_DTYPE_BF16, FAI_DTYPE_BF16, FAI_CAUSAL_TOP_LEFT, 100, FAI_CASE_LEN_PAGED, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fai_case_spec s;
+        fai_case_spec_any(&s);
+        s.positions = 0;
+        s.batch = 2;
+        s.heads_q = 8;
+        s.heads_kv = 2;
+        s.seq_q = 80;
+        s.seq_kv = 520;
+        s.head_dim = s.head_dim_v = cases[i].head_dim;
+        s.q_dtype = cases[i].q_dtype;
+        s.k_dtype = s.v_dtype = cases[i].kv_dtype;
+        s.o_dtype = FAI_DTYPE_F32;
+        s.causal = cases[i].causal;
+        s.window_left = cases[i].window_left;
+        s.window_right = -1;
+        s.mask_kind = FAI_MASK_NONE;
+        s.mask_shape = FAI_CASE_MASK_SQ_SKV;
+        s.mask_density = 0;
+        s.q_lens = FAI_CASE_LEN_FULL;
+        s.kv_lens = cases[i].kv_lens;
+        s.page_size = 48;
+        s.layout = FAI_CASE_LAYOUT_BSHD;
+        s.lse = 1;
+        s.threads = 1;
+        s.workers = 2;
+        s.split = FAI_SPLIT_AUTO;
+        s.tile_q = s.tile_kv = 0;
+        s.scale = FAI_CASE_SCALE_DEFAULT;
+        s.amplitude = 2.0;
+        s.softcap = 0.0;
+        s.alibi = s.sinks = 0;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 9300 + (uint64_t)i) == 0);
+        double *o[3] = {NULL, NULL, NULL}, *lse[3] = {NULL, NULL, NULL};
+        size_t workspace[3] = {0, 0, 0};
+        int in_use[3] = {0, 0, 0};
+        for (int asked = 0; asked <= 2; asked++) {
+            c.problem.pipeline_tiles = asked;
+            fai_plan *plan;
+            REQUIRE(fai_plan_create(&c.problem, &plan) == FAI_OK);
+            fai_plan_info info;
+            fai_plan_get_info(plan, &info);
+            fai_plan_free(plan);
+            const int mx = !strncmp(info.isa, "amx", 3);
+            in_use[asked] = info.pipeline_tiles;
+            workspace[asked] = info.workspace_bytes;
+            if (!mx) CHECK(info.pipeline_tiles == 1);
+            /* (the cases' choices are those of a 48 KiB L1d; elsewhere the rule itself) */
+            const int by_rule = info.l1d_bytes <= info.l1d_capacity ? 1 : 2;
+            const int chosen = info.l1d_capacity == 48 * 1024 ? cases[i].auto_tiles : by_rule;
+            if (mx) CHECK(info.pipeline_tiles == (asked ? asked : chosen));
+            fai_case_result r;
+            fai_case_reset(&c);
+            CHECK(fai_case_check(&c, NULL, &r));
+            if (!r.ok) printf("  %s\n  %s\n", r.desc, r.why);
+            o[asked] = output_elements(&c.tensors.o, &s, s.head_dim_v);
+            lse[asked] = output_elements(&c.tensors.lse, &s, 1);
+        }
+        const size_t o_count = (size_t)(s.batch * s.seq_q * s.heads_q * s.head_dim_v);
+        const size_t lse_count = (size_t)(s.batch * s.seq_q * s.heads_q);
+        for (int asked = 0; asked <= 2; asked++) {
+            CHECK(!memcmp(o[asked], o[1], o_count * sizeof(double)));
+            CHECK(!memcmp(lse[asked], lse[1], lse_count * sizeof(double)));
+        }
+        for (int asked = 0; asked <= 2; asked++) {
+            free(o[asked]);
+            free(lse[asked]);
+        }
+        if (in_use[2] == 2) CHECK(workspace[1] < workspace[2]);
+        printf("  D %lld, %s Q, %s K/V: %d kv tile(s) in flight by default, workspace %zu with "
+               "one, %zu with two\n",
+               (long long)cases[i].head_dim, fai_dtype_name(cases[i].q_dtype),
+               fai_dtype_name(cases[i].kv_dtype), in_use[0], workspace[1], workspace[2]);
+        fai_case_free(&c);
+    }
+}

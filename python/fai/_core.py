@@ -190,7 +190,8 @@ class Plan:
         total_weight, imbalance, split_kv, split_units, partials, visible_pairs,
         workspace_bytes, l1d_bytes, l1d_capacity, l2_bytes, l2_capacity, tile_fits, isa,
         tile_source ('user', 'tuned' or 'heuristic'), tile_class, p_parts (how PV multiplies P:
-        0 in f32, 2 as bf16 hi + lo, 1 rounded to bf16)."""
+        0 in f32, 2 as bf16 hi + lo, 1 rounded to bf16), pipeline_tiles (kv tiles in flight per
+        unit: 1 or 2 on the matrix engine, 1 elsewhere)."""
         size = ctypes.sizeof(_lib.PlanInfo)
         buf = (ctypes.c_ubyte * (size + 64))(*([0xA5] * (size + 64)))  # a tail to check
         _check(_lib.plan_get_info(self._require(),

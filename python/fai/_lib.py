@@ -80,6 +80,7 @@ class Problem(ctypes.Structure):
         ("sinks", c_int),
         ("trust_scales", c_int),
         ("k_channel_scales", c_int),
+        ("pipeline_tiles", c_int),
     ]
 
 
@@ -176,6 +177,7 @@ class PlanInfo(ctypes.Structure):
         ("tile_source", ctypes.c_char_p),
         ("tile_class", ctypes.c_char_p),
         ("p_parts", c_int),
+        ("pipeline_tiles", c_int),
     ]
 
 

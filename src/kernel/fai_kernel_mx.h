@@ -1,7 +1,8 @@
 /* The kernel driver's matrix-engine path (included by fai_kernel_body.h): a unit's kv tiles on the
  * tile unit (QK, PV) and the vector unit (masks, softmax, rescale), pipelined as the seed's
- * Cube and Vector cores are. The unit's rows are cut into blocks of FAI_MX_BLOCK_ROWS; for
- * kv tile t and each block b, in program order:
+ * Cube and Vector cores are. The unit's rows are cut into blocks of FAI_MX_BLOCK_ROWS. With two
+ * kv tiles in flight (plan->mx_pipeline, the seed's KERNEL_TASK_NUM), for kv tile t and each
+ * block b, in program order:
  *
  *     softmax(t, b)  rescale O(b)  PV(t, b)  QK(t + 1, b)
  *
@@ -10,7 +11,9 @@
  * unit runs the softmax of block b + 1 (the seed's C2 -> V1 and C1 -> V1 overlap); S of block b
  * is free for the next tile's QK as soon as its softmax has read it, so one S buffer serves
  * both tiles. K and V of tile t + 1 are packed (or found in the cache) before tile t's blocks
- * start, into the second of two buffers. */
+ * start, into the second of two buffers. With one tile in flight, each block runs QK(t, b)
+ * just before its softmax, and one K/V buffer serves: where a row block's operands fit L1d, the
+ * next tile's K and V beside them pushed them out. */
 
 /* One kv tile's operands. */
 typedef struct mx_tile {
@@ -232,11 +235,58 @@ static void mx_end_tiles(const fai_unit *unit, const unit_scratch *sc) {
     }
 }
 
+/* The quantized K's and V's scales of a tile about to be computed, gathered into the scratch. V
+ * scales above 2^64 make the tile's values large as a V of 2^80 would (mx_pack_v): it then takes
+ * the f32 PV, with P in f32. */
+static void mx_gather_tile_scales(const fai_plan *plan, const fai_unit *unit,
+                                  const unit_scratch *sc, mx_tile *mt) {
+    const tile_extent *e = &mt->extent;
+    if (plan->k_scaled)
+        gather_scales(plan, unit, &sc->rows->k_scale, e->key_begin, e->n, sc->k_scales);
+    if (plan->v_scaled) {
+        gather_scales(plan, unit, &sc->rows->v_scale, e->key_begin, e->n, sc->v_scales);
+        if (!scales_fold(sc->v_scales, e->n)) mt->state |= KV_V_EXACT;
+    }
+}
+
+/* mx_run_tiles with one kv tile in flight: each tile packed (or found in the cache) into the one
+ * buffer, then each row block's QK, softmax and PV; the rows of the next tile asked for a share
+ * before each block. */
+static void mx_run_tiles_one(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                             const fai_unit *next, int64_t tile_begin, int64_t tile_end,
+                             const unit_scratch *sc) {
+    const int64_t rows = unit->q_len * unit->heads;
+    const int64_t blocks = fai__ceil_div(rows, FAI_MX_BLOCK_ROWS);
+    for (int64_t tile = tile_begin; tile < tile_end; tile++) {
+        if (next)
+            prefetch_rows_for_tile(plan, t, sc->rows, unit, next, tile - tile_begin,
+                                   tile_end - tile_begin);
+        int64_t ahead_begin = 0;
+        const int64_t ahead = mx_keys_ahead(plan, unit, sc, tile + 1, tile_end, &ahead_begin);
+        mx_tile current = mx_prepare(plan, t, unit, tile, 0, sc);
+        mx_gather_tile_scales(plan, unit, sc, &current);
+        FAI_LAP(FAI_STAGE_PACK_KV);
+        for (int64_t block = 0; block < blocks; block++) {
+            const int64_t lo = ahead * block / blocks, hi = ahead * (block + 1) / blocks;
+            prefetch_kv_keys(plan, t, unit, sc, ahead_begin + lo, hi - lo);
+            FAI_LAP(FAI_STAGE_PACK_KV);
+            mx_qk_block(plan, t, unit, sc, &current, block, rows);
+            FAI_LAP(FAI_STAGE_QK);
+            mx_softmax_pv_block(plan, t, unit, sc, &current, block, rows);
+        }
+    }
+    mx_end_tiles(unit, sc);
+}
+
 /* Step 2 on the matrix engine: the unit's kv tiles [tile_begin, tile_end), pipelined; with the
  * worker's next unit (or NULL), its Q rows and this unit's O rows prefetched along the way. */
 static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
                          const fai_unit *next, int64_t tile_begin, int64_t tile_end,
                          const unit_scratch *sc) {
+    if (plan->mx_pipeline == 1) {
+        mx_run_tiles_one(plan, t, unit, next, tile_begin, tile_end, sc);
+        return;
+    }
     const int64_t rows = unit->q_len * unit->heads;
     const int64_t blocks = fai__ceil_div(rows, FAI_MX_BLOCK_ROWS);
     mx_tile tiles[2];
@@ -257,15 +307,7 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
             prefetch_rows_for_tile(plan, t, sc->rows, unit, next, tile - tile_begin,
                                    tile_end - tile_begin);
         if (has_next) tiles[1 - current] = mx_prepare(plan, t, unit, tile + 1, 1 - current, sc);
-        const tile_extent *e = &tiles[current].extent;
-        if (plan->k_scaled)
-            gather_scales(plan, unit, &sc->rows->k_scale, e->key_begin, e->n, sc->k_scales);
-        /* V scales above 2^64 make the tile's values large as a V of 2^80 would (mx_pack_v):
-         * it takes the f32 PV, with P in f32 */
-        if (plan->v_scaled) {
-            gather_scales(plan, unit, &sc->rows->v_scale, e->key_begin, e->n, sc->v_scales);
-            if (!scales_fold(sc->v_scales, e->n)) tiles[current].state |= KV_V_EXACT;
-        }
+        mx_gather_tile_scales(plan, unit, sc, &tiles[current]);
         /* the rows of the tile packed after the next one, a share before each row block */
         int64_t ahead_begin = 0;
         const int64_t ahead = mx_keys_ahead(plan, unit, sc, tile + 2, tile_end, &ahead_begin);

@@ -43,17 +43,21 @@ static size_t align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
 /* The matrix engine's per-unit scratch (see fai_mx_body.h and fai_kernel_mx.h): Q in parts
  * [m_pad, d_pad] (by blocks of FAI_MX_BLOCK_ROWS rows), K pairs in parts [d_pad / 2, n_pad, 2]
- * and V pairs in parts [n_pad / 2, dv_pad, 2] for two tiles, S [m_pad, ld_n] f32 with P hi and
- * lo [m_pad, n_pad] (by blocks) after it, O [m_pad, dv_pad] f32, and the rows' sums. */
+ * and V pairs in parts [n_pad / 2, dv_pad, 2] for each tile in flight (mx_pipeline), S [m_pad,
+ * ld_n] f32 with P hi and lo [m_pad, n_pad] (by blocks) after it, O [m_pad, dv_pad] f32, and
+ * the rows' sums. */
 static void layout_mx_slot(fai_plan *plan, size_t *offset) {
     const size_t m_pad = (size_t)plan->ld_s, n_pad = (size_t)plan->ld_n;
     const size_t d_pad = (size_t)plan->d_pad, dv_pad = (size_t)plan->ld_o;
     const size_t half = sizeof(uint16_t);
     fai_ws_layout *ws = &plan->ws;
     ws->q_tile = *offset, *offset += align64(m_pad * d_pad * half * (size_t)plan->mx_q_parts);
-    /* K and V of two tiles: the one computed and the next one packed */
-    ws->k_tile = *offset, *offset += align64(2 * n_pad * d_pad * half * (size_t)plan->mx_k_parts);
-    ws->v_tile = *offset, *offset += align64(2 * n_pad * dv_pad * half * (size_t)plan->mx_v_parts);
+    /* K and V of the tiles in flight: the one computed (and the next one packed) */
+    const size_t tiles = (size_t)plan->mx_pipeline;
+    ws->k_tile = *offset,
+    *offset += align64(tiles * n_pad * d_pad * half * (size_t)plan->mx_k_parts);
+    ws->v_tile = *offset,
+    *offset += align64(tiles * n_pad * dv_pad * half * (size_t)plan->mx_v_parts);
     ws->s_tile = *offset, *offset += align64(m_pad * n_pad * (sizeof(float) + 2 * half));
     ws->o_acc = *offset, *offset += align64(m_pad * dv_pad * sizeof(float));
     ws->unit_flags = *offset, *offset += 64;
@@ -202,6 +206,13 @@ static fai_status layout_workspace(fai_plan *plan) {
         plan->mx_q_parts = mx_parts(q_dtype);
         plan->mx_k_parts = mx_parts(plan->pb.k_dtype);
         plan->mx_v_parts = mx_parts(plan->pb.v_dtype);
+        /* one tile in flight where a row block's operands fit L1d (the small tiles of
+         * fai_tile.c): the next tile's K and V beside them pushed them out (all-bf16 P2 1.05x
+         * with one); two where they do not fit anyway */
+        plan->mx_pipeline = plan->pb.pipeline_tiles != FAI_AUTO ? plan->pb.pipeline_tiles
+                            : fai__mx_block_bytes(plan, plan->tile_kv) <= fai__cache_sizes()->l1d
+                                ? 1
+                                : 2;
     }
     const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
     const size_t ld_o = (size_t)plan->ld_o, ld_s = (size_t)plan->ld_s;
@@ -346,6 +357,7 @@ fai_status fai_plan_get_info(const fai_plan *plan, fai_plan_info *info) {
     info->tile_source = plan->tile_source;
     info->tile_class = plan->tile_class;
     info->p_parts = plan->mx || plan->bf16_pv ? plan->p_parts : 0;
+    info->pipeline_tiles = plan->mx ? plan->mx_pipeline : 1;
     info->l1d_bytes = plan->l1d_bytes;
     info->l2_bytes = plan->l2_bytes;
     info->l1d_capacity = fai__cache_sizes()->l1d;

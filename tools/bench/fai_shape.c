@@ -74,6 +74,14 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
         if (!strcmp(arg, "--round-p-bf16")) {
             shape->round_p_bf16 = 1;
             used[i] = 1;
+        } else if (!strcmp(arg, "--pipeline-tiles")) {
+            if (i + 1 >= argc || ft_parse_int64(argv[i + 1], 0, 2, &shape->pipeline_tiles)) {
+                fprintf(stderr, "fai %s: --pipeline-tiles needs 0 (auto), 1 or 2, got '%s'\n", cmd,
+                        i + 1 < argc ? argv[i + 1] : "");
+                return -1;
+            }
+            used[i] = used[i + 1] = 1;
+            i++;
         } else if (!strcmp(arg, "--head-major")) {
             shape->head_major = 1;
             used[i] = 1;
@@ -156,6 +164,7 @@ void ft_shape_problem(const ft_shape *shape, fai_problem *pb, int32_t *seqlens_k
     pb->window_left = shape->window_left;
     pb->window_right = shape->window_right;
     pb->round_p_bf16 = shape->round_p_bf16;
+    pb->pipeline_tiles = (int)shape->pipeline_tiles;
     pb->k_channel_scales = shape->k_channel_scales && fai_dtype_is_quantized(shape->kv_dtype);
     pb->softcap = shape->softcap;
     pb->alibi = shape->alibi;

@@ -20,8 +20,9 @@ typedef struct ft_shape {
     /* score modifiers: --softcap C, --alibi (the standard slopes), --sinks (a sink per head) */
     float softcap;
     int alibi, sinks;
-    int head_major;       /* --head-major: pages [num_pages, Hkv, page_size, D] (vLLM's blocks) */
-    int k_channel_scales; /* --k-channel-scales: a quantized K's scales per kv head and channel */
+    int head_major;         /* --head-major: pages [num_pages, Hkv, page_size, D] (vLLM's blocks) */
+    int k_channel_scales;   /* --k-channel-scales: a quantized K's scales per kv head and channel */
+    int64_t pipeline_tiles; /* --pipeline-tiles N: fai_problem.pipeline_tiles (0: auto) */
 } ft_shape;
 
 /* The benchmark shapes of the design, then the model shapes, in order; the first
@@ -35,10 +36,10 @@ extern const ft_shape ft_shape_custom_base;
 
 /* Consumes the shape options in argv (a shape name, --b --hq --hkv --sq --skv --d --dv,
  * --causal, --causal-top-left, --window L,R, --page-size N, --head-major, --round-p-bf16,
- * --k-channel-scales, --q-dtype, --kv-dtype, --out-dtype) starting from *shape: a shape name
- * anywhere replaces *shape first, then the flags change it (--d also sets Dv unless --dv is given).
- * Options it does not know are left for the caller: used[i] is set for every argument consumed.
- * Returns 0, or -1 after printing one line to stderr. */
+ * --k-channel-scales, --pipeline-tiles N, --q-dtype, --kv-dtype, --out-dtype) starting from *shape:
+ * a shape name anywhere replaces *shape first, then the flags change it (--d also sets Dv unless
+ * --dv is given). Options it does not know are left for the caller: used[i] is set for every
+ * argument consumed. Returns 0, or -1 after printing one line to stderr. */
 int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const char *cmd);
 
 /* The one shape of a command's arguments: the named shape changed by the flags; without a name,

@@ -224,6 +224,10 @@ void ft_cmd_plan_print_text(const fai_plan *plan, const fai_plan_info *info) {
     printf("pv          P %s\n", info->p_parts == 0   ? "in f32"
                                  : info->p_parts == 2 ? "in bf16 as hi + lo (within 2^-16)"
                                                       : "rounded to bf16 (round_p_bf16)");
+    printf("pipeline    %s\n", info->pipeline_tiles == 1
+                                   ? "1 kv tile in flight per unit"
+                                   : "2 kv tiles in flight per unit (the next one's QK behind "
+                                     "this one's PV)");
     printf("imbalance   %.4f (max / mean worker weight)\n", info->imbalance);
     printf("split-KV    %s: %lld units in %lld parts\n", info->split_kv ? "yes" : "no",
            (long long)info->split_units, (long long)info->partials);
@@ -270,6 +274,7 @@ void ft_cmd_plan_json_fields(ft_json *json, const ft_shape *shape, const fai_pla
     ft_json_string(json, "tile_source", info->tile_source);
     ft_json_string(json, "tile_class", info->tile_class);
     ft_json_int(json, "p_parts", info->p_parts);
+    ft_json_int(json, "pipeline_tiles", info->pipeline_tiles);
     ft_cmd_plan_json_worker_weights(json, "worker_weights", plan, info->workers);
     ft_json_array(json, "worker_units");
     for (int64_t w = 0; w < info->workers; w++) {
