@@ -73,6 +73,7 @@ void fai_case_spec_any(fai_case_spec *s) {
     s->lens_q = s->lens_kv = NULL;
     s->page_size = s->layout = s->packed_rows_extra = FAI_CASE_ANY;
     s->workers = s->threads = s->tile_q = s->tile_kv = s->split = FAI_CASE_ANY;
+    s->pipeline_tiles = FAI_CASE_ANY;
     s->lse = FAI_CASE_ANY;
     s->scale = NAN;
     s->amplitude = NAN;
@@ -669,6 +670,13 @@ static int draw_execution(case_draft *draft) {
     pb->split = (fai_split)sp->split;
     pb->tile_q = sp->tile_q;
     pb->tile_kv = sp->tile_kv;
+    /* from the seed itself, so that adding this draw left every other one as it was */
+    if (ANY(sp->pipeline_tiles)) {
+        uint64_t z = (draft->c->seed + 0x2545F4914F6CDD1Dull) * 0x9E3779B97F4A7C15ull;
+        z ^= z >> 29;
+        sp->pipeline_tiles = (int64_t)(z % 3);
+    }
+    pb->pipeline_tiles = (int)sp->pipeline_tiles;
     return 0;
 }
 
@@ -1017,21 +1025,22 @@ static void describe_case(const case_draft *draft) {
     if (pb->softcap > 0.0f || pb->alibi || pb->sinks)
         snprintf(mods_desc, sizeof mods_desc, " mods=softcap:%g%s%s", (double)pb->softcap,
                  pb->alibi ? ",alibi" : "", pb->sinks ? ",sinks" : "");
-    snprintf(c->desc, sizeof c->desc,
-             "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s%s v=%s "
-             "o=%s causal=%s%s window=%lld,%lld mask=%s%s lens_q=%s lens_kv=%s%s scale=%s amp=%g "
-             "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld ws+%zu",
-             (unsigned long long)c->seed, (long long)B, (long long)sp->heads_q,
-             (long long)sp->heads_kv, (long long)sp->seq_q, (long long)sp->seq_kv,
-             (long long)sp->head_dim, (long long)pb->head_dim_v, fai_dtype_name(pb->q_dtype),
-             fai_dtype_name(pb->k_dtype), pb->k_channel_scales ? "+channels" : "",
-             fai_dtype_name(pb->v_dtype), fai_dtype_name(pb->o_dtype), causal_name(pb->causal),
-             pb->q_positions ? " positions" : "", (long long)pb->window_left,
-             (long long)pb->window_right, mask_desc, mods_desc, lq_desc, lk_desc, lens_desc,
-             scale_desc, sp->amplitude, c->layout_q, c->layout_k, c->layout_v, c->layout_o,
-             sp->lse ? 1 + c->lse_layout : 0, (long long)pb->workers, (long long)pb->threads,
-             split_name(pb->split), (long long)pb->tile_q, (long long)pb->tile_kv,
-             c->workspace_offset);
+    snprintf(
+        c->desc, sizeof c->desc,
+        "seed=%llu B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld Dv=%lld q=%s k=%s%s v=%s "
+        "o=%s causal=%s%s window=%lld,%lld mask=%s%s lens_q=%s lens_kv=%s%s scale=%s amp=%g "
+        "layout=%d%d%d%d lse=%d workers=%lld threads=%lld split=%s tiles=%lld,%lld pipeline=%d "
+        "ws+%zu",
+        (unsigned long long)c->seed, (long long)B, (long long)sp->heads_q, (long long)sp->heads_kv,
+        (long long)sp->seq_q, (long long)sp->seq_kv, (long long)sp->head_dim,
+        (long long)pb->head_dim_v, fai_dtype_name(pb->q_dtype), fai_dtype_name(pb->k_dtype),
+        pb->k_channel_scales ? "+channels" : "", fai_dtype_name(pb->v_dtype),
+        fai_dtype_name(pb->o_dtype), causal_name(pb->causal), pb->q_positions ? " positions" : "",
+        (long long)pb->window_left, (long long)pb->window_right, mask_desc, mods_desc, lq_desc,
+        lk_desc, lens_desc, scale_desc, sp->amplitude, c->layout_q, c->layout_k, c->layout_v,
+        c->layout_o, sp->lse ? 1 + c->lse_layout : 0, (long long)pb->workers,
+        (long long)pb->threads, split_name(pb->split), (long long)pb->tile_q,
+        (long long)pb->tile_kv, pb->pipeline_tiles, c->workspace_offset);
 }
 
 int fai_case_build(fai_case *c, const fai_case_spec *spec, uint64_t seed) {

@@ -83,8 +83,10 @@ typedef struct fai_case_spec {
     int64_t layout;                  /* FAI_CASE_LAYOUT_*: one for all tensors; ANY draws each */
     int64_t packed_rows_extra;       /* packed Q: rows past cu_seqlens_q[batch] */
     int64_t workers, threads, tile_q, tile_kv; /* copied into the problem */
-    int64_t split;                             /* fai_split */
-    int64_t lse;                               /* 1: ask for LSE */
+    /* fai_problem.pipeline_tiles; ANY: 0, 1 or 2 from the seed, apart from the other draws */
+    int64_t pipeline_tiles;
+    int64_t split;    /* fai_split */
+    int64_t lse;      /* 1: ask for LSE */
     double scale;     /* NaN: draw (mostly the default); FAI_CASE_SCALE_DEFAULT: the default
                          1/sqrt(D) (FAI_SCALE_DEFAULT); else the problem's scale */
     double amplitude; /* Q and K values are uniform in [-a, a]; NaN: draw; V is in [-1, 1] */
