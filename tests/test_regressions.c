@@ -3,6 +3,7 @@
  * behaviour under UBSan) runs its body in a child process, so that the rest of the suite still
  * runs in sanitizer builds. */
 #include "fai.h"
+#include "fai_cases.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -106,3 +107,56 @@ TEST(regress_visible_nan_k_is_not_a_masked_row) {
         fai_plan_free(plan);
     }
 }
+
+/* The matrix engine computes each row block of 32 rows on the keys its band lets those rows see
+ * (band_seen_keys). Under a sliding window one tile may lie wholly before the window of a later
+ * block of the same unit (the earlier blocks see it): the range's start, past the tile's end,
+ * came out after its end, and the softmax cleared a negative number of padding columns (a crash
+ * in memset). Found by a 60,000-case sweep on `amx`: 61 queries of 2 heads in one unit (4 row
+ * blocks), bottom-right causal with a window of 61 keys to the left, 175 keys. Every table must
+ * run it within the tolerances. */
+static int window_past_tile_body(void) {
+    fai_case_spec s;
+    fai_case_spec_any(&s);
+    s.positions = 0;
+    s.batch = 1;
+    s.heads_q = 2;
+    s.heads_kv = 1;
+    s.seq_q = 61;
+    s.seq_kv = 175;
+    s.head_dim = 7;
+    s.head_dim_v = 10;
+    s.q_dtype = FAI_DTYPE_BF16;
+    s.k_dtype = FAI_DTYPE_F16;
+    s.v_dtype = FAI_DTYPE_BF16;
+    s.o_dtype = FAI_DTYPE_F16;
+    s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    s.window_left = 61;
+    s.window_right = 157;
+    s.mask_kind = FAI_MASK_NONE;
+    s.mask_shape = FAI_CASE_MASK_SQ_SKV;
+    s.mask_density = 0;
+    s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
+    s.layout = FAI_CASE_LAYOUT_BSHD;
+    s.lse = 1;
+    s.workers = s.threads = 1;
+    s.split = FAI_SPLIT_AUTO;
+    s.tile_q = 998;
+    s.tile_kv = 0;
+    s.scale = FAI_CASE_SCALE_DEFAULT;
+    s.amplitude = 0.5;
+    s.softcap = 0.0;
+    s.alibi = s.sinks = 0;
+    int failed = 0;
+    for (int64_t pipeline = 1; pipeline <= 2; pipeline++) {
+        s.pipeline_tiles = pipeline;
+        fai_case_result r;
+        if (!fai_case_run(&s, 4242, &r)) {
+            fprintf(stderr, "  %s\n  %s\n", r.desc, r.why);
+            failed = 1;
+        }
+    }
+    return failed;
+}
+
+TEST(regress_window_past_a_later_blocks_tile) { CHECK(in_child(window_past_tile_body) == 0); }

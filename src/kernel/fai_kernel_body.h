@@ -239,8 +239,10 @@ static tile_extent tile_extent_of(const fai_plan *plan, const fai_unit *unit, in
  * within the tile (a sliding window's start, causal attention's diagonal), the keys before the
  * first query's first and after the last query's last are masked for every one of those rows,
  * and QK, the softmax and PV need not run on them: the keys left out weigh 0 for every row, so
- * the results are the same bits. [0, cap) for a tile the band does not cut (and for one where
- * those queries see nothing, which the plan does not give). */
+ * the results are the same bits. [0, cap) for a tile the band does not cut, and for one that
+ * those queries do not see at all (the plan gives a unit only tiles it sees, but a row block of
+ * it may see none of one: under a sliding window, a later block's window can start past a tile
+ * that the earlier blocks see); the masks then set every score of it to -inf. */
 typedef struct key_range {
     int64_t begin, end;
 } key_range;
@@ -251,7 +253,7 @@ static key_range band_seen_keys(const tile_extent *e, int64_t first_query, int64
     if (!e->band_partial) return keys;
     const int64_t begin = fai__band_lo(&e->band, first_query) - e->key_begin;
     const int64_t end = fai__band_hi(&e->band, last_query) - e->key_begin + 1;
-    if (end <= begin || end < 1) return keys;
+    if (end <= begin || end < 1 || begin >= cap) return keys;
     if (begin > 0) keys.begin = begin / align * align;
     const int64_t end_aligned = fai__ceil_div(end, align) * align;
     if (end_aligned < cap) keys.end = end_aligned;
