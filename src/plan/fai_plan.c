@@ -207,7 +207,7 @@ static fai_status layout_workspace(fai_plan *plan) {
         plan->mx_k_parts = mx_parts(plan->pb.k_dtype);
         plan->mx_v_parts = mx_parts(plan->pb.v_dtype);
         /* one tile in flight where a row block's operands fit L1d (the small tiles of
-         * fai_tile.c): the next tile's K and V beside them pushed them out (all-bf16 P2 1.05x
+         * fai_tile.c): the next tile's K and V beside them pushed them out (all-bf16 P2 1.07x
          * with one); two where they do not fit anyway */
         plan->mx_pipeline = plan->pb.pipeline_tiles != FAI_AUTO ? plan->pb.pipeline_tiles
                             : fai__mx_block_bytes(plan, plan->tile_kv) <= fai__cache_sizes()->l1d

@@ -133,8 +133,8 @@ fai_status fai__validate_problem(const fai_problem *pb) {
                          (int)pb->split);
     FAI_TRY(check_range("threads", pb->threads, 0, FAI_MAX_WORKERS));
     FAI_TRY(check_range("tile_q", pb->tile_q, 0, MAX_TILE));
-    FAI_TRY(check_range("pipeline_tiles", pb->pipeline_tiles, 0, 2));
     FAI_TRY(check_range("tile_kv", pb->tile_kv, 0, MAX_TILE));
+    FAI_TRY(check_range("pipeline_tiles", pb->pipeline_tiles, 0, 2));
 
     /* -- lengths -- */
     if (pb->seqlens_q && pb->cu_seqlens_q)
