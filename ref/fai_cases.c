@@ -82,6 +82,31 @@ void fai_case_spec_any(fai_case_spec *s) {
     s->alibi = s->sinks = FAI_CASE_ANY;
 }
 
+void fai_case_spec_plain(fai_case_spec *s) {
+    fai_case_spec_any(s);
+    s->batch = s->heads_q = s->heads_kv = s->seq_q = s->seq_kv = 1;
+    s->head_dim = s->head_dim_v = 64;
+    s->q_dtype = s->k_dtype = s->v_dtype = s->o_dtype = FAI_DTYPE_F32;
+    s->causal = FAI_CAUSAL_NONE;
+    s->window_left = s->window_right = -1;
+    s->positions = 0;
+    s->mask_kind = FAI_MASK_NONE;
+    s->mask_shape = FAI_CASE_MASK_SQ_SKV;
+    s->mask_density = 0;
+    s->q_lens = s->kv_lens = FAI_CASE_LEN_FULL;
+    s->page_size = 16;
+    s->layout = FAI_CASE_LAYOUT_BSHD;
+    s->packed_rows_extra = 0;
+    s->workers = s->threads = 1;
+    s->tile_q = s->tile_kv = 0;
+    s->split = FAI_SPLIT_AUTO;
+    s->lse = 1;
+    s->scale = FAI_CASE_SCALE_DEFAULT;
+    s->amplitude = 1.0;
+    s->softcap = 0.0;
+    s->alibi = s->sinks = 0;
+}
+
 static int64_t draw_dim(fai_rng *g) {
     const int64_t p = fai_rng_range(g, 0, 99);
     if (p < 55) return fai_rng_range(g, 1, 16);

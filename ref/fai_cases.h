@@ -101,6 +101,13 @@ typedef struct fai_case_spec {
 /* Every field FAI_CASE_ANY (scale and amplitude NaN, lens NULL, max_work 0). */
 void fai_case_spec_any(fai_case_spec *spec);
 
+/* A fixed case for tests to change: one sequence, heads_q = heads_kv = 1, seq_q = seq_kv = 1,
+ * head dims 64, all f32, no causal mask, no window, no mask tensor, full lengths, dense BSHD
+ * tensors, LSE asked for, one worker and thread, the split and the tiles the planner's, the
+ * default scale, amplitude 1, no score modifiers; only the pipeline's depth is still drawn from
+ * the seed. */
+void fai_case_spec_plain(fai_case_spec *spec);
+
 /* Indices of fai_case.buf. */
 enum {
     FAI_CASE_BUF_Q = 0,

@@ -117,11 +117,8 @@ TEST(regress_visible_nan_k_is_not_a_masked_row) {
  * run it within the tolerances. */
 static int window_past_tile_body(void) {
     fai_case_spec s;
-    fai_case_spec_any(&s);
-    s.positions = 0;
-    s.batch = 1;
+    fai_case_spec_plain(&s);
     s.heads_q = 2;
-    s.heads_kv = 1;
     s.seq_q = 61;
     s.seq_kv = 175;
     s.head_dim = 7;
@@ -133,20 +130,8 @@ static int window_past_tile_body(void) {
     s.causal = FAI_CAUSAL_BOTTOM_RIGHT;
     s.window_left = 61;
     s.window_right = 157;
-    s.mask_kind = FAI_MASK_NONE;
-    s.mask_shape = FAI_CASE_MASK_SQ_SKV;
-    s.mask_density = 0;
-    s.q_lens = s.kv_lens = FAI_CASE_LEN_FULL;
-    s.layout = FAI_CASE_LAYOUT_BSHD;
-    s.lse = 1;
-    s.workers = s.threads = 1;
-    s.split = FAI_SPLIT_AUTO;
     s.tile_q = 998;
-    s.tile_kv = 0;
-    s.scale = FAI_CASE_SCALE_DEFAULT;
     s.amplitude = 0.5;
-    s.softcap = 0.0;
-    s.alibi = s.sinks = 0;
     int failed = 0;
     for (int64_t pipeline = 1; pipeline <= 2; pipeline++) {
         s.pipeline_tiles = pipeline;
