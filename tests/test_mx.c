@@ -476,6 +476,7 @@ TEST(mx_pipeline_tiles_change_only_the_order) {
             if (!r.ok) printf("  %s\n  %s\n", r.desc, r.why);
             o[asked] = output_elements(&c.tensors.o, &s, s.head_dim_v);
             lse[asked] = output_elements(&c.tensors.lse, &s, 1);
+            REQUIRE(o[asked] && lse[asked]);
         }
         const size_t o_count = (size_t)(s.batch * s.seq_q * s.heads_q * s.head_dim_v);
         const size_t lse_count = (size_t)(s.batch * s.seq_q * s.heads_q);

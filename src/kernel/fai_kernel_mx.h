@@ -222,6 +222,15 @@ static int64_t mx_keys_ahead(const fai_plan *plan, const fai_unit *unit, const u
     return state && *state ? 0 : e.n;
 }
 
+/* Share `block` of `blocks` of the `count` keys from `first` that mx_keys_ahead gave, asked for
+ * before that row block: the rows spread over the tile's blocks, not in one burst. */
+static void mx_prefetch_share(const fai_plan *plan, const fai_tensors *t, const fai_unit *unit,
+                              const unit_scratch *sc, int64_t first, int64_t count, int64_t block,
+                              int64_t blocks) {
+    const int64_t lo = count * block / blocks, hi = count * (block + 1) / blocks;
+    prefetch_kv_keys(plan, t, unit, sc, first + lo, hi - lo);
+}
+
 /* After a unit's last tile: each row's sum from its lanes (in a fixed order), and a NaN sum (a
  * NaN the row saw) makes the row's max NaN, as the other tables leave it. */
 static void mx_end_tiles(const fai_unit *unit, const unit_scratch *sc) {
@@ -267,8 +276,7 @@ static void mx_run_tiles_one(const fai_plan *plan, const fai_tensors *t, const f
         mx_gather_tile_scales(plan, unit, sc, &current);
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++) {
-            const int64_t lo = ahead * block / blocks, hi = ahead * (block + 1) / blocks;
-            prefetch_kv_keys(plan, t, unit, sc, ahead_begin + lo, hi - lo);
+            mx_prefetch_share(plan, t, unit, sc, ahead_begin, ahead, block, blocks);
             FAI_LAP(FAI_STAGE_PACK_KV);
             mx_qk_block(plan, t, unit, sc, &current, block, rows);
             FAI_LAP(FAI_STAGE_QK);
@@ -313,8 +321,7 @@ static void mx_run_tiles(const fai_plan *plan, const fai_tensors *t, const fai_u
         const int64_t ahead = mx_keys_ahead(plan, unit, sc, tile + 2, tile_end, &ahead_begin);
         FAI_LAP(FAI_STAGE_PACK_KV);
         for (int64_t block = 0; block < blocks; block++) {
-            const int64_t lo = ahead * block / blocks, hi = ahead * (block + 1) / blocks;
-            prefetch_kv_keys(plan, t, unit, sc, ahead_begin + lo, hi - lo);
+            mx_prefetch_share(plan, t, unit, sc, ahead_begin, ahead, block, blocks);
             FAI_LAP(FAI_STAGE_PACK_KV);
             mx_softmax_pv_block(plan, t, unit, sc, &tiles[current], block, rows);
             if (has_next) mx_qk_block(plan, t, unit, sc, &tiles[1 - current], block, rows);
