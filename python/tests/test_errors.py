@@ -1,0 +1,217 @@
+"""Errors: the library's messages, bad arguments and arrays, block tables and lengths out
+of range; defaults never taken for computed values; the f32 tolerance's edges; the ctypes
+structs against the C header."""
+import ctypes
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import fai
+from fai import _lib
+from cases import check, paginate, qkv
+from reference import assert_close, attention_ref, cast, values
+
+# -- errors -------------------------------------------------------------------------------------
+
+def test_library_errors_carry_the_message():
+    q = np.zeros((1, 2, 12, 8), np.float32)
+    k = np.zeros((1, 3, 5, 8), np.float16)
+    with pytest.raises(fai.FaiError) as info:
+        fai.attention(q, k, k)
+    assert isinstance(info.value, ValueError)
+    assert info.value.status == "FAI_ERR_INVALID_ARG"
+    assert "heads_q" in str(info.value) and "12" in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"causal": True, "causal_top_left": True}, "exclude each other"),
+    ({"scale": float("inf")}, "not a finite"),
+    ({"scale": float("nan")}, "not a finite"),
+    ({"scale": 1e39}, "not a finite float32"),
+    ({"scale": True}, "expected a number"),
+    ({"window": (1, 2, 3)}, "window"),
+    ({"window": (-5, 0)}, "window"),
+    ({"mask": np.ones((2, 3), bool), "mask_add": np.zeros((2, 3), np.float32)},
+     "exclude each other"),
+    ({"mask": np.ones((2, 4), bool)}, "mask has shape"),
+    ({"mask": np.ones((2, 3), np.float32)}, "mask has dtype"),
+    ({"seqlens_q": [1, 2]}, "seqlens_q has shape"),
+    ({"seqlens_kv": [4]}, "seqlens_kv"),
+    ({"seqlens_q": [1.5]}, "seqlens_q has dtype"),
+    ({"threads": -1}, "threads"),
+    ({"out_dtype": "int8"}, "out dtype int8"),
+    ({"block_table": np.zeros((1, 1), np.int32)}, "needs seqlens_kv"),
+    ({"cu_seqlens_q": [0, 2]}, "packed"),
+])
+def test_bad_arguments(kwargs, match):
+    q = np.zeros((1, 2, 2, 8), np.float32)
+    k = np.zeros((1, 3, 1, 8), np.float16)
+    with pytest.raises(fai.FaiError, match=match):
+        fai.attention(q, k, k, **kwargs)
+
+
+def test_bad_arrays():
+    q = np.zeros((1, 2, 2, 8), np.float32)
+    k = np.zeros((1, 3, 1, 8), np.float16)
+    with pytest.raises(fai.FaiError, match="q has dtype int32"):
+        fai.attention(q.astype(np.int32), k, k)
+    with pytest.raises(fai.FaiError, match="expected \\[B, Sq, Hq, D\\]"):
+        fai.attention(q[0], k, k)
+    with pytest.raises(fai.FaiError, match="head_dim"):
+        fai.attention(q, k[..., :4], k)
+    with pytest.raises(fai.FaiError, match="does not match k's seq_kv"):
+        fai.attention(q, k, k[:, :2])
+    with pytest.raises(fai.FaiError, match="q's batch"):
+        fai.attention(q, np.concatenate([k, k]), np.concatenate([k, k]))
+    with pytest.raises(fai.FaiError, match="read-only"):
+        out = np.zeros((1, 2, 2, 8), np.float32)
+        out.flags.writeable = False
+        fai.attention(q, k, k, out=out)
+    with pytest.raises(fai.FaiError, match="out_dtype float16 does not match"):
+        fai.attention(q, k, k, out=np.zeros((1, 2, 2, 8), np.float32), out_dtype="float16")
+    with pytest.raises(fai.FaiError, match="out has shape"):
+        fai.attention(q, k, k, out=np.zeros((1, 2, 2, 4), np.float32))
+
+
+def test_block_table_outside_the_pool():
+    rng = np.random.default_rng(26)
+    (q, k, v), _ = qkv(rng, 1, 1, 8, 2, 2, 8)
+    kp, vp, bt = paginate(rng, k, v, [8], 4, extra_pages=0)
+    bt[0, 1] = 99
+    with pytest.raises(fai.FaiError, match="outside the pool") as info:
+        fai.attention(q, kp, vp, block_table=bt, seqlens_kv=[8])
+    assert info.value.status == "FAI_ERR_INVALID_ARG"
+
+
+def test_lengths_past_the_tensor():
+    q = np.zeros((1, 2, 2, 8), np.float32)
+    k = np.zeros((1, 3, 1, 8), np.float16)
+    with pytest.raises(fai.FaiError, match="seqlens_kv"):
+        fai.attention(q, k, k, seqlens_kv=[4])
+
+# -- defaults are never taken for computed values; zero sizes ------------------------------------
+
+@pytest.mark.parametrize("scale", [0.0, 1e-46, np.float32(0)])
+def test_scale_that_is_zero_weighs_keys_alike(scale):
+    rng = np.random.default_rng(40)
+    (q, k, v), refs = qkv(rng, 1, 3, 7, 2, 1, 16, dts=("float32",) * 3, amp=3.0)
+    o, lse = fai.attention(q, k, v, scale=scale, return_lse=True)
+    mean = np.repeat(refs[2].mean(axis=1, keepdims=True), 3, axis=1).repeat(2, axis=2)
+    assert np.allclose(o, mean, atol=1e-6)
+    assert np.allclose(lse, np.log(7.0), atol=1e-6)
+    # None is the default, 1/sqrt(D): far from uniform at these logits
+    assert not np.allclose(fai.attention(q, k, v), mean, atol=1e-2)
+    check((q, k, v), refs, ("float32",) * 3, scale=None)
+
+
+def test_v_with_no_columns_is_refused():
+    q = np.ones((1, 3, 1, 4), np.float32)
+    k = np.ones((1, 5, 1, 4), np.float32)
+    with pytest.raises(fai.FaiError, match="head_dim_v = 0"):
+        fai.attention(q, k, np.ones((1, 5, 1, 0), np.float32))
+    # through views of larger arrays, and an output view of no columns: nothing is written
+    vbig = np.ones((1, 5, 1, 8), np.float32)
+    obig = np.full((1, 3, 1, 8), 7.0, np.float32)
+    with pytest.raises(fai.FaiError, match="head_dim_v = 0"):
+        fai.attention(q, k, vbig[..., :0], out=obig[..., :0])
+    assert np.all(obig == 7.0)
+    with pytest.raises(fai.FaiError, match="head_dim_v = 0"):
+        fai.Plan(1, 1, 1, 3, 5, 4, 0)
+    with pytest.raises(fai.FaiError, match="head_dim_v = -1"):
+        fai.Plan(1, 1, 1, 3, 5, 4, -1)
+
+
+def test_q_and_k_with_no_columns_are_refused():
+    with pytest.raises(fai.FaiError, match="head_dim = 0"):
+        fai.attention(np.ones((1, 3, 1, 0), np.float32), np.ones((1, 5, 1, 0), np.float32),
+                      np.ones((1, 5, 1, 4), np.float32))
+
+
+def test_page_pool_of_empty_pages_is_refused():
+    q = np.ones((1, 1, 1, 4), np.float32)
+    pool = np.ones((3, 0, 1, 4), np.float32)
+    with pytest.raises(fai.FaiError, match="page_size >= 1"):
+        fai.attention(q, pool, pool, block_table=np.zeros((1, 2), np.int32), seqlens_kv=[0])
+    with pytest.raises(fai.FaiError, match="num_pages = 3 with page_size = 0"):
+        fai.Plan(1, 1, 1, 1, 0, 4, page_size=0, num_pages=3)
+
+
+def test_wide_block_table():
+    # a table whose capacity (pages x page size) is past int32: only the lengths count
+    rng = np.random.default_rng(41)
+    q = rng.standard_normal((1, 1, 2, 4)).astype(np.float32)
+    pool = rng.standard_normal((1, 65536, 1, 4)).astype(np.float32)
+    table = np.zeros((1, 32768), np.int32)
+    o = fai.attention(q, pool, pool, block_table=table, seqlens_kv=[10])
+    assert np.array_equal(o, fai.attention(q, pool[:, :10], pool[:, :10]))
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 2, 0), (2, 0, 2, 5), (2, 3, 2, 0)])
+def test_empty_extents(shape):
+    B, Sq, Hq, Skv = shape
+    rng = np.random.default_rng(42)
+    q = rng.standard_normal((B, Sq, Hq, 8)).astype(np.float32)
+    k = rng.standard_normal((B, Skv, 1, 8)).astype(np.float32)
+    o, lse = fai.attention(q, k, k[..., :6], return_lse=True)
+    assert o.shape == (B, Sq, Hq, 6) and lse.shape == (B, Hq, Sq)
+    assert np.all(o == 0) and np.all(np.isneginf(lse))
+
+
+def test_f32_tolerance_holds_at_large_logits():
+    # N(0, 9) inputs, D = 128, causal: LSE up to ~40, where a fixed 1e-5 x max(1, |ref|) does
+    # not hold (fai's error and numpy's float32 are about 3x that); the bound grows with the
+    # logits and with |V|
+    rng = np.random.default_rng(43)
+    q, q64 = cast(3 * rng.standard_normal((1, 128, 4, 128)), "float32")
+    k, k64 = cast(3 * rng.standard_normal((1, 128, 2, 128)), "float32")
+    v, v64 = cast(3 * rng.standard_normal((1, 128, 2, 128)), "float32")
+    ref = attention_ref(q64, k64, v64, causal="bottom_right")
+    assert np.nanmax(ref[1]) > 30
+    o, lse = fai.attention(q, k, v, causal=True, return_lse=True)
+    assert_close(o, ref, 0.0)
+    assert_close(lse, ref, 0.0, what="LSE")
+
+
+def test_f32_tolerance_catches_a_scale_off_by_ulps():
+    # the bound is not loose enough to hide a small real error: a scale off by 2^-17
+    rng = np.random.default_rng(44)
+    (q, k, v), refs = qkv(rng, 1, 16, 64, 4, 2, 64, dts=("float32",) * 3, amp=2.0)
+    ref = attention_ref(*refs, scale=0.125)
+    assert_close(fai.attention(q, k, v, scale=0.125), ref, 0.0)
+    with pytest.raises(AssertionError):
+        assert_close(fai.attention(q, k, v, scale=0.125 * (1 + 2.0**-17)), ref, 0.0)
+
+# -- the ctypes structs against the C header --------------------------------------------------
+
+def _header():
+    root = os.environ.get("FAI_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..", "..")
+    path = os.path.join(root, "include", "fai.h")
+    return path if os.path.isfile(path) else None
+
+
+@pytest.mark.skipif(_header() is None or shutil.which("cc") is None,
+                    reason="needs include/fai.h of a source tree and a C compiler")
+def test_struct_layout_matches_the_header(tmp_path):
+    structs = {"fai_problem": _lib.Problem, "fai_tensor": _lib.Tensor, "fai_mask": _lib.Mask,
+               "fai_scale": _lib.Scale, "fai_tensors": _lib.Tensors, "fai_plan_info": _lib.PlanInfo,
+               "fai_worker_range": _lib.WorkerRange, "fai_unit_info": _lib.UnitInfo}
+    lines = ["#include <fai.h>", "#include <stdio.h>", "#include <stddef.h>", "int main(void) {"]
+    expect = []
+    for cname, py in structs.items():
+        lines.append(f'printf("%zu\\n", sizeof({cname}));')
+        expect.append(ctypes.sizeof(py))
+        for field, _ in py._fields_:
+            lines.append(f'printf("%zu\\n", offsetof({cname}, {field}));')
+            expect.append(getattr(py, field).offset)
+    lines.append("return 0; }")
+    src = tmp_path / "layout.c"
+    src.write_text("\n".join(lines))
+    exe = tmp_path / "layout"
+    inc = os.path.dirname(_header())
+    subprocess.run(["cc", "-std=c11", "-I", inc, str(src), "-o", str(exe)], check=True)
+    got = [int(x) for x in subprocess.run([str(exe)], check=True, capture_output=True,
+                                          text=True).stdout.split()]
+    assert got == expect

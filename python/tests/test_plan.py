@@ -1,0 +1,154 @@
+"""fai.Plan (reuse, info, shapes checked at run time, threads, concurrent runs, empty
+problems) and fai.merge_states."""
+import threading
+
+import numpy as np
+import pytest
+
+import fai
+from cases import DTYPES, paginate, qkv
+from reference import BF16, assert_close, attention_ref, values
+
+# -- Plan ---------------------------------------------------------------------------------------
+
+def test_plan_reuse_and_info():
+    rng = np.random.default_rng(18)
+    (q, k, v), _ = qkv(rng, 2, 16, 64, 8, 2, 32)
+    plan = fai.Plan.like(q, k, v, causal=True)
+    info = plan.info
+    for key in ("tile_q", "tile_kv", "units", "workers", "threads", "imbalance",
+                "workspace_bytes", "split_kv", "isa"):
+        assert key in info, key
+    assert info["workspace_bytes"] == plan.workspace_bytes
+    # f32 Q with f16 K/V: PV in f32 on every vector table, P as hi + lo on the matrix engine
+    assert info["p_parts"] == (2 if info["isa"].startswith("amx") else 0)
+    # kv tiles in flight: 1 or 2 on the matrix engine (fai_problem.pipeline_tiles), else 1
+    assert info["pipeline_tiles"] in ((1, 2) if info["isa"].startswith("amx") else (1,))
+    assert info["l1d_capacity"] == fai.cpu_cache_bytes(1)
+    assert info["l2_capacity"] == fai.cpu_cache_bytes(2)
+    assert fai.cpu_cache_bytes(3) >= 0 and fai.cpu_cache_bytes(4) == 0
+    ranges = plan.worker_ranges()
+    assert len(ranges) == info["workers"]
+    assert ranges[-1]["line_end"] == info["total_weight"]
+    assert plan.unit(0)["heads_q"] >= 1
+    for step in range(3):  # the same plan, new data each "layer"
+        (q, k, v), refs = qkv(rng, 2, 16, 64, 8, 2, 32)
+        o = plan.run(q, k, v)
+        assert_close(o, attention_ref(*refs, causal="bottom_right")[0], 2e-3)
+    plan.close()
+    with pytest.raises(fai.FaiError, match="closed"):
+        plan.run(q, k, v)
+
+
+def test_plan_from_shapes_paged_decode():
+    rng = np.random.default_rng(19)
+    B, Hq, Hkv, D, ps = 2, 8, 2, 64, 16
+    (q, k, v), (q64, k64, v64) = qkv(rng, B, 1, 64, Hq, Hkv, D)
+    lk = [64, 30]
+    kp, vp, bt = paginate(rng, k, v, lk, ps)
+    with fai.Plan(B, Hq, Hkv, 1, None, D, q_dtype="float32", k_dtype="float16",
+                  seqlens_kv=lk, page_size=ps, num_pages=kp.shape[0],
+                  pages_per_seq=bt.shape[1], workers=4, threads=2) as plan:
+        assert plan.info["workers"] == 4
+        o, lse = plan.run(q, kp, vp, block_table=bt, return_lse=True)
+        ro, rl = attention_ref(q64, k64, v64, seqlens_kv=lk)
+        assert_close(o, ro, 2e-3)
+        assert_close(lse, rl, 2e-3, what="LSE")
+        with pytest.raises(fai.FaiError, match="block_table is required"):
+            plan.run(q, kp, vp)
+        with pytest.raises(fai.FaiError, match="dtype"):
+            plan.run(q.astype(np.float16), kp, vp, block_table=bt)
+    with fai.Plan(B, Hq, Hkv, 1, None, D, seqlens_kv=lk, page_size=ps, num_pages=kp.shape[0],
+                  pages_per_seq=bt.shape[1], workers=4, trust_block_table=True) as trusted:
+        assert np.array_equal(trusted.run(q, kp, vp, block_table=bt), o)
+
+
+def test_plan_run_checks_shapes_and_masks():
+    rng = np.random.default_rng(20)
+    (q, k, v), _ = qkv(rng, 1, 4, 8, 2, 2, 8)
+    plan = fai.Plan.like(q, k, v, mask_kind="keep")
+    with pytest.raises(fai.FaiError, match="q has shape"):
+        plan.run(q[:, :3], k, v, mask=np.ones((4, 8), bool))
+    with pytest.raises(fai.FaiError, match="mask, which is missing"):
+        plan.run(q, k, v)
+    with pytest.raises(fai.FaiError, match="mask has shape"):
+        plan.run(q, k, v, mask=np.ones((4, 7), bool))
+    assert plan.run(q, k, v, mask=np.ones((4, 8), bool)).shape == (1, 4, 2, 8)
+
+
+def test_threads_do_not_change_the_result():
+    rng = np.random.default_rng(21)
+    (q, k, v), _ = qkv(rng, 1, 33, 300, 8, 2, 64)
+    one = fai.attention(q, k, v, causal=True, threads=1, workers=6)
+    two = fai.attention(q, k, v, causal=True, threads=2, workers=6)
+    assert np.array_equal(one, two)
+
+
+def test_concurrent_runs_of_one_plan():
+    rng = np.random.default_rng(22)
+    (q, k, v), refs = qkv(rng, 2, 16, 40, 4, 2, 32)
+    plan = fai.Plan.like(q, k, v, threads=1)
+    want = attention_ref(*refs)[0]
+    errors = []
+
+    def work():
+        try:
+            for _ in range(20):
+                assert_close(plan.run(q, k, v), want, 2e-3)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_empty_problems():
+    q = np.zeros((0, 4, 2, 8), np.float32)
+    k = np.zeros((0, 5, 2, 8), np.float16)
+    o, lse = fai.attention(q, k, k, return_lse=True)
+    assert o.shape == (0, 4, 2, 8) and lse.shape == (0, 2, 4)
+    rng = np.random.default_rng(23)
+    (q, k, v), _ = qkv(rng, 2, 3, 4, 2, 2, 8)
+    o, lse = fai.attention(q, k, v, seqlens_kv=[0, 0], return_lse=True)
+    assert np.all(o == 0) and np.all(np.isneginf(lse))
+
+# -- merge_states -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("part_dtype", DTYPES)
+def test_merge_states_equals_attention_over_the_union(part_dtype):
+    rng = np.random.default_rng(24)
+    B, Sq, Skv, Hq, Hkv, D = 2, 5, 48, 4, 2, 16
+    (q, k, v), _ = qkv(rng, B, Sq, Skv, Hq, Hkv, D)
+    full_o, full_lse = fai.attention(q, k, v, return_lse=True)
+    cuts = [0, 20, 20, 48]  # one empty part: LSE -inf, contributes nothing
+    parts = [fai.attention(q, k[:, a:b], v[:, a:b], return_lse=True, out_dtype=part_dtype)
+             if b > a else (np.zeros((B, Sq, Hq, D), part_dtype if part_dtype != "bfloat16"
+                                     else BF16), np.full((B, Hq, Sq), -np.inf, np.float32))
+             for a, b in zip(cuts[:-1], cuts[1:])]
+    o, lse = fai.merge_states([p[0] for p in parts], [p[1] for p in parts], out_dtype="float32")
+    step = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[part_dtype]
+    assert_close(o, values(full_o), step)
+    assert_close(lse, values(full_lse), 1e-5, what="LSE")
+    o2, _ = fai.merge_states([p[0] for p in parts], [p[1] for p in parts])
+    assert o2.dtype == parts[0][0].dtype
+
+
+def test_merge_states_packed_and_all_empty():
+    rng = np.random.default_rng(25)
+    o1 = rng.standard_normal((6, 2, 8)).astype(np.float32)
+    o2 = rng.standard_normal((6, 2, 8)).astype(np.float32)
+    l1 = rng.standard_normal((2, 6)).astype(np.float32)
+    l2 = rng.standard_normal((2, 6)).astype(np.float32)
+    l1[:, 0] = l2[:, 0] = -np.inf
+    o, lse = fai.merge_states([o1, o2], [l1, l2])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w1 = np.exp(l1 - np.maximum(l1, l2))
+        w2 = np.exp(l2 - np.maximum(l1, l2))
+        want = (w1.T[..., None] * o1 + w2.T[..., None] * o2) / (w1 + w2).T[..., None]
+    assert np.all(o[0] == 0) and np.all(np.isneginf(lse[:, 0]))
+    assert_close(o[1:], want[1:], 1e-5)
+    assert_close(lse[:, 1:], np.logaddexp(l1, l2)[:, 1:], 1e-5, what="LSE")
