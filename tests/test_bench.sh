@@ -121,6 +121,21 @@ assert all(w[k] > 0 for k in ("after_run_us", "after_idle_us", "one_thread_after
                               "one_thread_after_idle_us")), w
 PY
 
+# --cold: the rows say so (and the text says how much is read), the comparison rounds run too;
+# without it the rows say false
+"$fai" bench --b 1 --hq 2 --hkv 1 --sq 1 --skv 40 --d 16 --runs 1 --threads 1 --json \
+    --no-peaks --cold --kv-dtypes f16,int8 >"$tmp/cold"
+python3 - "$tmp/cold" "$tmp/scaling" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+timed = [r for r in rows if "median_ms" in r]
+assert len(timed) == 2 and all(r["cold"] is True and r["check"] == "ok" for r in timed), rows
+assert any("speedup_median" in r for r in rows), rows
+assert all(r["cold"] is False for r in map(json.loads, open(sys.argv[2])) if "median_ms" in r)
+PY
+"$fai" bench --b 1 --hq 2 --hkv 1 --sq 1 --skv 40 --d 16 --runs 1 --threads 1 --no-peaks \
+    --cold | grep -q "^cold: before every timed run, [0-9]* MiB read to empty the caches"
+
 # the shape flags change every named shape, not only the first
 "$fai" bench P2 D1 --sq 2 --skv 40 --q-dtype bf16 --kv-dtype bf16 --out-dtype bf16 --runs 1 \
     --threads 1 --json --no-peaks >"$tmp/named"

@@ -38,14 +38,14 @@ static void print_result(const ft_shape *variant, const ft_shape *base, int64_t 
 
 /* One thread count: a plan per variant, the rounds, the speedups printed. */
 static int compare_on(const ft_shape *variants, const ft_shape_data *data, int count,
-                      fai_pool *pool, int64_t threads, int64_t rounds, int64_t pieces, int json,
-                      double *seconds, double *ratios) {
+                      fai_pool *pool, int64_t threads, int64_t rounds, int64_t pieces,
+                      ft_evictor *evictor, int json, double *seconds, double *ratios) {
     ft_timed_plan plans[MAX_VARIANTS];
     memset(plans, 0, sizeof plans);
     int status = 0;
     for (int v = 0; v < count && !status; v++)
         status = ft_timed_plan_create(&plans[v], &variants[v], &data[v], pool, threads, pieces);
-    if (!status) status = ft_timed_plans_rounds(plans, count, rounds, seconds);
+    if (!status) status = ft_timed_plans_rounds(plans, count, rounds, evictor, seconds);
     for (int v = 1; v < count && !status; v++) {
         ft_timed_plans_speedups(seconds, rounds, v, ratios);
         print_result(&variants[v], &variants[0], threads, ratios, rounds, json);
@@ -58,7 +58,7 @@ static int compare_on(const ft_shape *variants, const ft_shape_data *data, int c
 
 int ft_bench_compare(const ft_shape *variants, int count, uint64_t seed, fai_pool *const *pools,
                      const int64_t *threads, int thread_count, int64_t rounds, int64_t pieces,
-                     int json) {
+                     ft_evictor *evictor, int json) {
     if (count < 2 || count > MAX_VARIANTS || rounds < 1) return 0;
     ft_shape_data data[MAX_VARIANTS];
     memset(data, 0, sizeof data);
@@ -71,8 +71,8 @@ int ft_bench_compare(const ft_shape *variants, int count, uint64_t seed, fai_poo
     if (status)
         fprintf(stderr, "fai bench: %s: out of memory for the comparison\n", variants->name);
     for (int t = 0; t < thread_count && !status; t++)
-        status = compare_on(variants, data, count, pools[t], threads[t], rounds, pieces, json,
-                            seconds, ratios);
+        status = compare_on(variants, data, count, pools[t], threads[t], rounds, pieces, evictor,
+                            json, seconds, ratios);
     for (int v = 0; v < made; v++)
         ft_shape_data_free(&data[v]);
     free(seconds);

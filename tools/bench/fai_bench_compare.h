@@ -6,6 +6,7 @@
 #define FAI_BENCH_COMPARE_H
 
 #include "fai.h"
+#include "fai_evict.h"
 #include "fai_shape.h"
 
 #include <stdint.h>
@@ -14,9 +15,10 @@
  * their tensors (seed) and, per thread count, a plan each (workers = threads x pieces, on
  * pools[t]); after one warmup round, `rounds` interleaved rounds, and each variant's median
  * speedup over variants[0] with its quartiles is printed (text, or one JSON object per line).
- * Returns 0, or -1 after printing why. */
+ * With an evictor, the caches are emptied before every run. Returns 0, or -1 after printing why.
+ */
 int ft_bench_compare(const ft_shape *variants, int count, uint64_t seed, fai_pool *const *pools,
                      const int64_t *threads, int thread_count, int64_t rounds, int64_t pieces,
-                     int json);
+                     ft_evictor *evictor, int json);
 
 #endif

@@ -49,8 +49,8 @@ static void print_result(const ft_shape *shape, int64_t base_threads, int64_t th
 }
 
 int ft_bench_scaling(const ft_shape *shape, const ft_shape_data *data, fai_pool *const *pools,
-                     const int64_t *threads, int count, int64_t rounds, int64_t pieces, int json,
-                     const ft_peak *peaks) {
+                     const int64_t *threads, int count, int64_t rounds, int64_t pieces,
+                     ft_evictor *evictor, int json, const ft_peak *peaks) {
     if (count < 2 || count > MAX_COUNTS) return 0;
     ft_timed_plan plans[MAX_COUNTS];
     memset(plans, 0, sizeof plans);
@@ -60,7 +60,7 @@ int ft_bench_scaling(const ft_shape *shape, const ft_shape_data *data, fai_pool 
     for (int t = 0; t < count && !status; t++)
         status = ft_timed_plan_create(&plans[t], shape, data, pools[t], threads[t], pieces);
     /* a warmup round, then the timed ones: every thread count once per round */
-    if (!status) status = ft_timed_plans_rounds(plans, count, rounds, seconds);
+    if (!status) status = ft_timed_plans_rounds(plans, count, rounds, evictor, seconds);
     for (int t = 1; t < count && !status; t++) {
         ft_timed_plans_speedups(seconds, rounds, t, ratios);
         print_result(shape, threads[0], threads[t], ratios, rounds, peaks ? &peaks[0] : NULL,

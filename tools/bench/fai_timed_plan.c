@@ -29,10 +29,12 @@ int ft_timed_plan_create(ft_timed_plan *p, const ft_shape *shape, const ft_shape
     return 0;
 }
 
-int ft_timed_plans_rounds(const ft_timed_plan *plans, int count, int64_t rounds, double *seconds) {
+int ft_timed_plans_rounds(const ft_timed_plan *plans, int count, int64_t rounds,
+                          ft_evictor *evictor, double *seconds) {
     for (int64_t r = -1; r < rounds; r++)
         for (int i = 0; i < count; i++) {
             const ft_timed_plan *p = &plans[i];
+            if (evictor) ft_evict(evictor);
             const double start = ft_now_seconds();
             const fai_status status = fai_run(p->plan, &p->data->tensors, p->workspace, p->bytes);
             if (status != FAI_OK) {

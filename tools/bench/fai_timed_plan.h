@@ -4,6 +4,7 @@
 #define FAI_TIMED_PLAN_H
 
 #include "fai.h"
+#include "fai_evict.h"
 #include "fai_shape.h"
 
 #include <stddef.h>
@@ -24,9 +25,10 @@ int ft_timed_plan_create(ft_timed_plan *p, const ft_shape *shape, const ft_shape
                          fai_pool *pool, int64_t threads, int64_t pieces);
 
 /* One warmup round, then `rounds` interleaved rounds, each one fai_run of every plan back to
- * back: seconds[i * rounds + r] is plan i's time in round r. Returns 0, or -1 after printing why
- * a run failed. */
-int ft_timed_plans_rounds(const ft_timed_plan *plans, int count, int64_t rounds, double *seconds);
+ * back: seconds[i * rounds + r] is plan i's time in round r; with an evictor, the caches are
+ * emptied before every run (not timed). Returns 0, or -1 after printing why a run failed. */
+int ft_timed_plans_rounds(const ft_timed_plan *plans, int count, int64_t rounds,
+                          ft_evictor *evictor, double *seconds);
 
 /* Plan i's per-round speedups over plan 0 (its time in a round over theirs), sorted, into
  * ratios[0 .. rounds). */

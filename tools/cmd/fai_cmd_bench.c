@@ -38,6 +38,7 @@ static void summarize(double *seconds, int64_t count, double *median_ms, double 
 static fai_status time_runs(const fai_plan *plan, const ft_shape_data *data, void *workspace,
                             size_t workspace_bytes, const bench_options *opt, double *seconds) {
     for (int64_t r = 0; r < opt->warmup + opt->runs; r++) {
+        if (opt->evictor) ft_evict(opt->evictor);
         const double start = ft_now_seconds();
         const fai_status status = fai_run(plan, &data->tensors, workspace, workspace_bytes);
         if (status != FAI_OK) return status;
@@ -110,6 +111,7 @@ static int bench_baseline(const ft_shape *shape, ft_baseline *baseline, int64_t 
     double *seconds = malloc((size_t)opt->runs * sizeof *seconds);
     int status = seconds ? 0 : -1;
     for (int64_t r = 0; r < opt->warmup + opt->runs && !status; r++) {
+        if (opt->evictor) ft_evict(opt->evictor);
         const double start = ft_now_seconds();
         status = ft_baseline_run(baseline, threads);
         if (r >= opt->warmup) seconds[r - opt->warmup] = ft_now_seconds() - start;
@@ -192,7 +194,7 @@ static int bench_shape(const ft_shape *shape, uint64_t seed, fai_pool **pools,
     }
     if (opt->scaling && !failures &&
         ft_bench_scaling(shape, &data, pools, opt->threads, opt->thread_count, 3 * opt->runs,
-                         opt->pieces, opt->json, peaks))
+                         opt->pieces, opt->evictor, opt->json, peaks))
         failures++;
     ft_baseline_free(baseline);
     ft_shape_data_free(&data);
@@ -218,7 +220,7 @@ static int bench_all(const bench_options *opt, const ft_peak *peaks) {
         if (!failures && s < opt->compared_shapes && (s + 1) % group == 0)
             failures += ft_bench_compare(&opt->shapes[s + 1 - group], group, 1000 + (uint64_t)s,
                                          pools, opt->threads, opt->thread_count, 3 * opt->runs,
-                                         opt->pieces, opt->json) != 0;
+                                         opt->pieces, opt->evictor, opt->json) != 0;
     }
     for (int t = 0; t < opt->thread_count && opt->wake && !failures; t++)
         if (opt->threads[t] > 1)
@@ -267,5 +269,20 @@ int ft_cmd_bench(int argc, char **argv) {
     }
     if (have_peaks) ft_bench_print_peaks(&opt, peaks);
     if (opt.baseline) announce_baseline(&opt);
-    return bench_all(&opt, have_peaks ? peaks : NULL);
+    static ft_evictor evictor;
+    if (opt.cold) {
+        if (ft_evictor_init(&evictor)) {
+            fprintf(stderr, "fai bench: --cold: out of memory for the buffer that empties the "
+                            "caches\n");
+            return 1;
+        }
+        opt.evictor = &evictor;
+        if (!opt.json)
+            printf(
+                "cold: before every timed run, %.0f MiB read to empty the caches (not timed)\n\n",
+                (double)evictor.bytes / (1 << 20));
+    }
+    const int failed = bench_all(&opt, have_peaks ? peaks : NULL);
+    ft_evictor_free(&evictor);
+    return failed;
 }

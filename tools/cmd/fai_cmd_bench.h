@@ -5,6 +5,7 @@
 
 #include "fai_bench_overlap.h"
 #include "fai_bench_profile.h"
+#include "fai_evict.h"
 #include "fai_peak.h"
 #include "fai_shape.h"
 
@@ -23,6 +24,8 @@ typedef struct bench_options {
     int64_t runs, warmup;
     int64_t pieces; /* workers per thread */
     int json, peaks, bf16_too, baseline, profile, scaling, wake;
+    int cold;               /* --cold: the caches emptied before every timed run */
+    ft_evictor *evictor;    /* with --cold, set up by the command before the runs */
     fai_dtype kv_dtypes[8]; /* --kv-dtypes: each shape once per K/V dtype listed */
     int kv_dtype_count;
     int compared_shapes; /* shapes [0, this) are groups of kv_dtype_count dtypes of one shape */

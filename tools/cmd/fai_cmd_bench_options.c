@@ -12,7 +12,7 @@ static void print_usage(FILE *out) {
     fprintf(
         out,
         "usage: fai bench [SHAPE ...] [shape flags] [--threads LIST] [--runs N] [--warmup N]\n"
-        "                 [--pieces N] [--scaling] [--wake]\n"
+        "                 [--pieces N] [--scaling] [--wake] [--cold]\n"
         "                 [--kv-dtypes LIST] [--bf16-too] [--baseline] [--profile] [--json]\n"
         "                 [--no-peaks] [--help]\n"
         "Times fai_run on each shape and thread count: median, min and max of --runs runs\n"
@@ -35,6 +35,11 @@ static void print_usage(FILE *out) {
         "  --wake         then, per thread count above 1, a tiny decode's latency right\n"
         "                 after another run and after the pool idled 50 ms (its helpers\n"
         "                 asleep), beside the calling thread alone (medians of --runs x 3)\n"
+        "  --cold         empty the caches before every timed run (and warm-up) of fai, of\n"
+        "                 the baseline and of the --kv-dtypes and --scaling rounds, by reading\n"
+        "                 a buffer of at least 1 GiB and twice the L3, outside the timing: a\n"
+        "                 decode step then reads its K/V from memory, as a serving engine's\n"
+        "                 step does, not from what the run before left in a large L3\n"
         "  --pieces N     workers per thread (default 1): threads take workers from a shared\n"
         "                 counter, so smaller pieces let a faster thread take more of them\n"
         "  --kv-dtypes LIST  each shape once per K/V dtype of the comma-separated list (f32\n"
@@ -244,6 +249,8 @@ static int parse_options(bench_options *opt, int argc, char **argv, const char *
             opt->scaling = 1;
         else if (!strcmp(arg, "--wake"))
             opt->wake = 1;
+        else if (!strcmp(arg, "--cold"))
+            opt->cold = 1;
         else if (!strcmp(arg, "--kv-dtypes")) {
             if (parse_kv_dtypes(i + 1 < argc ? argv[i + 1] : NULL, opt)) {
                 fprintf(stderr,

@@ -101,6 +101,7 @@ void ft_bench_print_json(const ft_shape *shape, const bench_result *r, const ben
     ft_json_int(&json, "workers", r->info.workers);
     ft_json_int(&json, "runs", opt->runs);
     ft_json_int(&json, "warmup", opt->warmup);
+    ft_json_bool(&json, "cold", opt->cold);
     json_number(&json, "median_ms", r->median_ms);
     json_number(&json, "min_ms", r->min_ms);
     json_number(&json, "max_ms", r->max_ms);
