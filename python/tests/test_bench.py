@@ -90,3 +90,39 @@ def test_paged_kv_memory(monkeypatch, numpy_kv):
         assert not from_cache or got.ctypes.data % (2 << 20) == 0
         np.testing.assert_array_equal(got, want)
     assert case.kv_memory == ("numpy arrays" if numpy_kv else "fai.empty_cache")
+
+
+def test_cold_evicts_before_every_call():
+    """With an evictor (--cold), every warm-up and timed call of every library comes right after
+    an eviction, and nothing else does."""
+    from fai.bench import _measure
+    events = []
+
+    def setup(label):
+        def make(case, threads, bf16):
+            def call():
+                events.append(label)
+                return label
+            return call, lambda out: [0.0], label
+        return make
+
+    results, errors = _measure.measure([("a", setup("a")), ("b", setup("b"))], None, 1, False,
+                                       runs=3, warmup=2, evict=lambda: events.append("evict"))
+    assert not errors and set(results) == {"a", "b"}
+    assert len(events) == 2 * (2 * 2 + 2 * 3)
+    assert events[0::2] == ["evict"] * 10 and "evict" not in events[1::2], events
+    events.clear()
+    _measure.measure([("a", setup("a"))], None, 1, False, runs=2, warmup=1)
+    assert events == ["a"] * 3
+
+
+def test_evictor_reads_every_line_of_a_buffer_past_the_caches(monkeypatch):
+    import fai
+    from fai.bench import _evict
+    monkeypatch.setattr(_evict, "_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(fai, "cpu_cache_bytes", lambda level: {2: 1 << 19, 3: 3 << 20}[level])
+    evict = _evict.Evictor()
+    assert evict.bytes == 6 << 20  # twice the L3, above the minimum
+    assert evict() == (6 << 20) // 64  # a byte of 1 from each 64-byte line
+    monkeypatch.setattr(fai, "cpu_cache_bytes", lambda level: 0)
+    assert _evict.Evictor().bytes == 1 << 20

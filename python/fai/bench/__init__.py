@@ -6,7 +6,9 @@ Every library runs the same attention on the same values in one process, with th
 count (OpenMP threads told to sleep when idle, OMP_WAIT_POLICY=PASSIVE unless set, since the
 libraries take turns): median (and min) of --runs timed calls after --warmup untimed ones, the
 libraries taking turns call by call so that a shared machine's load weighs on all of them alike.
-Each peer's output is compared with fai's (max |diff|), so a row is only reported for a peer that
+With --cold, a buffer of at least 1 GiB is read before every call (untimed), so that decode reads
+its K/V from memory, as a serving engine's next step does, and not from what the last call left
+in a large L3. Each peer's output is compared with fai's (max |diff|), so a row is only reported for a peer that
 computed the same thing. Peers that are not installed are left out of the table; the package's
 bench extra installs them all (pip install './python[bench]').
 

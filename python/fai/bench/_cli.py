@@ -10,6 +10,7 @@ import fai
 
 from . import __doc__ as _DOC
 from ._cases import SHAPES, Case
+from ._evict import Evictor
 from ._fai import setup_fai
 from ._measure import measure
 from ._peers import PEERS, left_out
@@ -35,6 +36,10 @@ def _parse(argv):
     ap.add_argument("--numpy-kv", action="store_true",
                     help="fai's paged K/V (D1 D2 C1) in plain numpy arrays instead of "
                          "fai.empty_cache (huge pages asked for)")
+    ap.add_argument("--cold", action="store_true",
+                    help="empty the caches before every call (a buffer of at least 1 GiB read, "
+                         "untimed): decode then reads its K/V from memory, not from what the "
+                         "last call left in a large L3")
     ap.add_argument("--round-p-bf16", action="store_true",
                     help="fai rounds P to bf16 where PV multiplies in bf16 (all-bf16 "
                          "prefill), as torch and vLLM do (faster; see fai.h)")
@@ -54,11 +59,11 @@ def _parse(argv):
     return args
 
 
-def _run_shape(shape, args, peers):
-    """Times one shape on fai and the peers; returns its row (the table's and the JSON's) and
-    its notes."""
+def _run_shape(shape, args, peers, evict=None):
+    """Times one shape on fai and the peers (with `evict` called before every call); returns its
+    row (the table's and the JSON's) and its notes."""
     case = Case(shape, args.bf16, numpy_kv=args.numpy_kv)
-    row = {"shape": shape, "what": case.what, "threads": args.threads,
+    row = {"shape": shape, "what": case.what, "threads": args.threads, "cold": evict is not None,
            "dtypes": "bf16" if args.bf16 else "q f32, kv f16, o f32", "results": {}}
     if case.paged:
         row["kv_memory"] = case.kv_memory
@@ -66,7 +71,8 @@ def _run_shape(shape, args, peers):
     fai_setup = (functools.partial(setup_fai, round_p_bf16=True) if args.round_p_bf16
                  else setup_fai)
     setups = [("fai", fai_setup)] + [PEERS[p] for p in peers]
-    results, errors = measure(setups, case, args.threads, args.bf16, args.runs, args.warmup)
+    results, errors = measure(setups, case, args.threads, args.bf16, args.runs, args.warmup,
+                              evict)
     if "fai" not in results:
         raise SystemExit(f"fai could not run {shape}: {errors.get('fai')}")
     median, best, ref, note = results["fai"]
@@ -110,13 +116,17 @@ def main(argv=None):
           f"{args.runs} runs after {args.warmup} warm-up; {dtypes}; "
           f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
           + ("; fai rounds P to bf16" if args.round_p_bf16 else ""))
+    evict = Evictor() if args.cold else None
+    if evict:
+        print(f"  cold: before every call, {evict.bytes >> 20} MiB read to empty the caches "
+              "(not timed)")
     for why in absent.values():
         if why:
             print("  " + why)
     names = ["fai"] + [PEERS[p][0] for p in peers]
     rows, notes = [], []
     for shape in args.shapes:
-        row, shape_notes = _run_shape(shape, args, peers)
+        row, shape_notes = _run_shape(shape, args, peers, evict)
         rows.append(row)
         notes += shape_notes
 
