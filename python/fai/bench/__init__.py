@@ -8,9 +8,9 @@ libraries take turns): median (and min) of --runs timed calls after --warmup unt
 libraries taking turns call by call so that a shared machine's load weighs on all of them alike.
 With --cold, a buffer of at least 1 GiB is read before every call (untimed), so that decode reads
 its K/V from memory, as a serving engine's next step does, and not from what the last call left
-in a large L3. Each peer's output is compared with fai's (max |diff|), so a row is only reported for a peer that
-computed the same thing. Peers that are not installed are left out of the table; the package's
-bench extra installs them all (pip install './python[bench]').
+in a large L3. Each peer's output is compared with fai's (max |diff|), so a row is only reported
+for a peer that computed the same thing. Peers that are not installed are left out of the table;
+the package's bench extra installs them all (pip install './python[bench]').
 
 Data types: by default fai reads Q f32, K/V f16 and writes O f32 (the headline configuration).
 The peers' attention needs one dtype for Q, K and V, so they get the same values in f32 (f16
