@@ -20,19 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define ROW 256
 #define HEADS 8
 #define TOKENS ((size_t)65536) /* a thread's 128 MiB: 64 Ki tokens x 8 heads x 256 bytes */
 #define PASSES 3
 #define MAX_THREADS 64
-
-static double now_seconds(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
-}
 
 typedef struct stream_task {
     const unsigned char *base;
@@ -71,14 +64,14 @@ static double pass(unsigned char *const *regions, int threads, int head_major, s
     pthread_t ids[MAX_THREADS];
     for (int i = 0; i < threads; i++)
         tasks[i] = (stream_task){regions[i], head_major, ahead, 0};
-    const double start = now_seconds();
+    const double start = ft_now_seconds();
     int started = 1;
     for (int i = 1; i < threads && started == i; i++)
         started += pthread_create(&ids[i], NULL, stream, &tasks[i]) == 0;
     stream(&tasks[0]);
     for (int i = 1; i < started; i++)
         pthread_join(ids[i], NULL);
-    const double seconds = now_seconds() - start;
+    const double seconds = ft_now_seconds() - start;
     return started == threads ? (double)threads * TOKENS * HEADS * ROW / seconds / 1e9 : -1.0;
 }
 
@@ -99,7 +92,8 @@ int main(int argc, char **argv) {
         else
             memset(regions[i], 1, TOKENS * HEADS * ROW);
     }
-    if (status) fprintf(stderr, "fai_layout_stream: out of memory\n");
+    const int no_memory = status != 0;
+    if (no_memory) fprintf(stderr, "fai_layout_stream: out of memory\n");
     if (!status)
         printf("%d threads, each streaming 128 MiB of 256-byte rows of 8 kv heads, head by head,\n"
                "caches emptied before each pass; GB/s, median of %d passes\n\n"
@@ -118,7 +112,7 @@ int main(int argc, char **argv) {
         }
         printf("\n");
     }
-    if (status < 0 && regions[0]) fprintf(stderr, "fai_layout_stream: threads not started\n");
+    if (status && !no_memory) fprintf(stderr, "fai_layout_stream: threads not started\n");
     for (int i = 0; i < threads; i++)
         free(regions[i]);
     ft_evictor_free(&evictor);

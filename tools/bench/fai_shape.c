@@ -395,9 +395,3 @@ double ft_shape_scale(const fai_tensor *kv, const fai_scale *scale, int64_t b, i
     return (double)
         scale->data[b * scale->stride_batch + s * scale->stride_seq + h * scale->stride_head];
 }
-
-double ft_now_seconds(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
-}

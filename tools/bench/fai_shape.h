@@ -95,6 +95,4 @@ void ft_shape_problem(const ft_shape *shape, fai_problem *problem, int32_t *seql
 double ft_shape_flops(const fai_plan *plan, const ft_shape *shape);
 double ft_shape_kv_bytes(const ft_shape *shape);
 
-double ft_now_seconds(void);
-
 #endif

@@ -4,6 +4,9 @@
 
 #include <stdint.h>
 
+/* Seconds on the monotonic clock, for timing a run. */
+double ft_now_seconds(void);
+
 /* qsort's comparison for doubles, ascending. */
 int ft_compare_double(const void *a, const void *b);
 
