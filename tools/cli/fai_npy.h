@@ -56,7 +56,11 @@ void ft_npy_format_shape(char *buf, size_t buflen, int rank, const int64_t *shap
 
 /* Writes a version 1.0 file to a new temporary file in the directory of `path` and stores the
  * temporary file's name in tmp_path (a buffer of tmp_len bytes). Nothing is left behind on
- * failure. Finish with ft_npy_commit or ft_npy_discard. Returns 0 or -1. */
+ * failure. Finish with ft_npy_commit or ft_npy_discard. Returns 0 or -1. A symbolic link is
+ * written through (the file it leads to is replaced, keeping its permissions); a path that
+ * exists as anything but a regular file (a device, FIFO, socket or directory), or a link to
+ * nothing, is refused. As with any replacement by rename, other hard links to the old file keep
+ * its old contents. */
 int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
                       const void *data, char *tmp_path, size_t tmp_len, char *err, size_t errlen);
 

@@ -1,9 +1,12 @@
 /* .npy writer (fai_npy.h): a file written whole under a temporary name, then renamed. */
+/* realpath is POSIX.1-2008 with XSI */
+#define _XOPEN_SOURCE 700
 #include "fai_npy.h"
 #include "fai_npy_header.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,40 @@ static int write_full(int fd, const void *data, size_t n) {
         p += w;
         n -= (size_t)w;
     }
+    return 0;
+}
+
+/* The file an output path names: the path itself, or the file its symbolic link leads to (the
+ * link is written through, as a shell's redirection does). Refused: a link that leads nowhere,
+ * and a target that exists and is not a regular file (a device, FIFO, socket or directory, which
+ * replacing with a file would destroy). *mode gets the target's permission bits when it exists
+ * (its replacement keeps them), else -1. */
+static int output_target(const char *path, const char *where, char *target, size_t target_len,
+                         int *mode, char *err, size_t errlen) {
+    struct stat st;
+    *mode = -1;
+    if (lstat(path, &st) != 0) {
+        if (snprintf(target, target_len, "%s", path) >= (int)target_len)
+            return ft_npy_fail(err, errlen, "%s: path too long", where);
+        return 0; /* a new file */
+    }
+    if (S_ISLNK(st.st_mode)) {
+        char resolved[PATH_MAX];
+        if (!realpath(path, resolved) || stat(resolved, &st) != 0)
+            return ft_npy_fail(err, errlen, "%s: a symbolic link to a missing file: not replaced",
+                               where);
+        if (snprintf(target, target_len, "%s", resolved) >= (int)target_len)
+            return ft_npy_fail(err, errlen, "%s: path too long", where);
+    } else if (snprintf(target, target_len, "%s", path) >= (int)target_len) {
+        return ft_npy_fail(err, errlen, "%s: path too long", where);
+    }
+    if (S_ISDIR(st.st_mode)) return ft_npy_fail(err, errlen, "%s: is a directory", where);
+    if (!S_ISREG(st.st_mode))
+        return ft_npy_fail(err, errlen,
+                           "%s: exists and is not a regular file (a device, FIFO or socket): "
+                           "not replaced",
+                           where);
+    *mode = (int)(st.st_mode & 07777);
     return 0;
 }
 
@@ -71,15 +108,21 @@ int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int6
     hdr[8] = (char)((total - 10) & 0xff);
     hdr[9] = (char)((total - 10) >> 8);
 
-    /* temporary file next to the target: "<dir>/.<name>.XXXXXX" */
+    /* temporary file next to the target: "<dir>/.fai-XXXXXX" (short, so that a target whose
+     * name is as long as the file system allows still gets one) */
     const char *slash = strrchr(path, '/');
-    const size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
-    const char *base = slash ? slash + 1 : path;
-    if (!*base) return ft_npy_fail(err, errlen, "%s: names a directory, not a file", where);
-    const size_t need = dirlen + 1 + strlen(base) + 8 + 1;
-    if (!tmp_path || tmp_len < need) return ft_npy_fail(err, errlen, "%s: path too long", where);
-    memcpy(tmp_path, path, dirlen);
-    snprintf(tmp_path + dirlen, tmp_len - dirlen, ".%s.XXXXXX", base);
+    if (!*(slash ? slash + 1 : path))
+        return ft_npy_fail(err, errlen, "%s: names a directory, not a file", where);
+    char target[PATH_MAX];
+    int mode;
+    if (output_target(path, where, target, sizeof target, &mode, err, errlen)) return -1;
+    const char *target_slash = strrchr(target, '/');
+    const size_t dirlen = target_slash ? (size_t)(target_slash - target) + 1 : 0;
+    static const char temp_name[] = ".fai-XXXXXX";
+    if (!tmp_path || tmp_len < dirlen + sizeof temp_name)
+        return ft_npy_fail(err, errlen, "%s: path too long", where);
+    memcpy(tmp_path, target, dirlen);
+    memcpy(tmp_path + dirlen, temp_name, sizeof temp_name);
     const int fd = mkstemp(tmp_path);
     if (fd < 0) {
         const int e = errno;
@@ -90,7 +133,7 @@ int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int6
     const mode_t mask = umask(0);
     umask(mask);
     int e = 0;
-    if (fchmod(fd, (mode_t)0666 & ~mask) != 0) e = errno;
+    if (fchmod(fd, mode >= 0 ? (mode_t)mode : (mode_t)0666 & ~mask) != 0) e = errno;
     if (!e && write_full(fd, hdr, total) != 0) e = errno;
     if (!e && nbytes && write_full(fd, data, nbytes) != 0) e = errno;
     if (close(fd) != 0 && !e) e = errno;
@@ -103,10 +146,16 @@ int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int6
 }
 
 int ft_npy_commit(const char *tmp_path, const char *path, char *err, size_t errlen) {
-    if (rename(tmp_path, path) != 0) {
+    char where[SHOWN_PATH + 1];
+    ft_npy_show(where, sizeof where, path, strlen(path));
+    char target[PATH_MAX];
+    int mode;
+    if (output_target(path, where, target, sizeof target, &mode, err, errlen)) {
+        unlink(tmp_path);
+        return -1;
+    }
+    if (rename(tmp_path, target) != 0) {
         const int e = errno;
-        char where[SHOWN_PATH + 1];
-        ft_npy_show(where, sizeof where, path, strlen(path));
         unlink(tmp_path);
         return ft_npy_fail(err, errlen, "%s: cannot replace: %s", where, strerror(e));
     }

@@ -162,8 +162,9 @@ static int parse_numbers(ft_run_args *a) {
         char *end = NULL;
         const double d = strtod(s, &end);
         const float f = (float)d;
-        if (end == s || *end || *s == ' ' || *s == '\t' || !isfinite(d) || !isfinite(f))
+        if (end == s || *end || *s == ' ' || *s == '\t' || !isfinite(d))
             return ft_run_fail(a, "--scale %s: not a finite number", s);
+        if (!isfinite(f)) return ft_run_fail(a, "--scale %s: beyond the float32 range", s);
         a->scale = f;
     }
     if (a->value[FT_RUN_OPT_SOFTCAP]) {
@@ -171,9 +172,11 @@ static int parse_numbers(ft_run_args *a) {
         char *end = NULL;
         const double d = strtod(s, &end);
         const float f = (float)d;
-        if (end == s || *end || *s == ' ' || *s == '\t' || !isfinite(d) || !isfinite(f) ||
-            !(f >= 0.0f))
+        if (end == s || *end || *s == ' ' || *s == '\t' || !isfinite(d) || !(d >= 0.0))
             return ft_run_fail(a, "--softcap %s: expected a finite number >= 0 (0: off)", s);
+        if (!isfinite(f)) return ft_run_fail(a, "--softcap %s: beyond the float32 range", s);
+        if (f == 0.0f && d != 0.0) /* 0 means off: a cap given must not turn into that */
+            return ft_run_fail(a, "--softcap %s: rounds to 0 in float32, which means off", s);
         a->softcap = f;
     }
 
@@ -238,6 +241,30 @@ static int same_file(const char *a, const char *b) {
            !strcmp(dir_a, dir_b) && !strcmp(name_a, name_b);
 }
 
+/* Whether an option's value names an input file. */
+static int is_file_option(int opt) {
+    switch (opt) {
+    case FT_RUN_OPT_Q:
+    case FT_RUN_OPT_K:
+    case FT_RUN_OPT_V:
+    case FT_RUN_OPT_MASK:
+    case FT_RUN_OPT_MASK_DROP:
+    case FT_RUN_OPT_MASK_ADD:
+    case FT_RUN_OPT_MASK_BITS:
+    case FT_RUN_OPT_ALIBI_SLOPES:
+    case FT_RUN_OPT_SINKS:
+    case FT_RUN_OPT_K_SCALE:
+    case FT_RUN_OPT_V_SCALE:
+    case FT_RUN_OPT_K_CHANNEL_SCALE:
+    case FT_RUN_OPT_SEQLENS_Q:
+    case FT_RUN_OPT_SEQLENS_KV:
+    case FT_RUN_OPT_BLOCK_TABLE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static int check_files(ft_run_args *a) {
     if (a->value[FT_RUN_OPT_BLOCK_TABLE] && !a->value[FT_RUN_OPT_SEQLENS_KV])
         return ft_run_fail(
@@ -246,13 +273,26 @@ static int check_files(ft_run_args *a) {
     if (a->value[FT_RUN_OPT_LSE] && same_file(a->value[FT_RUN_OPT_LSE], a->value[FT_RUN_OPT_OUT]))
         return ft_run_fail(a, "--lse %s: the same file as --out", a->value[FT_RUN_OPT_LSE]);
     /* the outputs are renamed into place one after the other: catch what would make the second
-     * rename fail before anything is written */
+     * rename fail before anything is written, and what the writer would refuse (fai_npy.h) */
     static const int outputs[] = {FT_RUN_OPT_OUT, FT_RUN_OPT_LSE};
     for (int o = 0; o < 2; o++) {
         struct stat st;
-        const char *path = a->value[outputs[o]];
-        if (path && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            return ft_run_fail(a, "%s %s: is a directory", options[outputs[o]].name, path);
+        const char *path = a->value[outputs[o]], *name = options[outputs[o]].name;
+        if (!path) continue;
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            return ft_run_fail(a, "%s %s: is a directory", name, path);
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            return ft_run_fail(a, "%s %s: exists and is not a regular file: not replaced", name,
+                               path);
+        if (stat(path, &st) != 0 && lstat(path, &st) == 0)
+            return ft_run_fail(a, "%s %s: a symbolic link to a missing file: not replaced", name,
+                               path);
+        /* an output that names an input would destroy it */
+        for (int i = 0; i < FT_RUN_OPT_COUNT; i++)
+            if (options[i].takes_value && i != FT_RUN_OPT_OUT && i != FT_RUN_OPT_LSE &&
+                is_file_option(i) && a->value[i] && same_file(path, a->value[i]))
+                return ft_run_fail(a, "%s %s: the same file as %s (an input)", name, path,
+                                   options[i].name);
     }
     return 0;
 }

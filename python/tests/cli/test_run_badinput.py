@@ -9,6 +9,7 @@ The .npy files are built byte by byte here (no numpy needed), so malformed ones 
 """
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -228,6 +229,10 @@ CASES = [
     ("lse same file as out, spelt otherwise", {}, BASE + ["--lse", "./o.npy"], "--lse"),
     ("lse is a directory", {"lsedir": None}, BASE + ["--lse", "lsedir"], "lsedir"),
     ("out is a directory", {"odir": None}, with_arg(BASE, "--out", "odir"), "odir"),
+    ("out names an input", {}, with_arg(BASE, "--out", "q.npy"), "the same file as --q"),
+    ("lse names an input", {}, BASE + ["--lse", "./k.npy"], "the same file as --k"),
+    ("softcap rounds to 0", {}, BASE + ["--softcap", "1e-50"], "rounds to 0"),
+    ("scale beyond float32", {}, BASE + ["--scale", "1e39"], "beyond the float32 range"),
     ("output directory missing", {}, with_arg(BASE, "--out", "nodir/o.npy"), "nodir/o.npy"),
     ("block table without seqlens-kv", dict(PAGED, **{"bt.npy": i32((2, 2), [0, 1, 2, 0])}),
      without(PAGED_ARGS, "--seqlens-kv") + ["--block-table", "bt.npy"], "--seqlens-kv"),
@@ -442,14 +447,68 @@ def streams(fai):
     return problems
 
 
+def special_outputs(fai):
+    """An output path is replaced only where it names a regular file: a FIFO or a link to
+    nothing is refused and left as it is; a link is written through (the file it leads to gets
+    the output, keeping its permissions, and the link stays); a name as long as the file system
+    allows is written."""
+    d = tempfile.mkdtemp(prefix="fai_outputs_")
+    problems = []
+    try:
+        for fname, data in GOOD.items():
+            with open(os.path.join(d, fname), "wb") as f:
+                f.write(data)
+        os.mkfifo(os.path.join(d, "o.fifo"))
+        os.symlink("missing.npy", os.path.join(d, "dangling.npy"))
+        for out, needle in (("o.fifo", "not a regular file"),
+                            ("dangling.npy", "symbolic link to a missing file")):
+            r = run(fai, d, with_arg(BASE, "--out", out))
+            err = r.stderr.decode("utf-8", "replace")
+            if r.returncode != 2 or needle not in err:
+                problems.append("--out %s: exit %d, stderr %r" % (out, r.returncode, err))
+        if not stat.S_ISFIFO(os.lstat(os.path.join(d, "o.fifo")).st_mode):
+            problems.append("--out o.fifo: the FIFO was replaced")
+        if not os.path.islink(os.path.join(d, "dangling.npy")) or os.path.exists(
+                os.path.join(d, "missing.npy")):
+            problems.append("--out dangling.npy: the link or its target was written")
+        target = os.path.join(d, "target.npy")
+        with open(target, "wb") as f:
+            f.write(OLD_O)
+        os.chmod(target, 0o600)
+        os.symlink("target.npy", os.path.join(d, "link.npy"))
+        r = run(fai, d, with_arg(BASE, "--out", "link.npy"))
+        with open(target, "rb") as f:
+            data = f.read()
+        if r.returncode != 0 or not data.startswith(b"\x93NUMPY"):
+            problems.append("--out link.npy: exit %d, stderr %r, target starts %r" % (
+                r.returncode, r.stderr, data[:8]))
+        if not os.path.islink(os.path.join(d, "link.npy")):
+            problems.append("--out link.npy: the link was replaced by a file")
+        if stat.S_IMODE(os.stat(target).st_mode) != 0o600:
+            problems.append("--out link.npy: the target's permissions changed to %o" %
+                            stat.S_IMODE(os.stat(target).st_mode))
+        long_name = "o" * (os.pathconf(d, "PC_NAME_MAX") - 4) + ".npy"
+        r = run(fai, d, with_arg(BASE, "--out", long_name))
+        if r.returncode != 0 or not os.path.exists(os.path.join(d, long_name)):
+            problems.append("--out with a %d-byte name: exit %d, stderr %r" % (
+                len(long_name), r.returncode, r.stderr))
+        stray = [n for n in os.listdir(d) if n.startswith(".")]
+        if stray:
+            problems.append("temporary files left: %s" % stray)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return problems
+
+
 def main():
     fai = fai_from_argv("test_run_badinput")
     passed = failed = 0
-    for why in sanity(fai) + streams(fai):
+    for why in sanity(fai) + streams(fai) + special_outputs(fai):
         print("FAIL sanity: %s" % why)
         failed += 1
     if not failed:
-        print("ok   sanity (good inputs succeed, quantized too, --help, inputs from pipes)")
+        print("ok   sanity (good inputs succeed, quantized too, --help, inputs from pipes, "
+              "outputs through links, long names)")
         passed += 1
     for name, files, args, needle in CASES:
         reasons = []
