@@ -171,6 +171,25 @@ expect_refusal 128x128y --hw host --tile 128x128y
 expect_refusal -64x64 --tile -64x64
 expect_refusal 0 --hw ascend950 --task-num 0
 expect_refusal x --hw ascend950 --task-num x
+expect_refusal " 1,2" --window " 1,2"
+expect_refusal 1,+2 --window 1,+2
+expect_refusal 99999999999999999999,0 --window 99999999999999999999,0
+expect_refusal 1e-50 --softcap 1e-50
+# shape flags: each at most once, one shape, one causal alignment (no silent last-one-wins)
+expect_refusal_saying() { # what stderr says, arguments...
+    local want=$1
+    shift
+    local status=0
+    "$fai" plan "$@" >"$tmp/stdout" 2>"$tmp/stderr" || status=$?
+    [ "$status" -eq 2 ] && [ "$(wc -l <"$tmp/stderr")" -eq 1 ] && [ ! -s "$tmp/stdout" ] &&
+        grep -q -- "$want" "$tmp/stderr" ||
+        { echo "fai plan $*: exit $status, stderr '$(cat "$tmp/stderr")'"; exit 1; }
+}
+expect_refusal_saying "--b is given twice" --b 2 --b 3
+expect_refusal_saying "--window is given twice" P1 --window 1,1 --window 2,2
+expect_refusal_saying "--causal and --causal-top-left exclude each other" --causal \
+    --causal-top-left
+expect_refusal_saying "one shape at a time (got P1 and P2)" P1 P2
 # one line too for values that parse but mean nothing here
 status=0
 "$fai" plan P1 --hw host --tile 64x64x96 >"$tmp/stdout" 2>"$tmp/stderr" || status=$?

@@ -32,6 +32,31 @@ int ft_parse_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
     return 0;
 }
 
+/* An integer of at most 18 digits, an optional '-' before them and nothing else (no blanks, no
+ * '+'), within [min, max]. */
+static int parse_strict_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
+    const char *digits = text[0] == '-' ? text + 1 : text;
+    if (!(digits[0] >= '0' && digits[0] <= '9')) return -1;
+    return ft_parse_int64(text, min, max, out);
+}
+
+/* The flags a shape takes, each at most once: --causal and --causal-top-left count as one. */
+static int flag_once(const char *flag, const char **seen, int *seen_count, const char *cmd) {
+    const int causal = !strncmp(flag, "--causal", 8);
+    for (int s = 0; s < *seen_count; s++) {
+        if (causal && !strncmp(seen[s], "--causal", 8) && strcmp(seen[s], flag)) {
+            fprintf(stderr, "fai %s: %s and %s exclude each other\n", cmd, seen[s], flag);
+            return -1;
+        }
+        if (!strcmp(seen[s], flag)) {
+            fprintf(stderr, "fai %s: %s is given twice\n", cmd, flag);
+            return -1;
+        }
+    }
+    seen[(*seen_count)++] = flag;
+    return 0;
+}
+
 int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const char *cmd) {
     static const struct {
         const char *flag;
@@ -51,10 +76,35 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
                 used[i] = 1;
             }
     int d_given = 0, dv_given = 0;
+    const char *seen[32];
+    int seen_count = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         int found = 0;
         if (used[i]) continue;
+        static const char *const shape_flags[] = {"--b",
+                                                  "--hq",
+                                                  "--hkv",
+                                                  "--sq",
+                                                  "--skv",
+                                                  "--d",
+                                                  "--dv",
+                                                  "--page-size",
+                                                  "--round-p-bf16",
+                                                  "--pipeline-tiles",
+                                                  "--head-major",
+                                                  "--k-channel-scales",
+                                                  "--alibi",
+                                                  "--sinks",
+                                                  "--softcap",
+                                                  "--causal",
+                                                  "--causal-top-left",
+                                                  "--window",
+                                                  "--q-dtype",
+                                                  "--kv-dtype",
+                                                  "--out-dtype"};
+        for (size_t f = 0; f < sizeof shape_flags / sizeof shape_flags[0]; f++)
+            if (!strcmp(arg, shape_flags[f]) && flag_once(arg, seen, &seen_count, cmd)) return -1;
         for (size_t f = 0; f < sizeof int_flags / sizeof int_flags[0]; f++) {
             if (strcmp(arg, int_flags[f].flag)) continue;
             int64_t *field = (int64_t *)((char *)shape + int_flags[f].offset);
@@ -94,9 +144,12 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
         } else if (!strcmp(arg, "--softcap")) {
             char *end = NULL;
             const double cap = i + 1 < argc ? strtod(argv[i + 1], &end) : -1.0;
-            if (i + 1 >= argc || end == argv[i + 1] || *end || !(cap >= 0.0) || cap > 1e30) {
-                fprintf(stderr, "fai %s: --softcap needs a finite number >= 0, got '%s'\n", cmd,
-                        i + 1 < argc ? argv[i + 1] : "");
+            if (i + 1 >= argc || end == argv[i + 1] || *end || !(cap >= 0.0) || cap > 1e30 ||
+                (cap != 0.0 && (float)cap == 0.0f)) {
+                fprintf(stderr,
+                        "fai %s: --softcap needs 0 (off) or a number in (0, 1e30] that stays "
+                        "nonzero in float32, got '%s'\n",
+                        cmd, i + 1 < argc ? argv[i + 1] : "");
                 return -1;
             }
             shape->softcap = (float)cap;
@@ -106,10 +159,17 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
             shape->causal = arg[8] ? FAI_CAUSAL_TOP_LEFT : FAI_CAUSAL_BOTTOM_RIGHT;
             used[i] = 1;
         } else if (!strcmp(arg, "--window")) {
-            long long left, right;
-            char tail;
-            if (i + 1 >= argc || sscanf(argv[i + 1], "%lld,%lld%c", &left, &right, &tail) != 2 ||
-                left < -1 || right < -1) {
+            int64_t left = 0, right = 0;
+            const char *comma = i + 1 < argc ? strchr(argv[i + 1], ',') : NULL;
+            char left_text[32];
+            const size_t left_len = comma ? (size_t)(comma - argv[i + 1]) : sizeof left_text;
+            if (left_len < sizeof left_text) {
+                memcpy(left_text, argv[i + 1], left_len);
+                left_text[left_len] = '\0';
+            }
+            if (left_len >= sizeof left_text ||
+                parse_strict_int64(left_text, -1, INT64_MAX, &left) ||
+                parse_strict_int64(comma + 1, -1, INT64_MAX, &right)) {
                 fprintf(stderr, "fai %s: --window needs LEFT,RIGHT (integers >= -1), got '%s'\n",
                         cmd, i + 1 < argc ? argv[i + 1] : "");
                 return -1;
@@ -139,6 +199,17 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
 
 int ft_shape_from_args(int argc, char **argv, char *used, ft_shape *shape, const char *cmd) {
     /* a name replaces the base whatever it is; with neither a name nor a flag, P1 */
+    const char *name = NULL;
+    for (int i = 1; i < argc; i++)
+        for (int s = 0; s < ft_shape_count; s++)
+            if (!strcmp(argv[i], ft_shape_table[s].name)) {
+                if (name) {
+                    fprintf(stderr, "fai %s: one shape at a time (got %s and %s)\n", cmd, name,
+                            argv[i]);
+                    return -1;
+                }
+                name = argv[i];
+            }
     *shape = ft_shape_custom_base;
     if (ft_shape_parse(argc, argv, used, shape, cmd)) return -1;
     int consumed = 0;

@@ -44,17 +44,19 @@ const ft_shape ft_shape_custom_base = {.name = "custom",
 const char ft_shape_usage[] =
     "shape: a benchmark shape name (P1 P2 D1 D2 C1; model shapes O1 O1S O2 O2S G1 G1C), and/or\n"
     "  --b N --hq N --hkv N --sq N --skv N --d N --dv N   (--d sets Dv too, unless --dv)\n"
-    "  --causal | --causal-top-left    --window LEFT,RIGHT (-1: unbounded)\n"
-    "  --page-size N                   paged K/V with a shuffled block table\n"
+    "  --causal | --causal-top-left    --window LEFT,RIGHT (-1: unbounded; with a causal\n"
+    "                                  mask RIGHT is 0 whatever is given, as in fai.h)\n"
+    "  --page-size N                   paged K/V with a shuffled block table (0: dense)\n"
     "  --head-major                    pages [num_pages, Hkv, page_size, D] (vLLM's block\n"
     "                                  layout; default [num_pages, page_size, Hkv, D])\n"
     "  --round-p-bf16                  P rounded to bf16 where PV multiplies in bf16 (fai.h)\n"
     "  --k-channel-scales              a quantized K's scales per kv head and channel too\n"
     "  --pipeline-tiles N              kv tiles in flight on the matrix engine: 1 or 2\n"
     "                                  (default 0: the planner's choice; fai.h)\n"
-    "  --softcap C  --alibi  --sinks   score modifiers (standard ALiBi slopes; a sink per head)\n"
+    "  --softcap C  --alibi  --sinks   score modifiers (standard ALiBi slopes; a sink per head;\n"
+    "                                  softcap 0: off, else in (0, 1e30])\n"
     "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; K/V also int8 e4m3 e5m2, with\n"
     "                                           a scale per token and kv head; defaults f32 f16\n"
     "                                           f32)\n"
     "  flags change the named shape; without a name they start from B=Hq=Hkv=Sq=Skv=1,\n"
-    "  D=Dv=128, no mask\n";
+    "  D=Dv=128, no mask; each flag at most once\n";
