@@ -355,6 +355,26 @@ TEST(cache_write_fixed_scales_saturate) {
     CHECK(fai_oracle_load(q, FAI_DTYPE_E5M2, 7) == -57344.0);
 }
 
+/* A token whose values are all a few subnormal steps (amax / qmax rounds to 0 in f32) gets a
+ * scale fai_run takes (finite and > 0: the smallest subnormal) and its values back exactly. */
+TEST(cache_write_tiny_rows_keep_a_usable_scale) {
+    const float tiny = 1e-44f; /* 7 subnormal steps */
+    const float src[4] = {tiny, -tiny, 0.0f, 2 * tiny};
+    const fai_tensor rows = {(void *)src, FAI_DTYPE_F32, 0, 4, 4, 1};
+    const int64_t slot = 0;
+    static const fai_dtype dtypes[] = {FAI_DTYPE_I8, FAI_DTYPE_E4M3, FAI_DTYPE_E5M2};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+        unsigned char codes[4];
+        float scale = -1.0f;
+        const fai_tensor cache = {codes, dtypes[d], 4, 4, 4, 1};
+        const fai_scale per_token = {&scale, 1, 1, 1};
+        REQUIRE(fai_cache_write(1, 1, 4, &rows, &slot, 1, 1, &cache, &per_token, NULL) == FAI_OK);
+        CHECK(isfinite(scale) && scale > 0.0f);
+        for (int x = 0; x < 4; x++)
+            CHECK(fai_oracle_load(codes, dtypes[d], x) * scale == (double)src[x]);
+    }
+}
+
 /* Unquantized caches take the values as they are: f16 saturates finite values (as fai_run's
  * output does) and keeps +-Inf and NaN. */
 TEST(cache_write_float_caches_keep_nonfinite) {

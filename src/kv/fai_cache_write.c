@@ -11,6 +11,7 @@
 #include "util/fai_quant.h"
 
 #include <inttypes.h>
+#include <float.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -219,12 +220,16 @@ static void copy_row(const fai_tensor *src, int64_t src_at, const fai_tensor *ca
 }
 
 /* The symmetric scale that maps the row's largest magnitude onto qmax; 1 for a row of zeros,
- * which then stores zeros. */
+ * which then stores zeros. A row so small that amax / qmax rounds to 0 (below about 64
+ * subnormal steps) gets the smallest subnormal instead: its values are then whole multiples of
+ * the scale, stored exactly, and the scale stays one fai_run reads (finite and > 0). */
 static float row_scale(const float *row, int64_t dim, float qmax) {
     float amax = 0.0f;
     for (int64_t x = 0; x < dim; x++)
         amax = fmaxf(amax, fabsf(row[x]));
-    return amax > 0.0f ? amax / qmax : 1.0f;
+    if (!(amax > 0.0f)) return 1.0f;
+    const float scale = amax / qmax;
+    return scale > 0.0f ? scale : FLT_TRUE_MIN;
 }
 
 /* row / scale, rounded to nearest even and saturated by the dtype's encoder (fai_quant.h). */
