@@ -149,7 +149,8 @@ for r in rows:
 PY
 
 # bad options: exit 2, one line on stderr, nothing on stdout
-for bad in "--bogus" "--threads 0" "--runs x" "--pieces 0" "--hq 3 --hkv 2"; do
+for bad in "--bogus" "--threads 0" "--runs x" "--pieces 0" "--hq 3 --hkv 2" "--kv-dtypes f16," \
+    "--kv-dtypes f16,f16,f16,f16,f16,f16,f16,f16,f16" "--b 1 --b 2"; do
     status=0
     # shellcheck disable=SC2086
     "$fai" bench $bad >"$tmp/stdout" 2>"$tmp/stderr" || status=$?

@@ -52,11 +52,15 @@ void ft_bench_overlap_print(const ft_bench_overlap *o) {
     const double hidden = ft_bench_overlap_hidden_ms(o);
     const double smaller = qk_pv < softmax ? qk_pv : softmax;
     const double size = hidden >= 0 ? hidden : -hidden;
+    /* differences of medians below a microsecond are the timers' noise, not a share */
+    char share[48] = "the stages too short to compare";
+    if (smaller >= 1e-3)
+        snprintf(share, sizeof share, "%.0f %% of the smaller", 100.0 * size / smaller);
     printf("       overlap, over the %.3f ms the other stages take (nothing stored): qk+pv alone "
            "%.3f ms, softmax alone %.3f ms, together %.3f ms: %.3f ms %s than one after the "
-           "other (%.0f %% of the smaller)\n",
+           "other (%s)\n",
            o->neither_ms, qk_pv, softmax, o->together_ms - o->neither_ms, size,
-           hidden >= 0 ? "less" : "more", smaller > 0 ? 100.0 * size / smaller : 0.0);
+           hidden >= 0 ? "less" : "more", share);
 }
 
 void ft_bench_overlap_json(ft_json *json, const ft_bench_overlap *o) {

@@ -450,6 +450,7 @@ double ft_shape_flops(const fai_plan *plan, const ft_shape *shape) {
 
 double ft_shape_kv_bytes(const ft_shape *shape) {
     const int64_t dv = shape->dv;
+    if (shape->sq == 0) return 0.0; /* no query reads a key */
     /* a quantized K and V also read a scale per token and kv head each */
     const double scales = fai_dtype_is_quantized(shape->kv_dtype) ? 2.0 * sizeof(float) : 0.0;
     return (double)shape->b * (double)shape->skv * (double)shape->hkv *

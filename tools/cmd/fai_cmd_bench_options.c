@@ -153,18 +153,21 @@ static int add_bf16_variants(bench_options *opt) {
     return 0;
 }
 
-/* --kv-dtypes: the list into opt; -1 for an empty or unknown item. */
+/* --kv-dtypes: the list into opt; -1 for an empty or unknown item (a trailing comma leaves an
+ * empty one), -2 for more items than opt holds. */
 static int parse_kv_dtypes(const char *text, bench_options *opt) {
     opt->kv_dtype_count = 0;
-    while (text && *text) {
+    const int max = (int)(sizeof opt->kv_dtypes / sizeof opt->kv_dtypes[0]);
+    for (int more = text != NULL; more;) {
         char item[16];
         const size_t length = strcspn(text, ",");
-        const int max = (int)(sizeof opt->kv_dtypes / sizeof opt->kv_dtypes[0]);
-        if (length == 0 || length >= sizeof item || opt->kv_dtype_count == max) return -1;
+        if (length == 0 || length >= sizeof item) return -1;
+        if (opt->kv_dtype_count == max) return -2;
         memcpy(item, text, length);
         item[length] = 0;
         if (ft_parse_dtype(item, &opt->kv_dtypes[opt->kv_dtype_count++])) return -1;
-        text += length + (text[length] == ',');
+        more = text[length] == ',';
+        text += length + more;
     }
     return opt->kv_dtype_count > 0 ? 0 : -1;
 }
@@ -252,7 +255,13 @@ static int parse_options(bench_options *opt, int argc, char **argv, const char *
         else if (!strcmp(arg, "--cold"))
             opt->cold = 1;
         else if (!strcmp(arg, "--kv-dtypes")) {
-            if (parse_kv_dtypes(i + 1 < argc ? argv[i + 1] : NULL, opt)) {
+            const int listed = parse_kv_dtypes(i + 1 < argc ? argv[i + 1] : NULL, opt);
+            if (listed == -2) {
+                fprintf(stderr, "fai bench: --kv-dtypes takes at most %d dtypes, got '%s'\n",
+                        (int)(sizeof opt->kv_dtypes / sizeof opt->kv_dtypes[0]), argv[i + 1]);
+                return -1;
+            }
+            if (listed) {
                 fprintf(stderr,
                         "fai bench: --kv-dtypes needs a comma-separated list of f32 f16 bf16 "
                         "int8 e4m3 e5m2, got '%s'\n",

@@ -33,13 +33,15 @@ int ft_cmd_demo(int argc, char **argv) {
             print_usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc &&
-            !ft_parse_int64(argv[i + 1], 1, FAI_MAX_WORKERS, &threads)) {
-            i++;
-            continue;
-        }
-        if (!strcmp(argv[i], "--runs") && i + 1 < argc &&
-            !ft_parse_int64(argv[i + 1], 1, 1000, &runs)) {
+        const int is_threads = !strcmp(argv[i], "--threads"), is_runs = !strcmp(argv[i], "--runs");
+        if (is_threads || is_runs) {
+            const int64_t most = is_threads ? FAI_MAX_WORKERS : 1000;
+            if (i + 1 >= argc ||
+                ft_parse_int64(argv[i + 1], 1, most, is_threads ? &threads : &runs)) {
+                fprintf(stderr, "fai demo: %s needs an integer 1..%lld, got '%s'\n", argv[i],
+                        (long long)most, i + 1 < argc ? argv[i + 1] : "");
+                return 2;
+            }
             i++;
             continue;
         }

@@ -37,8 +37,9 @@ typedef struct tile_timing {
 static void print_usage(FILE *out) {
     fprintf(
         out,
-        "usage: fai tune <shape> [--max-seconds N] [--runs N] [--threads N] [--no-store]\n"
+        "usage: fai tune [SHAPE] [--max-seconds N] [--runs N] [--threads N] [--no-store]\n"
         "                [--json]\n"
+        "(no shape: P1)\n"
         "Measures every candidate tile (tile_q in 1..128, tile_kv in 16..512, powers of two)\n"
         "that fits this core's L1d and L2 budgets, then the %d fastest and the planner's own\n"
         "choice again in %d interleaved rounds, and stores the fastest in the tuning cache for\n"
@@ -47,13 +48,13 @@ static void print_usage(FILE *out) {
         "\n"
         "  --max-seconds N  stop measuring new candidates after N seconds (default 60)\n"
         "  --runs N         timed runs per candidate and round (default 5)\n"
-        "  --threads N      threads and workers (default: every online CPU)\n"
+        "  --threads N      threads and workers, 1..%d (default: every online CPU)\n"
         "  --no-store       measure and report only\n"
         "  --json           one JSON object instead of the table\n"
         "The cache file: $FAI_TUNE_CACHE (\"off\" disables it), else\n"
         "$XDG_CACHE_HOME/fai/tiles.tsv, else ~/.cache/fai/tiles.tsv.\n\n%s"
         "\nExit status: 0 success, 2 bad options or shape or an unwritable cache.\n",
-        FINALISTS, FINAL_ROUNDS, ft_shape_usage);
+        FINALISTS, FINAL_ROUNDS, FAI_MAX_WORKERS, ft_shape_usage);
 }
 
 static int parse_options(int argc, char **argv, const char *used, tune_options *opt) {
@@ -70,9 +71,10 @@ static int parse_options(int argc, char **argv, const char *used, tune_options *
             opt->json = 1;
         } else if (!strcmp(arg, "--max-seconds") || !strcmp(arg, "--runs") ||
                    !strcmp(arg, "--threads")) {
-            if (ft_parse_int64(value, 1, 100000, &number)) {
-                fprintf(stderr, "fai tune: %s needs an integer in 1..100000, got '%s'\n", arg,
-                        value);
+            const int64_t most = arg[2] == 't' ? FAI_MAX_WORKERS : 100000;
+            if (ft_parse_int64(value, 1, most, &number)) {
+                fprintf(stderr, "fai tune: %s needs an integer in 1..%lld, got '%s'\n", arg,
+                        (long long)most, value);
                 return -1;
             }
             if (arg[2] == 'm')
