@@ -212,9 +212,9 @@ static int parse_numbers(ft_run_args *a) {
     for (int c = 0; c < 2; c++) {
         const char *s = a->value[counts[c]];
         if (!s) continue;
-        if (parse_int64(s, dst[c]) || *dst[c] < 0)
-            return ft_run_fail(a, "%s %s: expected a non-negative integer (0: automatic)",
-                               options[counts[c]].name, s);
+        if (parse_int64(s, dst[c]) || *dst[c] < 0 || *dst[c] > FAI_MAX_WORKERS)
+            return ft_run_fail(a, "%s %s: expected an integer 0..%d (0: automatic)",
+                               options[counts[c]].name, s, FAI_MAX_WORKERS);
     }
     return 0;
 }
