@@ -5,6 +5,7 @@ import numpy as np
 
 from . import _lib
 from ._errors import _fail
+from ._scalars import _fail_float32
 
 
 _FLOAT_DTYPES = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16,
@@ -26,19 +27,20 @@ def _is_torch(obj):
     return type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "data_ptr")
 
 
-def _dtype_name(dt):
-    """'float32', 'float16', 'bfloat16' (or another name) for a string, numpy or torch dtype."""
+def _dtype_name(dt, what="dtype"):
+    """'float32', 'float16', 'bfloat16' (or another name) for a string, numpy or torch dtype. A
+    string is taken as given: one of fai's names or aliases, else what numpy reads it as ("f" is
+    float32, "F" complex64, "B" uint8)."""
     if dt is None:
-        return None
-    if isinstance(dt, str):
-        name = dt.lower()
-        return _ALIASES.get(name, name)
+        _fail(f"{what} = None: expected a dtype")
+    if isinstance(dt, str) and (dt in _ALIASES or dt in _FAI_DTYPES):
+        return _ALIASES.get(dt, dt)
     if type(dt).__module__.split(".")[0] == "torch":
         return str(dt).replace("torch.", "")
     try:
         return np.dtype(dt).name
-    except TypeError:
-        _fail(f"unknown dtype {dt!r}")
+    except (TypeError, ValueError):
+        _fail(f"{what} = {dt!r}: not a dtype")
 
 
 def _numpy_dtype(name):
@@ -99,14 +101,80 @@ def _layout_ok(shape, strides, need_last_contiguous, writable=False):
     return True
 
 
+def _may_overlap(shape, strides):
+    """True when two elements of a view (strides >= 0) may share memory: taken by increasing
+    stride, each dimension must step past all that the smaller ones reach (a zero stride on a
+    dimension longer than 1 is the simplest overlap). Written through, such a view would get
+    some elements twice, from different rows."""
+    reach = 0  # the largest offset the dimensions taken so far reach
+    for stride, extent in sorted((st, n) for n, st in zip(shape, strides) if n > 1):
+        if stride <= reach:
+            return True
+        reach += stride * (extent - 1)
+    return False
+
+
+def _check_destination(name, shape, strides):
+    if 0 not in tuple(shape) and _may_overlap(shape, strides):
+        _fail(f"{name} has elements that overlap in memory (shape {list(shape)}, element strides "
+              f"{list(strides)}): fai writes each element once; pass an array of distinct "
+              "elements")
+
+
+def _size(array):
+    return array.numel() if hasattr(array, "numel") else array.size
+
+
+def _check_int_range(name, src, target):
+    """Refuses an integer array (numpy or torch) with values outside target's range, before it is
+    converted (the conversion would wrap them)."""
+    if target in ("int32", "int64") and _size(src):
+        info = np.iinfo(target)
+        lo, hi = int(src.min()), int(src.max())
+        if lo < info.min or hi > info.max:
+            _fail(f"{name} holds values outside {target} ({lo} .. {hi})")
+
+
+# the float dtypes wider than float32: converted to it, a value may overflow or round to 0
+_WIDE_FLOATS = ("float64", "float96", "float128", "longdouble")
+
+
+def _check_float_rounding(name, src, dtype, converted, nonzero):
+    """Refuses a conversion of src (numpy or torch, of dtype) to float32, converted, that turned
+    a finite value into inf and, with nonzero (scales), a nonzero value into 0."""
+    if dtype not in _WIDE_FLOATS or not _size(src):
+        return
+    inf = float("inf")
+    overflow = (abs(converted) == inf) & (abs(src) < inf)
+    underflow = ((converted == 0) & (src != 0)) if nonzero else None
+    for found, to_zero in ((overflow, False), (underflow, True)):
+        if found is not None and bool(found.any()):
+            index = tuple(int(i) for i in np.argwhere(np.asarray(found))[0])
+            label = f"{name}[{', '.join(map(str, index))}]" if index else name
+            _fail_float32(label, float(src[index]), rounds_to_zero=to_zero)
+
+
 _TORCH_DTYPE_NAMES = {}  # torch.dtype -> its name ("float32", ...), filled as dtypes are seen
 
 
-def _from_torch(t, name, want, last_contiguous, writable):
+def _resolved_torch(t, name, writable):
+    """t with torch's lazy negation or conjugation applied (a copy); refused for a destination,
+    whose copy fai would write and drop while the caller's tensor stays as it was."""
+    if hasattr(t, "is_neg") and (t.is_neg() or t.is_conj()):
+        if writable:
+            kind = "negative" if t.is_neg() else "conjugate"
+            _fail(f"{name} is a {kind} view (torch's lazy negation or conjugation, is_neg() / "
+                  "is_conj()): fai writes in place and cannot write through one; pass a "
+                  "resolved tensor (.resolve_neg(), .resolve_conj() or .clone()) and read the "
+                  "result from it")
+        t = t.resolve_neg().resolve_conj()
+    return t
+
+
+def _from_torch(t, name, want, last_contiguous, writable, nonzero):
     if t.device.type != "cpu":
         _fail(f"{name} is on device {t.device}; fai computes on CPU tensors")
-    if hasattr(t, "is_neg") and t.is_neg():
-        t = t.resolve_neg()
+    t = _resolved_torch(t, name, writable)
     dtype = _TORCH_DTYPE_NAMES.get(t.dtype)
     if dtype is None:
         dtype = _TORCH_DTYPE_NAMES.setdefault(t.dtype, str(t.dtype).replace("torch.", ""))
@@ -116,16 +184,21 @@ def _from_torch(t, name, want, last_contiguous, writable):
             _fail(f"{name} has dtype {dtype}; expected {convert}")
         import torch
 
-        t = t.to(getattr(torch, convert))
+        source = t.detach()
+        _check_int_range(name, source, convert)
+        t = source.to(getattr(torch, convert))
+        _check_float_rounding(name, source, dtype, t, nonzero)
         dtype = convert
     if not _layout_ok(t.shape, t.stride(), last_contiguous, writable):
         if writable:
             _fail(f"{name}: the last dimension must be contiguous, no stride may be 0")
         t = t.contiguous()
+    if writable:
+        _check_destination(name, t.shape, t.stride())
     return _View(t.data_ptr(), dtype, t.shape, t.stride(), t, True)
 
 
-def _from_numpy(a, name, want, last_contiguous, writable):
+def _from_numpy(a, name, want, last_contiguous, writable, nonzero):
     if writable and not a.flags.writeable:
         _fail(f"{name} is read-only")
     if not a.dtype.isnative:
@@ -137,12 +210,11 @@ def _from_numpy(a, name, want, last_contiguous, writable):
     if convert is not None and convert != dtype:
         if writable:
             _fail(f"{name} has dtype {dtype}; expected {convert}")
-        if convert == "int32" and a.size:
-            lo, hi = int(a.min()), int(a.max())
-            if lo < -2**31 or hi >= 2**31:
-                _fail(f"{name} holds values outside int32 ({lo} .. {hi})")
-        a = a.astype(convert)
-        dtype = convert
+        _check_int_range(name, a, convert)
+        with np.errstate(over="ignore", under="ignore"):  # refused below if a value changed so
+            converted = a.astype(convert)
+        _check_float_rounding(name, a, dtype, converted, nonzero)
+        a, dtype = converted, convert
     item = a.itemsize
     strides = []
     ok = True
@@ -159,19 +231,22 @@ def _from_numpy(a, name, want, last_contiguous, writable):
             _fail(f"{name}: the last dimension must be contiguous and the strides positive")
         a = np.ascontiguousarray(a)
         strides = [st // item if n > 1 else 0 for n, st in zip(a.shape, a.strides)]
+    if writable:
+        _check_destination(name, a.shape, strides)
     return _View(a.__array_interface__["data"][0], dtype, a.shape, strides, a, False)
 
 
-def _view(obj, name, want, last_contiguous=True, writable=False):
+def _view(obj, name, want, last_contiguous=True, writable=False, nonzero=False):
     """A _View of obj. want(dtype_name) returns the dtype to use (dtype_name itself when usable
-    as it is, another name to convert to) or raises. Copies only when the layout or the dtype
-    needs it (never for writable outputs)."""
+    as it is, another name to convert to) or raises; a conversion that would change a value is
+    refused (nonzero: also a nonzero float that becomes 0, for scales). Copies only when the
+    layout or the dtype needs it, never for writable outputs (fai would write the copy)."""
     if isinstance(obj, _View):
         return obj
     if _is_torch(obj):
-        return _from_torch(obj, name, want, last_contiguous, writable)
+        return _from_torch(obj, name, want, last_contiguous, writable, nonzero)
     if isinstance(obj, np.ndarray):
-        return _from_numpy(obj, name, want, last_contiguous, writable)
+        return _from_numpy(obj, name, want, last_contiguous, writable, nonzero)
     if writable:
         _fail(f"{name} must be a numpy array or a torch tensor (got {type(obj).__name__})")
     arr = None
@@ -188,7 +263,7 @@ def _view(obj, name, want, last_contiguous=True, writable=False):
             _fail(f"{name}: not an array ({type(obj).__name__}: {exc})")
     if arr.dtype == object:
         _fail(f"{name}: not an array of numbers ({type(obj).__name__})")
-    return _from_numpy(arr, name, want, last_contiguous, writable)
+    return _from_numpy(arr, name, want, last_contiguous, writable, nonzero)
 
 
 def _want_dtypes(name, accepted, expected):
@@ -211,12 +286,10 @@ def _want_kv(name):
     return _want_dtypes(name, _FAI_DTYPES, _KV_NAMES)
 
 
-def _want_exact(name, allowed, convert_to=None):
+def _want_exact(name, allowed):
     def want(dtype):
         if dtype in allowed:
             return dtype
-        if convert_to is not None:
-            return convert_to
         _fail(f"{name} has dtype {dtype}; expected {' or '.join(allowed)}")
     return want
 
@@ -251,17 +324,26 @@ def _lengths(obj, name, count):
     """A contiguous int32 numpy copy of a lengths array (the plan copies it too)."""
     if obj is None:
         return None
-    if _is_torch(obj):
-        obj = obj.detach().cpu().numpy()
-    arr = np.asarray(obj)
+    arr = _torch_integers(obj, name) if _is_torch(obj) else np.asarray(obj)
+    if arr.size == 0 and arr.dtype == np.float64 and not isinstance(obj, np.ndarray):
+        arr = arr.astype(np.int32)  # an empty list: numpy's float64 is not the caller's dtype
     if arr.dtype.kind not in "iu":
         _fail(f"{name} has dtype {arr.dtype}; expected integers (int32)")
     if arr.ndim != 1 or (count is not None and arr.shape[0] != count):
         want = f"[{count}]" if count is not None else "one-dimensional"
         _fail(f"{name} has shape {list(arr.shape)}; expected {want}")
-    if arr.size and (int(arr.min()) < -2**31 or int(arr.max()) >= 2**31):
-        _fail(f"{name} holds values outside int32")
+    _check_int_range(name, arr, "int32")
     return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _torch_integers(t, name):
+    """A torch tensor of integers as a numpy array (floats are refused by their torch name:
+    bfloat16 has no numpy counterpart)."""
+    t = t.detach().cpu().resolve_neg()
+    if t.is_floating_point() or t.is_complex() or str(t.dtype) == "torch.bool":
+        _fail(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected integers "
+              "(int32)")
+    return t.numpy()
 
 
 def _int32_ptr(arr):

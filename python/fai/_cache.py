@@ -1,14 +1,17 @@
 """KV caches: new tokens' K or V rows written into a cache (fai_cache_write), and cache memory on
 2 MiB-aligned huge pages (fai_cache_alloc), as numpy arrays freed with their last view."""
 import ctypes
+import math
 import threading
 import weakref
 
 import numpy as np
 
 from . import _lib
-from ._arrays import _dtype_name, _fill_tensor, _numpy_dtype, _view, _want_exact, _want_float
+from ._arrays import (_dtype_name, _fill_tensor, _numpy_dtype, _view, _want_exact, _want_f32,
+                      _want_float)
 from ._errors import _check, _fail
+from ._scalars import INT64_MAX, _flag, _float32_scalar, _integer, _is_integer, _is_real
 
 __all__ = ["cache_write", "empty_cache"]
 
@@ -25,12 +28,6 @@ def _require(fn, name):
     return fn
 
 
-def _integer(value, name, low):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        _fail(f"{name} = {value!r}: expected an integer >= {low}")
-    return int(value)
-
-
 # -- thread pools -----------------------------------------------------------------------------------
 
 _pools = {}
@@ -42,7 +39,7 @@ def _pool(threads):
     gets a pool of that many threads, made on first use and kept (its threads sleep when idle)."""
     if threads is None:
         return None
-    count = _integer(threads, "threads", 1)
+    count = _integer(threads, "threads", 1, note=" (None: libfai's default pool)")
     with _pools_lock:
         if count not in _pools:
             handle = ctypes.c_void_p()
@@ -114,13 +111,24 @@ def _scale_struct(scale, cache_dtype, cv, geometry):
         struct.stride_seq = seq or 1
         struct.stride_batch, struct.stride_head = batch, head
     else:
-        sv = _view(scale, "scale", _want_exact("scale", ("float32",), convert_to="float32"))
+        sv = _fixed_scales(scale)
         if sv.ndim > 1 or (sv.ndim == 1 and sv.shape[0] not in (1, heads)):
             _fail(f"scale has shape {list(sv.shape)}; expected [{heads}] (fixed, one per head), "
                   f"one number, or {[blocks, rows, heads]} (per token)")
         struct.stride_head = sv.stride(0) if sv.ndim == 1 else 0
     struct.data = sv.ptr
     return struct, sv
+
+
+def _fixed_scales(scale):
+    """The view of fixed scales: one number (Python's or numpy's) or an array of a float dtype,
+    read as float32; a finite value float32 turns into inf, or a nonzero one into 0, is
+    refused."""
+    if isinstance(scale, (bool, np.bool_)):
+        _fail(f"scale = {scale!r}: expected float32 scales")
+    if _is_real(scale):  # libfai names a scale that is not finite or not > 0
+        scale = np.float32(_float32_scalar(scale, "scale", "float32 scales", nonzero=True))
+    return _view(scale, "scale", _want_f32("scale", "float32"), nonzero=True)
 
 
 def cache_write(src, cache, slots, *, scale=None, block_rows=None, threads=None):
@@ -185,35 +193,76 @@ class _CacheMemory:
 
 
 def empty_cache(shape, dtype, *, threads=None, torch=False):
-    """A zeroed numpy array of `shape` and `dtype` (any numpy dtype, or a name: "float16",
-    "bfloat16", "int8", "float8_e4m3fn" / "e4m3", "float8_e5m2" / "e5m2", ...) on memory from
-    fai_cache_alloc: aligned to 2 MiB, transparent huge pages asked for, first touched by the
-    threads of libfai's default pool (threads: a pool of that many). The memory is released
-    when the array and every view of it are gone. torch=True: a torch tensor over the same
-    memory (of the torch dtype of the same name), which keeps it alive likewise."""
-    array = _empty_cache_array(shape, dtype, threads)
-    return _as_torch(array) if torch else array
+    """A zeroed numpy array of `shape` and `dtype` on memory from fai_cache_alloc: aligned to
+    2 MiB, transparent huge pages asked for, first touched by the threads of libfai's default
+    pool (threads: a pool of that many). dtype: a numeric numpy dtype (bool, integers, floats,
+    complex, ml_dtypes' bfloat16 and float8), or a name as numpy reads it or one of fai's:
+    "float16", "bfloat16", "int8", "float8_e4m3fn" / "e4m3", "float8_e5m2" / "e5m2", ...
+    The memory is released when the array and every view of it are gone. torch=True: a torch
+    tensor over the same memory (of the torch dtype of the same name), which keeps it alive
+    likewise."""
+    as_torch = _flag(torch, "torch")
+    shape, dt = _cache_shape(shape), _cache_dtype(dtype)
+    target = _torch_dtype(dt) if as_torch else None  # refused before anything is allocated
+    array = _empty_cache_array(shape, dt, threads)
+    return _as_torch(array, target) if as_torch else array
 
 
-def _as_torch(array):
-    """A torch tensor over a numpy array's memory: through its bytes, since torch does not take
-    ml_dtypes' arrays (bfloat16, float8) from numpy."""
+def _cache_shape(shape):
+    """shape (one integer, or a sequence of them) as a tuple of non-negative Python ints."""
+    extents = (shape,) if _is_integer(shape) else shape
+    try:
+        extents = tuple(extents)
+    except TypeError:
+        _fail(f"shape = {shape!r}: expected a sequence of integers >= 0")
+    if not all(_is_integer(e) and 0 <= int(e) <= INT64_MAX for e in extents):
+        _fail(f"shape = {shape!r}: expected a sequence of integers from 0 to {INT64_MAX}")
+    return tuple(int(e) for e in extents)
+
+
+def _is_numeric(dt):
+    return dt.kind in "biufc" or dt.type.__module__.split(".")[0] == "ml_dtypes"
+
+
+def _cache_dtype(dtype):
+    """The numpy dtype of a cache: a numeric one (Python objects, strings, dates and records are
+    not what a cache holds)."""
+    name = _dtype_name(dtype, "dtype")
+    try:
+        dt = _numpy_dtype(name)
+    except TypeError:  # a name numpy gives but does not read back ("str128", "void64")
+        dt = None
+    if dt is None or not _is_numeric(dt):
+        _fail(f"dtype = {dtype!r} ({name}): expected a numeric dtype (bool, integers, floats, "
+              "complex, or ml_dtypes' bfloat16 and float8)")
+    return dt
+
+
+def _torch_dtype(dt):
     import torch
-    name = array.dtype.name
-    target = getattr(torch, name, None)
+    target = getattr(torch, dt.name, None)
     if target is None or not isinstance(target, torch.dtype):
-        _fail(f"dtype {name} has no torch counterpart")
+        _fail(f"dtype {dt.name} has no torch counterpart")
+    return target
+
+
+def _as_torch(array, target):
+    """A torch tensor of dtype target over a numpy array's memory: through its bytes, since
+    torch does not take ml_dtypes' arrays (bfloat16, float8) from numpy."""
+    import torch
     raw = torch.from_numpy(array.reshape(-1).view(np.uint8))
     return raw.view(target).reshape(array.shape)
 
 
-def _empty_cache_array(shape, dtype, threads):
+def _empty_cache_array(shape, dt, threads):
     alloc = _require(_lib.cache_alloc, "fai_cache_alloc")
-    if isinstance(shape, (int, np.integer)):
-        shape = (shape,)
-    shape = tuple(_integer(extent, "shape", 0) for extent in shape)
-    dt = _numpy_dtype(_dtype_name(dtype))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    # Python ints: a product in int64 would wrap and allocate too little. numpy refuses an
+    # array whose nonzero extents span more than int64's bytes, even an empty one
+    span = math.prod(max(extent, 1) for extent in shape) * dt.itemsize
+    if span > INT64_MAX:
+        _fail(f"shape {list(shape)} of {dt.name} spans {span} bytes, more than an array can "
+              f"address ({INT64_MAX})")
+    nbytes = math.prod(shape) * dt.itemsize
     if nbytes == 0:
         return np.zeros(shape, dtype=dt)  # nothing to allocate
     address = ctypes.c_void_p()

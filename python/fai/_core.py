@@ -10,12 +10,13 @@ import numpy as np
 
 from . import _lib
 from ._arrays import (_BYTE_MASK, _alloc, _dtype_name, _expect, _fai_dtype, _fill_tensor,
-                      _lengths, _view, _want_add_mask, _want_exact, _want_float, _want_int32,
-                      _want_kv)
+                      _lengths, _view, _want_add_mask, _want_exact, _want_f32, _want_float,
+                      _want_int32, _want_kv)
 from ._errors import FaiError, _check, _fail
-from ._options import (_KIND_NAMES, _MASK_ARGS, _MASK_KINDS, _channel_scale_values, _head_values,
-                       _kv_scale, _mask_kind_of, _set_dtypes, _set_execution, _set_lengths,
-                       _set_scores, _set_shape)
+from ._options import (_KIND_NAMES, _MASK_ARGS, _channel_scale_values, _head_values, _kv_scale,
+                       _mask_kind_of, _mask_kind_value, _set_dtypes, _set_execution,
+                       _set_lengths, _set_scores, _set_shape)
+from ._scalars import INT_MAX, INT_MIN, _flag, _integer
 
 __all__ = ["FaiError", "Plan", "attention", "merge_states", "alibi_slopes", "cpu_count",
            "cpu_cache_bytes", "library_path"]
@@ -29,7 +30,7 @@ def cpu_count():
 def cpu_cache_bytes(level):
     """The size in bytes of the CPU's cache of `level` as libfai reads it: 1 (L1 data) and 2 (L2),
     per core, the ones the planner sizes tiles by; 3 (L3, shared; 0 if unknown); else 0."""
-    return int(_lib.cpu_cache_bytes(int(level)))
+    return int(_lib.cpu_cache_bytes(_integer(level, "level", INT_MIN, INT_MAX)))
 
 
 def library_path():
@@ -42,10 +43,9 @@ def library_path():
 
 def alibi_slopes(heads):
     """The standard ALiBi slopes of `heads` query heads (fai_alibi_slopes), float32 [heads]."""
-    if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)):
-        _fail(f"heads = {heads!r}: expected an integer")
-    out = np.empty(max(int(heads), 1), dtype=np.float32)
-    _check(_lib.alibi_slopes(int(heads), out.ctypes.data))
+    heads = _integer(heads, "heads")
+    out = np.empty(max(heads, 1), dtype=np.float32)
+    _check(_lib.alibi_slopes(heads, out.ctypes.data))
     return out
 
 
@@ -115,7 +115,7 @@ class Plan:
         lens = _set_lengths(pb, ints, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv,
                             q_positions, kv_positions)
         _set_execution(pb, trust_block_table, trust_scales, threads, workers, split, tile)
-        pb.k_channel_scales = 1 if k_channel_scales else 0
+        pb.k_channel_scales = _flag(k_channel_scales, "k_channel_scales")
         self._k_channels = bool(k_channel_scales)
 
         handle = ctypes.c_void_p()
@@ -161,7 +161,7 @@ class Plan:
         kind, _ = _mask_kind_of(mask, mask_drop, mask_add, mask_bits)
         name = _KIND_NAMES[kind]
         if mask_kind is not None:
-            if kind != _lib.MASK_NONE and _MASK_KINDS.get(mask_kind) != kind:
+            if kind != _lib.MASK_NONE and _mask_kind_value(mask_kind) != kind:
                 _fail(f"mask_kind = {mask_kind!r} does not match the {_MASK_ARGS[kind]} given")
             name = mask_kind
         shape = _infer(qv, kv, vv, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv,
@@ -221,7 +221,7 @@ class Plan:
     def unit(self, index):
         """Unit `index` (fai_plan_get_unit) as a dict."""
         u = _lib.UnitInfo()
-        _check(_lib.plan_get_unit(self._require(), int(index), ctypes.byref(u)))
+        _check(_lib.plan_get_unit(self._require(), _integer(index, "index"), ctypes.byref(u)))
         return {name: getattr(u, name) for name, _ in _lib.UnitInfo._fields_}
 
     @property
@@ -257,6 +257,7 @@ class Plan:
         k_scale and v_scale (float32) exactly when k and v are quantized, k_channel_scale exactly
         when the plan has k_channel_scales (as in attention())."""
         handle = self._require()
+        return_lse = _flag(return_lse, "return_lse")
         if _lib.plan_wake:  # the pool's threads wake while the arguments below are converted
             _lib.plan_wake(handle)
         qv = _view(q, "q", _want_float("q"))
@@ -600,10 +601,10 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     kind, _ = _mask_kind_of(mask, mask_drop, mask_add, mask_bits)
     if out is not None:
         ov = _view(out, "out", _want_float("out"), writable=True)
-        if out_dtype is not None and _dtype_name(out_dtype) != ov.dtype:
+        if out_dtype is not None and _dtype_name(out_dtype, "out_dtype") != ov.dtype:
             _fail(f"out_dtype {_dtype_name(out_dtype)} does not match out's dtype {ov.dtype}")
         out_dtype = ov.dtype
-    o_dtype = _dtype_name(out_dtype) if out_dtype is not None else qv.dtype
+    o_dtype = _dtype_name(out_dtype, "out_dtype") if out_dtype is not None else qv.dtype
     shape = _infer(qv, kv, vv, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block_table)
     plan = Plan(**shape, q_dtype=qv.dtype, k_dtype=kv.dtype, v_dtype=vv.dtype,
                 out_dtype=o_dtype, causal=causal, causal_top_left=causal_top_left,
@@ -634,6 +635,14 @@ def _o_shape(plan):
     return [s["batch"], s["seq_q"], s["heads_q"], s["head_dim_v"]]
 
 
+def _parts(parts, name):
+    """The arrays of a sequence of parts, as a list."""
+    try:
+        return list(parts)
+    except TypeError:
+        _fail(f"{name} = {parts!r}: expected a sequence of arrays")
+
+
 def merge_states(o_parts, lse_parts, *, out_dtype=None, sinks=None):
     """Merges attention results over disjoint key sets: (O, LSE) over their union.
 
@@ -645,14 +654,14 @@ def merge_states(o_parts, lse_parts, *, out_dtype=None, sinks=None):
     merged result gets them once (fai_apply_sinks); parts computed with sinks would each count
     them.
     """
-    o_list = list(o_parts)
-    l_list = list(lse_parts)
+    o_list = _parts(o_parts, "o_parts")
+    l_list = _parts(lse_parts, "lse_parts")
     if not o_list:
         _fail("o_parts is empty")
     if len(o_list) != len(l_list):
         _fail(f"{len(o_list)} o_parts but {len(l_list)} lse_parts")
     ov = [_view(o, f"o_parts[{i}]", _want_float(f"o_parts[{i}]")) for i, o in enumerate(o_list)]
-    lv = [_view(x, f"lse_parts[{i}]", _want_exact(f"lse_parts[{i}]", ("float32",), "float32"),
+    lv = [_view(x, f"lse_parts[{i}]", _want_f32(f"lse_parts[{i}]", "float32"),
                 last_contiguous=False) for i, x in enumerate(l_list)]
     shape = ov[0].shape
     if len(shape) not in (3, 4):
@@ -677,7 +686,7 @@ def merge_states(o_parts, lse_parts, *, out_dtype=None, sinks=None):
             _fill_tensor(tensors_o[i], o, o.stride(0), o.stride(1), o.stride(2))
             _fill_tensor(tensors_l[i], x, x.stride(0), x.stride(2), x.stride(1))
         tensors_l[i].dtype = _lib.DTYPE_F32
-    o_dtype = _dtype_name(out_dtype) if out_dtype is not None else ov[0].dtype
+    o_dtype = _dtype_name(out_dtype, "out_dtype") if out_dtype is not None else ov[0].dtype
     _fai_dtype(o_dtype, "out")
     out = _alloc(ov[0].torch, list(shape), o_dtype)
     lse = _alloc(ov[0].torch, lse_shape, "float32")

@@ -4,12 +4,15 @@ import math
 import numpy as np
 
 from . import _lib
-from ._arrays import (_QUANT_DTYPES, _dtype_name, _fai_dtype, _int32_ptr, _is_torch, _lengths,
-                      _view, _want_f32)
+from ._arrays import (_QUANT_DTYPES, _check_float_rounding, _dtype_name, _fai_dtype, _int32_ptr,
+                      _is_torch, _lengths, _view, _want_f32)
 from ._errors import _fail
+from ._scalars import (INT64_MAX, INT64_MIN, _flag, _float32_scalar, _integer, _is_integer,
+                       _is_real, _real)
 
 
 def _causal(causal, causal_top_left):
+    causal, causal_top_left = _flag(causal, "causal"), _flag(causal_top_left, "causal_top_left")
     if causal and causal_top_left:
         _fail("causal and causal_top_left exclude each other")
     if causal_top_left:
@@ -30,8 +33,9 @@ def _window(window):
         if side is None:
             sides.append(unbounded)
             continue
-        if isinstance(side, bool) or not isinstance(side, (int, np.integer)):
-            _fail(f"window = {window!r}: expected two integers (-1 or None for unbounded)")
+        if not _is_integer(side) or not INT64_MIN <= int(side) <= INT64_MAX:
+            _fail(f"window = {window!r}: expected two integers from {INT64_MIN} to "
+                  f"{INT64_MAX} (-1 or None for unbounded)")
         sides.append(int(side))
     return sides[0], sides[1]
 
@@ -42,12 +46,7 @@ def _scale(scale):
     visible key alike."""
     if scale is None:
         return None
-    if isinstance(scale, bool):
-        _fail(f"scale = {scale!r}: expected a number (None: 1/sqrt(head_dim))")
-    try:
-        s = float(scale)
-    except (TypeError, ValueError):
-        _fail(f"scale = {scale!r}: expected a number (None: 1/sqrt(head_dim))")
+    s = _real(scale, "scale", "a number (None: 1/sqrt(head_dim))")
     with np.errstate(over="ignore"):
         if not math.isfinite(s) or not math.isfinite(float(np.float32(s))):
             _fail(f"scale = {scale!r} is not a finite float32 (None: 1/sqrt(head_dim))")
@@ -57,9 +56,7 @@ def _scale(scale):
 def _count(value, name):
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        _fail(f"{name} = {value!r}: expected a non-negative integer (None: automatic)")
-    return int(value)
+    return _integer(value, name, 0, note=" (None: automatic)")
 
 
 _SPLITS = {"auto": _lib.SPLIT_AUTO, "units": _lib.SPLIT_UNITS, "greedy": _lib.SPLIT_GREEDY}
@@ -80,25 +77,45 @@ def _mask_kind_of(mask, mask_drop, mask_add, mask_bits=None):
     return given[0] if given else (_lib.MASK_NONE, None)
 
 
+def _mask_kind_value(mask_kind):
+    """The fai_mask_kind of a mask_kind option (None or a name, in any case)."""
+    key = mask_kind.lower() if isinstance(mask_kind, str) else mask_kind
+    if not (key is None or isinstance(key, str)) or key not in _MASK_KINDS:
+        _fail(f"mask_kind = {mask_kind!r}: expected None, 'keep', 'drop', 'add' or 'bits'")
+    return _MASK_KINDS[key]
+
+
 def _softcap(softcap):
-    """softcap as a float32 for the problem (None: 0, off); libfai judges its value."""
+    """softcap as a float32 for the problem (None: 0, off); libfai judges its sign and whether it
+    is finite."""
     if softcap is None:
         return 0.0
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.integer,
-                                                               np.floating)):
-        _fail(f"softcap = {softcap!r}: expected a number (None or 0: no soft-capping)")
-    return float(softcap)
+    # a nonzero cap that rounds to 0 would switch soft-capping off: refused
+    return _float32_scalar(softcap, "softcap", "a number (None or 0: no soft-capping)",
+                           nonzero=True)
 
 
 def _real_array(values, name, expected):
     """values (numpy, torch or a sequence) as a numpy array of real numbers; `expected` names
     the dtype and shapes wanted, for the message."""
     if _is_torch(values):
-        values = values.detach().cpu().numpy()
+        values = values.detach().cpu().resolve_neg()
+        if str(values.dtype) == "torch.bfloat16":
+            values = values.float()  # exact, and numpy cannot take torch's bfloat16
+        values = values.numpy()
     arr = np.asarray(values)
     if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
         _fail(f"{name} has dtype {arr.dtype}: expected {expected}")
     return arr
+
+
+def _float32_values(arr, name):
+    """A real array of scales or per-head values as a contiguous float32 array; a finite value
+    that float32 turns into inf, or a nonzero one it turns into 0, is refused."""
+    with np.errstate(over="ignore", under="ignore"):
+        converted = np.ascontiguousarray(arr, dtype=np.float32)
+    _check_float_rounding(name, arr, arr.dtype.name, converted, nonzero=True)
+    return converted
 
 
 def _head_values(values, name, heads):
@@ -106,7 +123,7 @@ def _head_values(values, name, heads):
     arr = _real_array(values, name, "float32 [heads_q]")
     if arr.shape != (heads,):
         _fail(f"{name} has shape {list(arr.shape)}; expected [{heads}] (one per query head)")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    return _float32_values(arr, name)
 
 
 def _channel_scale_values(values, heads_kv, head_dim):
@@ -114,9 +131,9 @@ def _channel_scale_values(values, heads_kv, head_dim):
     [D] (the same channels for every kv head, stride 0)."""
     arr = _real_array(values, "k_channel_scale", "float32 [Hkv, D] or [D]")
     if arr.shape == (heads_kv, head_dim):
-        return np.ascontiguousarray(arr, dtype=np.float32), head_dim
+        return _float32_values(arr, "k_channel_scale"), head_dim
     if arr.shape == (head_dim,):
-        return np.ascontiguousarray(arr, dtype=np.float32), 0
+        return _float32_values(arr, "k_channel_scale"), 0
     _fail(f"k_channel_scale has shape {list(arr.shape)}; expected [{heads_kv}, {head_dim}] "
           f"(kv heads, channels) or [{head_dim}] (the same for every kv head)")
 
@@ -145,12 +162,12 @@ def _kv_scale(scale, name, kv, lead, labels, axes):
     if scale is None:
         _fail(f"{tensor} has dtype {kv.dtype}: {name} is required (float32 scales, "
               f"{_scale_forms(lead, labels)})")
-    if isinstance(scale, bool):
+    if isinstance(scale, (bool, np.bool_)):
         _fail(f"{name} = {scale!r}: expected float32 scales")
-    if isinstance(scale, (int, float)):
-        with np.errstate(over="ignore"):  # libfai names a scale that is not finite
-            scale = np.asarray(scale, dtype=np.float32)
-    view = _view(scale, name, _want_f32(name, "float32 scales"), last_contiguous=False)
+    if _is_real(scale):  # one number, Python's or numpy's; libfai names one that is not finite
+        scale = np.float32(_float32_scalar(scale, name, "float32 scales", nonzero=True))
+    view = _view(scale, name, _want_f32(name, "float32 scales"), last_contiguous=False,
+                 nonzero=True)
     shape = view.shape
     if view.ndim > len(lead) or any(d not in (1, w) for d, w in zip(shape[::-1], lead[::-1])):
         _fail(f"{name} has shape {list(shape)}; expected a shape that broadcasts to {tensor}'s "
@@ -163,16 +180,10 @@ def _kv_scale(scale, name, kv, lead, labels, axes):
 
 # -- the fields of a plan's problem, group by group (Plan.__init__) ------------------------------
 
-def _integer_arg(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        _fail(f"{name} = {value!r}: expected an integer")
-    return int(value)
-
-
 def _set_shape(pb, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v, page_size,
                num_pages, pages_per_seq):
     """The counts into pb; returns them by name (seq_kv and head_dim_v resolved)."""
-    ints = {name: _integer_arg(value, name) for name, value in (
+    ints = {name: _integer(value, name) for name, value in (
         ("batch", batch), ("heads_q", heads_q), ("heads_kv", heads_kv), ("seq_q", seq_q),
         ("head_dim", head_dim), ("page_size", page_size), ("num_pages", num_pages),
         ("pages_per_seq", pages_per_seq))}
@@ -180,9 +191,9 @@ def _set_shape(pb, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v
         if ints["page_size"] <= 0:
             _fail("seq_kv = None: expected an integer (only a paged plan may leave it out)")
         seq_kv = ints["pages_per_seq"] * ints["page_size"]
-    ints["seq_kv"] = _integer_arg(seq_kv, "seq_kv")
-    ints["head_dim_v"] = _integer_arg(ints["head_dim"] if head_dim_v is None else head_dim_v,
-                                      "head_dim_v")
+    ints["seq_kv"] = _integer(seq_kv, "seq_kv")
+    ints["head_dim_v"] = _integer(ints["head_dim"] if head_dim_v is None else head_dim_v,
+                                  "head_dim_v")
     if ints["head_dim_v"] < 1:  # libfai reads -1 as "head_dim": never pass a computed one on
         _fail(f"head_dim_v = {ints['head_dim_v']} is not a head dimension (>= 1; None: "
               "head_dim)")
@@ -197,16 +208,10 @@ def _set_dtypes(pb, q_dtype, k_dtype, v_dtype, out_dtype):
     names = {}
     for field, dt in (("q", q_dtype), ("k", k_dtype),
                       ("v", k_dtype if v_dtype is None else v_dtype), ("o", out_dtype)):
-        names[field] = _dtype_name(dt)
+        names[field] = _dtype_name(dt, f"{field if field != 'o' else 'out'}_dtype")
         setattr(pb, field + "_dtype", _fai_dtype(names[field], field if field != "o" else "out",
                                                  quantized=field in ("k", "v")))
     return names
-
-
-def _flag(value, name):
-    if not isinstance(value, (bool, np.bool_)):
-        _fail(f"{name} = {value!r}: expected True or False")
-    return int(bool(value))
 
 
 def _set_scores(pb, scale, round_p_bf16, softcap, alibi, sinks, causal, causal_top_left, window,
@@ -220,10 +225,7 @@ def _set_scores(pb, scale, round_p_bf16, softcap, alibi, sinks, causal, causal_t
     pb.alibi, pb.sinks = _flag(alibi, "alibi"), _flag(sinks, "sinks")
     pb.causal = _causal(causal, causal_top_left)
     pb.window_left, pb.window_right = _window(window)
-    key = mask_kind.lower() if isinstance(mask_kind, str) else mask_kind
-    if key not in _MASK_KINDS:
-        _fail(f"mask_kind = {mask_kind!r}: expected None, 'keep', 'drop', 'add' or 'bits'")
-    pb.mask_kind = _MASK_KINDS[key]
+    pb.mask_kind = _mask_kind_value(mask_kind)
 
 
 def _set_lengths(pb, ints, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, q_positions,
@@ -250,11 +252,11 @@ def _set_lengths(pb, ints, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, q
 
 def _set_execution(pb, trust_block_table, trust_scales, threads, workers, split, tile):
     """How the plan runs: what it trusts, threads, workers, the split and a tile override."""
-    pb.trust_block_table = 1 if trust_block_table else 0
-    pb.trust_scales = 1 if trust_scales else 0
+    pb.trust_block_table = _flag(trust_block_table, "trust_block_table")
+    pb.trust_scales = _flag(trust_scales, "trust_scales")
     pb.threads = _count(threads, "threads")
     pb.workers = _count(workers, "workers")
-    if split not in _SPLITS:
+    if not isinstance(split, str) or split not in _SPLITS:
         _fail(f"split = {split!r}: expected 'auto', 'units' or 'greedy'")
     pb.split = _SPLITS[split]
     if tile is not None:

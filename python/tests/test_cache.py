@@ -235,6 +235,66 @@ def test_shape_and_dtype_errors():
         fai.cache_write(src, np.zeros_like(cache), slots, scale=scale, threads=0)
 
 
+@pytest.mark.parametrize("scale, match", [
+    (1 + 1j, "scale has dtype complex128; expected float32"),
+    (True, "scale = True"),
+    ("0.5", "scale has dtype str.*; expected float32"),
+    (np.array([1, 2]), "scale has dtype int64; expected float32"),
+    (1e39, r"scale = 1e\+39 is outside float32's range"),
+    (1e-46, r"scale = 1e-46 is nonzero but rounds to 0"),
+    (np.array([0.5, 1e-46]), r"scale\[1\] = 1e-46 is nonzero but rounds to 0"),
+])
+def test_fixed_scales_are_real_numbers_float32_holds(scale, match):
+    src, cache, _, slots = error_setup()
+    before = cache.copy()
+    with pytest.raises(fai.FaiError, match=match):
+        fai.cache_write(src, cache, slots, scale=scale)
+    assert np.array_equal(cache, before)
+
+
+def test_fixed_scales_of_numpy_scalars_and_float64_arrays():
+    src, cache, _, slots = error_setup()
+    before = cache.copy()
+    fai.cache_write(src, cache, slots, scale=0.5)
+    for scale in (np.float64(0.5), np.float32(0.5), np.array([0.5, 0.5])):
+        again = before.copy()
+        fai.cache_write(src, again, slots, scale=scale)
+        assert np.array_equal(again, cache)
+
+
+def test_src_beyond_float32_is_refused():
+    src, cache, scale, slots = error_setup()
+    src = src.astype(np.float64)
+    src[2, 1, 0] = 1e39
+    before = cache.copy()
+    with pytest.raises(fai.FaiError, match=r"src\[2, 1, 0\] = 1e\+39 is outside float32's"):
+        fai.cache_write(src, cache, slots, scale=scale)
+    assert np.array_equal(cache, before)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"threads": 2**64 + 1}, "threads = 18446744073709551617"),
+    ({"threads": 1.0}, r"threads = 1\.0"),
+    ({"block_rows": 2**64 + 4}, "block_rows = 18446744073709551620"),
+])
+def test_integer_arguments_outside_int64_are_refused(kwargs, match):
+    src, cache, scale, slots = error_setup()
+    before = cache.copy()
+    with pytest.raises(fai.FaiError, match=match):
+        fai.cache_write(src, cache, slots, scale=scale, **kwargs)
+    assert np.array_equal(cache, before)
+
+
+def test_cache_with_overlapping_rows_is_refused():
+    src, _, scale, slots = error_setup()
+    base = np.full(256, 0x55, np.int8)
+    # rows 8 bytes apart but 16 long: each row's second half is the next row's first
+    cache = np.lib.stride_tricks.as_strided(base, (2, 4, 2, 8), (64, 8, 8, 1))
+    with pytest.raises(fai.FaiError, match="cache has elements that overlap"):
+        fai.cache_write(src, cache, slots, scale=scale)
+    assert np.all(base == 0x55)
+
+
 # -- empty_cache ------------------------------------------------------------------------------------
 
 
@@ -264,6 +324,36 @@ def test_empty_cache_dtype_names():
     assert empty.shape == (0, 4) and empty.dtype == np.int8
     with pytest.raises(fai.FaiError, match="shape"):
         fai.empty_cache((2, -1), "int8")
+
+
+@pytest.mark.parametrize("name, dtype", [("B", np.uint8), ("F", np.complex64),
+                                         ("D", np.complex128), ("H", np.uint16), ("f", np.float32),
+                                         ("i1", np.int8)])
+def test_empty_cache_reads_dtype_names_as_numpy_does(name, dtype):
+    assert fai.empty_cache(3, name).dtype == dtype
+
+
+@pytest.mark.parametrize("dtype, match", [
+    (None, "dtype = None: expected a dtype"),
+    ("U4", "dtype = 'U4' .*: expected a numeric dtype"),
+    (object, "expected a numeric dtype"),
+    ("nonsense", "dtype = 'nonsense': not a dtype"),
+])
+def test_empty_cache_refuses_what_is_not_a_numeric_dtype(dtype, match):
+    with pytest.raises(fai.FaiError, match=match):
+        fai.empty_cache(3, dtype)
+
+
+@pytest.mark.parametrize("shape", [(2**62 + 1, 4), (2**62,), (2**32, 2**32 + 1), (0, 2**62)])
+def test_empty_cache_refuses_sizes_past_int64_bytes(shape):
+    with pytest.raises(fai.FaiError, match=r"shape \[.*\] of float32 spans \d+ bytes, more than "
+                       "an array can address"):
+        fai.empty_cache(shape, "float32")
+
+
+def test_empty_cache_torch_is_true_or_false():
+    with pytest.raises(fai.FaiError, match="torch = 'yes': expected True or False"):
+        fai.empty_cache(3, "int8", torch="yes")
 
 
 def owner(array):

@@ -92,6 +92,119 @@ def test_lengths_past_the_tensor():
     with pytest.raises(fai.FaiError, match="seqlens_kv"):
         fai.attention(q, k, k, seqlens_kv=[4])
 
+# -- options taken as what they are: flags, integers, dtype names ------------------------------
+
+def _small():
+    return np.zeros((1, 2, 2, 8), np.float32), np.zeros((1, 3, 1, 8), np.float16)
+
+
+@pytest.mark.parametrize("name", ["causal", "causal_top_left", "round_p_bf16", "return_lse"])
+@pytest.mark.parametrize("value", ["False", "no", 0, 1, None, np.array([0, 1])])
+def test_attention_flags_are_true_or_false_only(name, value):
+    q, k = _small()
+    with pytest.raises(fai.FaiError, match=rf"{name} = .*: expected True or False"):
+        fai.attention(q, k, k, **{name: value})
+
+
+@pytest.mark.parametrize("name", ["trust_block_table", "trust_scales", "k_channel_scales",
+                                  "causal", "alibi", "sinks"])
+def test_plan_flags_are_true_or_false_only(name):
+    # "no" is truthy: taken as True it would turn the block table's bounds checks off
+    with pytest.raises(fai.FaiError, match=f"{name} = 'no': expected True or False"):
+        fai.Plan(1, 2, 1, 2, 3, 8, **{name: "no"})
+
+
+def test_numpy_bools_are_flags():
+    q, k = _small()
+    assert np.array_equal(fai.attention(q, k, k, causal=np.bool_(True)),
+                          fai.attention(q, k, k, causal=True))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"window": (2**64 + 1, 0)}, r"window = \(18446744073709551617, 0\)"),
+    ({"window": (2**63, 0)}, r"window = \(9223372036854775808, 0\)"),
+    ({"window": (0.5, 0)}, r"window = \(0\.5, 0\)"),
+    ({"threads": 2**64}, "threads = 18446744073709551616"),
+    ({"workers": 2**64 + 2}, "workers = 18446744073709551618"),
+    ({"tile": (2**64 + 16, 16)}, "tile_q = 18446744073709551632"),
+    ({"threads": "2"}, "threads = '2'"),
+])
+def test_integer_options_outside_int64_are_refused_by_their_value(kwargs, match):
+    q, k = _small()
+    with pytest.raises(fai.FaiError, match=match):
+        fai.attention(q, k, k, **kwargs)
+
+
+def test_integer_arguments_are_refused_by_their_value():
+    with pytest.raises(fai.FaiError, match="batch = 18446744073709551617"):
+        fai.Plan(2**64 + 1, 2, 1, 2, 3, 8)
+    for level in (2**32 + 2, "a", 1.0):
+        with pytest.raises(fai.FaiError, match=f"level = {level!r}"):
+            fai.cpu_cache_bytes(level)
+    assert fai.cpu_cache_bytes(np.int64(1)) == fai.cpu_cache_bytes(1)
+    plan = fai.Plan(1, 2, 1, 2, 3, 8)
+    for index in (2**64, 0.9, "0"):
+        with pytest.raises(fai.FaiError, match=f"index = {index!r}"):
+            plan.unit(index)
+    assert plan.unit(np.int64(0)) == plan.unit(0)
+
+
+def test_numpy_integers_are_integers():
+    q, k = _small()
+    assert np.array_equal(fai.attention(q, k, k, window=(np.int32(1), None), threads=np.int64(1)),
+                          fai.attention(q, k, k, window=(1, None), threads=1))
+
+
+def test_dtype_names_are_read_as_given():
+    q, k = _small()
+    # numpy reads "F" as complex64 and "f" as float32: never lowercased into another dtype
+    with pytest.raises(fai.FaiError, match="out dtype complex64"):
+        fai.attention(q, k, k, out_dtype="F")
+    assert fai.attention(q, k, k, out_dtype="f").dtype == np.float32
+    with pytest.raises(fai.FaiError, match="q_dtype = None: expected a dtype"):
+        fai.Plan(1, 2, 1, 2, 3, 8, q_dtype=None)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"split": []}, r"split = \[\]: expected 'auto'"),
+    ({"mask_kind": []}, r"mask_kind = \[\]: expected None"),
+    ({"causal": np.array([0, 1])}, "causal = array"),
+])
+def test_unhashable_and_array_options_are_refused_by_name(kwargs, match):
+    with pytest.raises(fai.FaiError, match=match):
+        fai.Plan(1, 2, 1, 2, 3, 8, **kwargs)
+
+
+def test_empty_prefix_sums_are_refused_as_empty():
+    q, k = _small()
+    with pytest.raises(fai.FaiError, match="cu_seqlens_q is empty"):
+        fai.attention(q[0], k, k, cu_seqlens_q=[])
+
+
+def test_out_with_overlapping_elements_is_refused():
+    q, k = _small()
+    base = np.full(64, 7.0, np.float32)
+    # rows 4 elements apart: the second half of row 0 is the first half of row 1
+    out = np.lib.stride_tricks.as_strided(base, (1, 2, 2, 8), (256, 16, 64, 4))
+    with pytest.raises(fai.FaiError, match="out has elements that overlap"):
+        fai.attention(q, k, k, out=out)
+    assert np.all(base == 7.0)
+
+
+def test_float64_values_beyond_float32_are_refused():
+    q, k = np.zeros((1, 2, 2, 8)), np.zeros((1, 3, 1, 8))
+    big = q.copy()
+    big[0, 1, 0, 3] = 1e39
+    with pytest.raises(fai.FaiError, match=r"q\[0, 1, 0, 3\] = 1e\+39 is outside float32's"):
+        fai.attention(big, k, k)
+    add = np.zeros((2, 3))
+    add[1, 2] = -1e39
+    with pytest.raises(fai.FaiError, match=r"mask_add\[1, 2\] = -1e\+39"):
+        fai.attention(q, k, k, mask_add=add)
+    add[1, 2] = -np.inf  # float32 holds inf: the key is masked
+    o = fai.attention(q, k, k, mask_add=add)
+    assert np.isfinite(o).all()
+
 # -- defaults are never taken for computed values; zero sizes ------------------------------------
 
 @pytest.mark.parametrize("scale", [0.0, 1e-46, np.float32(0)])

@@ -73,3 +73,21 @@ def test_modifier_errors():
     with pytest.raises(fai.FaiError, match="alibi_slopes is required"):
         plan.run(*arrays)
     assert np.array_equal(fai.alibi_slopes(8), 2.0 ** -np.arange(1, 9, dtype=np.float32))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"softcap": 1e-46}, r"softcap = 1e-46 is nonzero but rounds to 0"),
+    ({"softcap": 1e39}, r"softcap = 1e\+39 is outside float32's range"),
+    ({"softcap": 10**400}, "softcap = 1000"),
+    ({"softcap": 1 + 0j}, "softcap = "),
+    ({"alibi_slopes": [0.5, 1e39]}, r"alibi_slopes\[1\] = 1e\+39 is outside float32's range"),
+    ({"alibi_slopes": [1e-46, 0.5]}, r"alibi_slopes\[0\] = 1e-46 is nonzero but rounds to 0"),
+    ({"sinks": [-1e39, 0.0]}, r"sinks\[0\] = -1e\+39 is outside float32's range"),
+    ({"sinks": [0.0, 1e-46]}, r"sinks\[1\] = 1e-46 is nonzero but rounds to 0"),
+])
+def test_modifier_values_float32_cannot_hold_are_refused(kwargs, match):
+    # a soft cap that rounds to 0 would switch soft-capping off
+    rng = np.random.default_rng(65)
+    arrays, _ = qkv(rng, 1, 3, 5, 2, 1, 8)
+    with pytest.raises(fai.FaiError, match=match):
+        fai.attention(*arrays, **kwargs)

@@ -152,3 +152,24 @@ def test_merge_states_packed_and_all_empty():
     assert np.all(o[0] == 0) and np.all(np.isneginf(lse[:, 0]))
     assert_close(o[1:], want[1:], 1e-5)
     assert_close(lse[:, 1:], np.logaddexp(l1, l2)[:, 1:], 1e-5, what="LSE")
+
+
+@pytest.mark.parametrize("lse,match", [
+    (np.zeros((1, 2, 3), np.complex64), "lse_parts\\[0\\] has dtype complex64; expected float32"),
+    (np.zeros((1, 2, 3), bool), "lse_parts\\[0\\] has dtype bool; expected float32"),
+    (np.zeros((1, 2, 3), np.int32), "lse_parts\\[0\\] has dtype int32; expected float32"),
+    (np.full((1, 2, 3), "0"), "lse_parts\\[0\\] has dtype str"),
+    (np.full((1, 2, 3), 1e39), "lse_parts\\[0\\]\\[0, 0, 0\\] = 1e\\+39 is outside float32's"),
+])
+def test_merge_states_takes_float_lse_only(lse, match):
+    o = np.zeros((1, 3, 2, 4), np.float32)
+    with pytest.raises(fai.FaiError, match=match):
+        fai.merge_states([o], [lse])
+    # float64 holds what float32 does: read as float32
+    merged, _ = fai.merge_states([o], [np.zeros((1, 2, 3))])
+    assert np.array_equal(merged, o)
+
+
+def test_merge_states_refuses_parts_that_are_not_a_sequence():
+    with pytest.raises(fai.FaiError, match="o_parts = 5: expected a sequence"):
+        fai.merge_states(5, [])

@@ -203,3 +203,25 @@ def test_quantized_dtype_errors():
     plan = fai.Plan(1, 4, 2, 2, 5, 8, k_dtype="int8", v_dtype="float16")
     with pytest.raises(fai.FaiError, match="k has dtype float16; the plan's is int8"):
         plan.run(q, k, k, k_scale=0.5)
+
+
+def test_numpy_scalars_are_scales_like_python_ones():
+    rng = np.random.default_rng(76)
+    (q, k, v), _, _ = quantized_qkv(rng, 1, 2, 5, 4, 2, 8, ("int8", "int8"), ("head", "head"))
+    want = fai.attention(q, k, v, k_scale=1, v_scale=0.25)
+    for k_scale, v_scale in ((np.int64(1), np.float64(0.25)), (np.float32(1), np.float16(0.25))):
+        assert np.array_equal(fai.attention(q, k, v, k_scale=k_scale, v_scale=v_scale), want)
+
+
+@pytest.mark.parametrize("k_scale,match", [
+    (1e39, r"k_scale = 1e\+39 is outside float32's range"),
+    (1e-46, r"k_scale = 1e-46 is nonzero but rounds to 0 in float32"),
+    (np.array([0.5, 1e-46]), r"k_scale\[1\] = 1e-46 is nonzero but rounds to 0"),
+    (np.array([0.5, -1e39]), r"k_scale\[1\] = -1e\+39 is outside float32's range"),
+    (1 + 1j, "k_scale has dtype complex128"),
+])
+def test_scales_that_float32_cannot_hold_are_refused_by_their_value(k_scale, match):
+    q = np.zeros((1, 2, 4, 8), np.float32)
+    k = np.ones((1, 5, 2, 8), np.int8)
+    with pytest.raises(fai.FaiError, match=match):
+        fai.attention(q, k, k, k_scale=k_scale, v_scale=0.5)

@@ -231,3 +231,54 @@ def test_empty_cache_torch_int8_keys_attend():
     p /= p.sum(-1, keepdims=True)
     want = np.einsum("bhqs,bshd->bqhd", p, np.repeat(v.astype(np.float64), hq // hkv, axis=2))
     np.testing.assert_allclose(o.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def _negative_view(*shape):
+    """A float32 tensor that is torch's lazy negation of its storage (is_neg()): the imaginary
+    part of a conjugate."""
+    return torch.zeros(*shape, dtype=torch.complex64).conj().imag
+
+
+def test_negative_and_conjugate_views_are_refused_as_destinations():
+    # fai would write a resolved copy and drop it: the caller's tensor would never be written
+    q, k, v = make(1, 4, 5, 2, 1, 16, kv_dtype=torch.float32)
+    out = _negative_view(1, 4, 2, 16)
+    assert out.is_neg()
+    with pytest.raises(fai.FaiError, match="out is a negative view"):
+        fai.attention(q, k, v, out=out)
+    with pytest.raises(fai.FaiError, match="out is a conjugate view"):
+        fai.attention(q, k, v, out=torch.zeros(1, 4, 2, 16, dtype=torch.complex64).conj())
+    src, slots = torch.ones(2, 1, 16), torch.tensor([0, 1])
+    with pytest.raises(fai.FaiError, match="cache is a negative view"):
+        fai.cache_write(src, _negative_view(1, 4, 1, 16), slots)
+    cache = torch.zeros(1, 4, 1, 16, dtype=torch.int8)
+    with pytest.raises(fai.FaiError, match="scale is a negative view"):
+        fai.cache_write(src, cache, slots, scale=_negative_view(1, 4, 1))
+    assert not cache.any()
+
+
+def test_negative_views_are_read_as_their_values():
+    q, k, v = make(1, 4, 5, 2, 1, 16, kv_dtype=torch.float32)
+    q_view = torch.complex(torch.zeros_like(q), -q).conj().imag  # reads as q
+    assert q_view.is_neg()
+    assert torch.equal(fai.attention(q_view, k, v), fai.attention(q, k, v))
+
+
+def test_wide_integer_tensors_outside_int32_are_refused():
+    q, pool = torch.ones(1, 1, 1, 16), torch.ones(4, 2, 1, 16)
+    # 2**32 + 2 would wrap to page 2
+    with pytest.raises(fai.FaiError, match=r"block_table holds values outside int32 "
+                       r"\(4294967298 \.\. 4294967298\)"):
+        fai.attention(q, pool, pool, block_table=torch.tensor([[2**32 + 2]]), seqlens_kv=[1])
+    with pytest.raises(fai.FaiError, match="seqlens_kv holds values outside int32"):
+        fai.attention(q, pool, pool, block_table=torch.tensor([[2]]),
+                      seqlens_kv=torch.tensor([2**32 + 1]))
+    o = fai.attention(q, pool, pool, block_table=torch.tensor([[2]]), seqlens_kv=torch.tensor([1]))
+    assert torch.equal(o, fai.attention(q, pool[2:3, :1], pool[2:3, :1]))
+
+
+def test_float64_tensors_beyond_float32_are_refused():
+    q, k, v = make(1, 2, 3, 2, 1, 8, q_dtype=torch.float64, kv_dtype=torch.float64)
+    q[0, 1, 1, 5] = -1e39
+    with pytest.raises(fai.FaiError, match=r"q\[0, 1, 1, 5\] = -1e\+39 is outside float32's"):
+        fai.attention(q, k, v)
