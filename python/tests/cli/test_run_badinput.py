@@ -316,6 +316,13 @@ OLD_O = b"previous output, must survive\n"
 OLD_LSE = b"previous lse, must survive\n"
 
 
+def write_files(d, files):
+    """Each name's bytes into directory d."""
+    for fname, data in files.items():
+        with open(os.path.join(d, fname), "wb") as f:
+            f.write(data)
+
+
 def run(fai, d, args):
     return subprocess.run([fai, "run"] + args, cwd=d, capture_output=True, timeout=120)
 
@@ -410,9 +417,7 @@ def streams(fai):
     d = tempfile.mkdtemp(prefix="fai_fifo_")
     problems = []
     try:
-        for fname, data in GOOD.items():
-            with open(os.path.join(d, fname), "wb") as f:
-                f.write(data)
+        write_files(d, GOOD)
         fifo = os.path.join(d, "q.fifo")
         os.mkfifo(fifo)
         tail_limit = 256 << 20  # what an unbounded reader would take, well short of trouble
@@ -457,9 +462,7 @@ def special_outputs(fai):
     d = tempfile.mkdtemp(prefix="fai_outputs_")
     problems = []
     try:
-        for fname, data in GOOD.items():
-            with open(os.path.join(d, fname), "wb") as f:
-                f.write(data)
+        write_files(d, GOOD)
         os.mkfifo(os.path.join(d, "o.fifo"))
         os.symlink("missing.npy", os.path.join(d, "dangling.npy"))
         for out, needle in (("o.fifo", "not a regular file"),
