@@ -387,8 +387,9 @@ typedef struct fai_tensors {
      * Q, K or an additive mask) makes its O and LSE NaN, also when all its visible scores are
      * NaN (never the 0 / -inf of a masked row); a +Inf score does the same, -Inf scores weigh
      * 0 (all -Inf: an empty row, 0 / -inf). Inf or NaN in V reaches O, not the LSE, of the rows
-     * that weigh that key above 0. f16 output saturates finite values at +-65504 and keeps
-     * +-Inf and NaN. */
+     * that weigh that key above 0. Scores are f32: one that leaves its range (|scale q.k|, with
+     * a quantized K's scale, past 3.4e38) is +-Inf and follows these rules. f16 output
+     * saturates finite values at +-65504 and keeps +-Inf and NaN. */
     fai_tensor lse;
     fai_mask mask;              /* used when the plan's mask_kind is not NONE */
     const int32_t *block_table; /* paged only: [batch, pages_per_seq] */
