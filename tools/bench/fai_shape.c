@@ -32,8 +32,8 @@ int ft_parse_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
     return 0;
 }
 
-/* An integer of at most 18 digits, an optional '-' before them and nothing else (no blanks, no
- * '+'), within [min, max]. */
+/* A decimal integer within [min, max]: digits, an optional '-' before them, nothing else (no
+ * blanks, no '+'). */
 static int parse_strict_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
     const char *digits = text[0] == '-' ? text + 1 : text;
     if (!(digits[0] >= '0' && digits[0] <= '9')) return -1;
@@ -41,6 +41,28 @@ static int parse_strict_int64(const char *text, int64_t min, int64_t max, int64_
 }
 
 /* The flags a shape takes, each at most once: --causal and --causal-top-left count as one. */
+static const char *const shape_flags[] = {"--b",
+                                          "--hq",
+                                          "--hkv",
+                                          "--sq",
+                                          "--skv",
+                                          "--d",
+                                          "--dv",
+                                          "--page-size",
+                                          "--round-p-bf16",
+                                          "--pipeline-tiles",
+                                          "--head-major",
+                                          "--k-channel-scales",
+                                          "--alibi",
+                                          "--sinks",
+                                          "--softcap",
+                                          "--causal",
+                                          "--causal-top-left",
+                                          "--window",
+                                          "--q-dtype",
+                                          "--kv-dtype",
+                                          "--out-dtype"};
+
 static int flag_once(const char *flag, const char **seen, int *seen_count, const char *cmd) {
     const int causal = !strncmp(flag, "--causal", 8);
     for (int s = 0; s < *seen_count; s++) {
@@ -76,33 +98,12 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
                 used[i] = 1;
             }
     int d_given = 0, dv_given = 0;
-    const char *seen[32];
+    const char *seen[sizeof shape_flags / sizeof shape_flags[0]];
     int seen_count = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         int found = 0;
         if (used[i]) continue;
-        static const char *const shape_flags[] = {"--b",
-                                                  "--hq",
-                                                  "--hkv",
-                                                  "--sq",
-                                                  "--skv",
-                                                  "--d",
-                                                  "--dv",
-                                                  "--page-size",
-                                                  "--round-p-bf16",
-                                                  "--pipeline-tiles",
-                                                  "--head-major",
-                                                  "--k-channel-scales",
-                                                  "--alibi",
-                                                  "--sinks",
-                                                  "--softcap",
-                                                  "--causal",
-                                                  "--causal-top-left",
-                                                  "--window",
-                                                  "--q-dtype",
-                                                  "--kv-dtype",
-                                                  "--out-dtype"};
         for (size_t f = 0; f < sizeof shape_flags / sizeof shape_flags[0]; f++)
             if (!strcmp(arg, shape_flags[f]) && flag_once(arg, seen, &seen_count, cmd)) return -1;
         for (size_t f = 0; f < sizeof int_flags / sizeof int_flags[0]; f++) {
