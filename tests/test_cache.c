@@ -465,6 +465,57 @@ TEST(cache_write_refuses_bad_slots) {
     CHECK(memcmp(f.cache, f.cache_before, 16) == 0);      /* slot 0 (block 0, row 0) unchanged */
 }
 
+/* Strides that put two tokens, heads or rows of the cache, or two per-token scales, in one
+ * place, and a source or scales that overlap the cache, are refused: the cache would keep
+ * whichever was written last (with threads, any of them). */
+TEST(cache_write_refuses_places_written_twice) {
+    error_fixture f;
+    fixture_init(&f);
+    const fai_tensor cache = f.cache_tensor;
+    static const struct {
+        int64_t batch, seq, head;
+        const char *named;
+    } cache_strides[] = {
+        {64, 0, 8, "cache strides (batch 64, seq 0, head 8)"},   /* rows of a block in one */
+        {64, 16, 0, "cache strides (batch 64, seq 16, head 0)"}, /* heads in one */
+        {64, 16, 4, "cache strides (batch 64, seq 16, head 4)"}, /* heads half overlapping */
+        {8, 16, 4, "cache strides (batch 8, seq 16, head 4)"},
+    };
+    for (size_t c = 0; c < sizeof cache_strides / sizeof cache_strides[0]; c++) {
+        f.cache_tensor.stride_batch = cache_strides[c].batch;
+        f.cache_tensor.stride_seq = cache_strides[c].seq;
+        f.cache_tensor.stride_head = cache_strides[c].head;
+        check_refused(test_failed_, &f, fixture_write(&f, &f.per_token), FAI_ERR_INVALID_ARG,
+                      cache_strides[c].named);
+    }
+    f.cache_tensor = cache;
+    fai_scale shared = f.per_token;
+    shared.stride_head = 0; /* both heads' scales in one */
+    check_refused(test_failed_, &f, fixture_write(&f, &shared), FAI_ERR_INVALID_ARG,
+                  "per-token scale strides (batch 8, seq 2, head 0)");
+    shared = f.per_token;
+    shared.stride_batch = 0; /* both blocks' scales in one */
+    check_refused(test_failed_, &f, fixture_write(&f, &shared), FAI_ERR_INVALID_ARG,
+                  "per-token scale strides (batch 0, seq 2, head 1)");
+    /* the source read from the cache's own memory */
+    f.cache_tensor.dtype = FAI_DTYPE_F32;
+    float floats[2 * 4 * 2 * 8];
+    memset(floats, 0, sizeof floats);
+    f.cache_tensor.data = floats;
+    f.src_tensor.data = floats + 8;
+    const float floats_before = floats[0];
+    CHECK(fai_cache_write(4, 2, 8, &f.src_tensor, f.slots, 2, 4, &f.cache_tensor, NULL, NULL) ==
+          FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "src and cache overlap") != NULL);
+    CHECK(floats[0] == floats_before);
+    /* per-token scales inside the cache */
+    fixture_init(&f);
+    fai_scale inside = f.per_token;
+    inside.data = (float *)(void *)f.cache;
+    check_refused(test_failed_, &f, fixture_write(&f, &inside), FAI_ERR_INVALID_ARG,
+                  "scales overlap the cache");
+}
+
 TEST(cache_write_refuses_nonfinite_values_and_bad_scales) {
     error_fixture f;
     fixture_init(&f);

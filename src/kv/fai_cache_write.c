@@ -106,6 +106,55 @@ static fai_status check_offsets(const char *name, const int64_t counts[3], const
                      MAX_OFFSET);
 }
 
+/* Whether distinct indices (counts[i] along strides[i], i < 3, each index `tail` elements wide)
+ * address distinct elements: taken by increasing stride, each dimension must step past all that
+ * the smaller ones span. (A layout that interleaves its dimensions without overlapping fails
+ * too; no cache is laid out so.) Two tokens, heads or rows written to one place would leave the
+ * last one written, which with threads is any of them. */
+static int indices_distinct(const int64_t counts[3], const int64_t strides[3], int64_t tail) {
+    int order[3] = {0, 1, 2};
+    for (int i = 1; i < 3; i++) /* by increasing stride */
+        for (int j = i; j > 0 && strides[order[j]] < strides[order[j - 1]]; j--) {
+            const int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    int64_t span = tail; /* elements from the first index's to past the last one's (offsets fit) */
+    for (int i = 0; i < 3; i++) {
+        const int64_t count = counts[order[i]], stride = strides[order[i]];
+        if (count <= 1) continue;
+        if (stride < span) return 0;
+        span += stride * (count - 1);
+    }
+    return 1;
+}
+
+static fai_status check_distinct_indices(const char *name, const int64_t counts[3],
+                                         const int64_t strides[3], int64_t tail) {
+    if (indices_distinct(counts, strides, tail)) return FAI_OK;
+    return fai__fail(FAI_ERR_INVALID_ARG,
+                     "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
+                     ") put two of its [%" PRId64 ", %" PRId64 ", %" PRId64
+                     "] %s in one place: each must have its own",
+                     name, strides[0], strides[1], strides[2], counts[0], counts[1], counts[2],
+                     tail > 1 ? "rows" : "elements");
+}
+
+/* The bytes [begin, end) an addressed tensor spans (offsets checked to fit). */
+typedef struct byte_range {
+    uintptr_t begin, end;
+} byte_range;
+
+static byte_range range_of(const void *data, const int64_t counts[3], const int64_t strides[3],
+                           int64_t tail, size_t element) {
+    int64_t last = tail;
+    for (int i = 0; i < 3; i++)
+        last += counts[i] > 0 ? (counts[i] - 1) * strides[i] : 0;
+    const uintptr_t begin = (uintptr_t)data;
+    return (byte_range){begin, begin + (uintptr_t)last * element};
+}
+
+static int ranges_meet(byte_range a, byte_range b) { return a.begin < b.end && b.begin < a.end; }
+
 /* Whether the cache takes scales, and how they are laid out: per token where stride_seq moves,
  * fixed per head where neither stride_batch nor stride_seq does. */
 static fai_status check_scale(const fai_tensor *cache, const fai_scale *scale, scale_mode *mode) {
@@ -378,10 +427,25 @@ static fai_status check_arguments(int64_t tokens, int64_t heads, int64_t dim, co
     const int64_t cache_counts[3] = {blocks, block_rows, heads};
     const int64_t cache_strides[3] = {cache->stride_batch, cache->stride_seq, cache->stride_head};
     FAI_TRY(check_offsets("cache", cache_counts, cache_strides, dim));
+    FAI_TRY(check_distinct_indices("cache", cache_counts, cache_strides, dim));
+    /* what is written must not be what is read, nor the other thing written */
+    const byte_range src_bytes =
+        tokens > 0 ? range_of(src->data, src_counts, src_strides, dim, fai_dtype_size(src->dtype))
+                   : (byte_range){0, 0};
+    const byte_range cache_bytes =
+        range_of(cache->data, cache_counts, cache_strides, dim, fai_dtype_size(cache->dtype));
+    if (ranges_meet(src_bytes, cache_bytes))
+        return fai__fail(FAI_ERR_INVALID_ARG, "src and cache overlap in memory");
     if (*mode == SCALE_PER_TOKEN) {
         const int64_t scale_strides[3] = {scale->stride_batch, scale->stride_seq,
                                           scale->stride_head};
         FAI_TRY(check_offsets("scale", cache_counts, scale_strides, 1));
+        FAI_TRY(check_distinct_indices("per-token scale", cache_counts, scale_strides, 1));
+        const byte_range scale_bytes =
+            range_of(scale->data, cache_counts, scale_strides, 1, sizeof(float));
+        if (ranges_meet(scale_bytes, cache_bytes) || ranges_meet(scale_bytes, src_bytes))
+            return fai__fail(FAI_ERR_INVALID_ARG, "the per-token scales overlap the %s in memory",
+                             ranges_meet(scale_bytes, cache_bytes) ? "cache" : "src");
     } else if (*mode == SCALE_FIXED) {
         const int64_t head_counts[3] = {heads, 1, 1};
         const int64_t head_strides[3] = {scale->stride_head, 0, 0};
