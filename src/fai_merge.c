@@ -4,10 +4,13 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 
 #define MAX_MERGE_PARTS (INT64_C(1) << 20)
 
-static fai_status check_part(const char *name, int64_t index, const fai_tensor *t, int lse) {
+/* A part or an output of rows [batch, seq, heads] (of head_dim elements, or one LSE each). */
+static fai_status check_part(const char *name, int64_t index, const fai_tensor *t, int lse,
+                             const int64_t counts[3], int64_t head_dim) {
     if (!t->data) return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "].data = NULL", name, index);
     if (lse ? t->dtype != FAI_DTYPE_F32
             : t->dtype != FAI_DTYPE_F32 && t->dtype != FAI_DTYPE_F16 && t->dtype != FAI_DTYPE_BF16)
@@ -20,7 +23,10 @@ static fai_status check_part(const char *name, int64_t index, const fai_tensor *
                          name, index, t->stride_dim);
     if (t->stride_batch < 0 || t->stride_seq < 0 || t->stride_head < 0)
         return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "] has a negative stride", name, index);
-    return FAI_OK;
+    char label[64];
+    snprintf(label, sizeof label, "%s[%" PRId64 "]", name, index);
+    return fai__check_reach(label, counts, t->stride_batch, t->stride_seq, t->stride_head,
+                            lse ? 1 : head_dim, fai_dtype_size(t->dtype));
 }
 
 static double lse_at(const fai_tensor *lse, int64_t b, int64_t i, int64_t h) {
@@ -75,13 +81,16 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
     int64_t rows;
     FAI_TRY(check_sizes(batch, seq, heads, head_dim, &rows));
     if (rows == 0) return FAI_OK;
+    const int64_t counts[3] = {batch, seq, heads};
     for (int64_t p = 0; p < count; p++) {
-        fai_status status = check_part("o_parts", p, &o_parts[p], 0);
-        if (status == FAI_OK) status = check_part("lse_parts", p, &lse_parts[p], 1);
+        fai_status status = check_part("o_parts", p, &o_parts[p], 0, counts, head_dim);
+        if (status == FAI_OK)
+            status = check_part("lse_parts", p, &lse_parts[p], 1, counts, head_dim);
         if (status != FAI_OK) return status;
     }
-    fai_status status = check_part("o_out", 0, o_out, 0);
-    if (status == FAI_OK && lse_out && lse_out->data) status = check_part("lse_out", 0, lse_out, 1);
+    fai_status status = check_part("o_out", 0, o_out, 0, counts, head_dim);
+    if (status == FAI_OK && lse_out && lse_out->data)
+        status = check_part("lse_out", 0, lse_out, 1, counts, head_dim);
     if (status != FAI_OK) return status;
 
     for (int64_t b = 0; b < batch; b++)
@@ -146,9 +155,10 @@ fai_status fai_apply_sinks(const float *sinks, int64_t batch, int64_t seq, int64
                              "sinks[%" PRId64 "] = %g: a sink is finite or -inf (no sink)", h,
                              (double)sinks[h]);
     if (rows == 0) return FAI_OK;
-    FAI_TRY(check_part("o", 0, o, 0));
+    const int64_t counts[3] = {batch, seq, heads};
+    FAI_TRY(check_part("o", 0, o, 0, counts, head_dim));
     if (!lse->data) return fai__fail(FAI_ERR_INVALID_ARG, "lse.data = NULL");
-    FAI_TRY(check_part("lse", 0, lse, 1));
+    FAI_TRY(check_part("lse", 0, lse, 1, counts, head_dim));
 
     for (int64_t b = 0; b < batch; b++)
         for (int64_t i = 0; i < seq; i++)

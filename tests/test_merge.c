@@ -177,4 +177,19 @@ TEST(merge_errors_name_the_field) {
     o_part.data = o_a;
     CHECK(fai_merge_states(1, &o_part, &lse_part, INT64_C(1) << 40, INT64_C(1) << 40, 1, 4, &o_out,
                            NULL) == FAI_ERR_OVERFLOW);
+    /* a stride whose second row lies 2^64 bytes on would wrap onto the first: refused, for the
+     * output and for a part, and by fai_apply_sinks too */
+    float out2[8] = {7, 7, 7, 7, 7, 7, 7, 7}, o_b[8] = {0}, lse_b[2] = {0};
+    fai_tensor o_two = fai_tensor_bshd(o_b, FAI_DTYPE_F32, 2, 1, 4);
+    fai_tensor lse_two = {lse_b, FAI_DTYPE_F32, 1, 1, 1, 0};
+    fai_tensor far = fai_tensor_bshd(out2, FAI_DTYPE_F32, 2, 1, 4);
+    far.stride_seq = INT64_C(1) << 62;
+    CHECK(fai_merge_states(1, &o_two, &lse_two, 1, 2, 1, 4, &far, NULL) == FAI_ERR_OVERFLOW);
+    CHECK(strstr(fai_last_error(), "o_out[0] strides") != NULL);
+    CHECK(fai_merge_states(1, &far, &lse_two, 1, 2, 1, 4, &o_two, NULL) == FAI_ERR_OVERFLOW);
+    CHECK(strstr(fai_last_error(), "o_parts[0] strides") != NULL);
+    const float sink = 0.0f;
+    CHECK(fai_apply_sinks(&sink, 1, 2, 1, 4, &far, &lse_two) == FAI_ERR_OVERFLOW);
+    for (int x = 0; x < 8; x++)
+        CHECK(out2[x] == 7.0f);
 }

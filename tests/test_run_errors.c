@@ -290,6 +290,22 @@ TEST(run_bad_strides) {
     BAD_STRIDE(lse, stride_seq, -1, "-1");
 #undef BAD_STRIDE
 
+    /* strides whose last element lies past a signed 64-bit byte offset: the address would wrap
+     * onto other elements */
+#define FAR_STRIDE(tensor, field, text)                                                            \
+    do {                                                                                           \
+        t = fx.t;                                                                                  \
+        t.tensor.field = INT64_C(1) << 62;                                                         \
+        CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_OVERFLOW, text, "4611686018427387904", \
+                        NULL));                                                                    \
+    } while (0)
+    FAR_STRIDE(q, stride_seq, "q strides");
+    FAR_STRIDE(k, stride_head, "k strides");
+    FAR_STRIDE(v, stride_batch, "v strides");
+    FAR_STRIDE(o, stride_seq, "o strides");
+    FAR_STRIDE(lse, stride_seq, "lse strides");
+#undef FAR_STRIDE
+
     /* stride_dim 0 is read as 1 */
     t = fx.t;
     t.q.stride_dim = t.k.stride_dim = t.v.stride_dim = t.o.stride_dim = t.lse.stride_dim = 0;
