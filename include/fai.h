@@ -616,13 +616,16 @@ FAI_API const char *fai_tuning_path(void);
  * scale: required for an int8, e4m3 or e5m2 cache and refused otherwise (NULL), addressed by
  *      (block, row, head) like the cache, the shape fai_run will read it with:
  *        per token (stride_seq != 0): each token and head gets scale = max |x| / qmax (qmax =
- *          127, 448, 57344 for int8, e4m3, e5m2; 1 for a row of zeros), written here;
+ *          127, 448, 57344 for int8, e4m3, e5m2; 1 for a row of zeros; the smallest subnormal
+ *          where max |x| / qmax rounds to 0), written here;
  *        fixed (stride_batch = stride_seq = 0): the given scales are read and values beyond
  *          qmax x scale saturate to +-qmax.
  *      Values are rounded to nearest even; f16 and bf16 caches round as fai_run's output does.
  * pool: the threads that write (NULL: the process-wide default pool).
  * Everything is checked before anything is written: shapes, dtypes, every slot (inside the
- * cache, no two tokens in one slot), and for quantized caches every source value of the tokens
+ * cache, no two tokens in one slot), strides that give every row of the cache and every
+ * per-token scale its own place, a source and per-token scales apart from the cache in memory,
+ * and for quantized caches every source value of the tokens
  * written finite (skipped tokens are not read) and every fixed scale finite and > 0; on failure
  * nothing is written and fai_last_error() names the field and the value. The bytes written do
  * not depend on the number of threads. A K cache with channel scales (fai_problem.k_channel_scales)
@@ -650,8 +653,9 @@ FAI_API void fai_cache_free(void *memory, size_t bytes);
  * cascades, chunked contexts, sequence-parallel attention) into the result over their union:
  *     m = max_p LSE_p,  w_p = e^(LSE_p - m),  O = sum_p w_p O_p / sum_p w_p,  LSE = m + log sum w_p
  * A part with LSE = -inf (its keys were all masked) contributes nothing; a row where every part
- * is -inf gets O = 0 and LSE = -inf. A part whose LSE is NaN makes the row's O and LSE NaN, and
- * Inf or NaN in a part's O reaches the row (f16 output keeps +-Inf, as fai_run does).
+ * is -inf gets O = 0 and LSE = -inf. A part whose LSE is NaN or +inf makes the row's O and LSE
+ * NaN (with +inf the weights are inf / inf), and Inf or NaN in a part's O reaches the row (f16
+ * output keeps +-Inf, as fai_run does).
  * Accumulates in double; the parts may be f32, f16 or bf16, and so may the output.
  * o_parts[p] and o_out are [batch, seq, heads, head_dim] by their strides (stride_batch is used
  * as given: for packed rows pass batch = 1); lse_parts[p] and lse_out are f32 with element
