@@ -235,8 +235,6 @@ static fai_status check_channel_scales(const fai_plan *plan, const fai_channel_s
     return FAI_OK;
 }
 
-/* check_table, check_scales_too: whether the block table's entries and the quantized K/V's
- * scales are read and checked (fai_run skips what the problem trusts). */
 /* How many batches, rows and heads a run addresses in a tensor of one side (Q/O/LSE, or K/V and
  * their scales): the batch count (pool pages when paged; 1 when packed, whose batch stride is
  * not used), the rows (a page's, the packed rows, or the padded length) and the heads. */
@@ -284,6 +282,8 @@ static fai_status check_tensor_reach(const char *name, const fai_plan *plan, con
                             fai_dtype_size(x->dtype));
 }
 
+/* check_table, check_scales_too: whether the block table's entries and the quantized K/V's
+ * scales are read and checked (fai_run skips what the problem trusts). */
 static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table,
                                    int check_scales_too) {
     const fai_problem *pb = &plan->pb;

@@ -230,14 +230,15 @@ fai_status fai__resolve_seqs(const fai_problem *pb, fai_seq *seqs);
 fai_status fai__build_units(fai_plan *plan);
 fai_status fai__split_units(fai_plan *plan);
 
-/* A tensor's strides: none negative, and the head dimension contiguous (stride_dim 0 or 1);
- * the error names `name`. */
 /* Whether every element a call may address, counts[i] (batch, seq, head) indices along the
  * strides plus `tail` elements of `element` bytes, lies within a signed 64-bit byte offset of the
  * data (FAI_ERR_OVERFLOW naming `name` if not): a stride past that would wrap the address onto
  * other elements. */
 fai_status fai__check_reach(const char *name, const int64_t counts[3], int64_t stride_batch,
                             int64_t stride_seq, int64_t stride_head, int64_t tail, size_t element);
+
+/* A tensor's strides: none negative, and the head dimension contiguous (stride_dim 0 or 1);
+ * the error names `name`. */
 fai_status fai__check_strides(const char *name, const fai_tensor *tensor);
 
 /* Run-time checks of the tensors against the plan (fai_api.c). */
