@@ -240,17 +240,15 @@ static fai_status check_channel_scales(const fai_plan *plan, const fai_channel_s
  * not used), the rows (a page's, the packed rows, or the padded length) and the heads. */
 static void side_extent(const fai_plan *plan, int kv_side, int64_t heads, int64_t counts[3]) {
     const fai_problem *pb = &plan->pb;
-    int64_t packed_rows = 0;
-    for (int64_t b = 0; b < pb->batch; b++) {
-        const fai_seq *seq = &plan->seqs[b];
-        const int64_t end = kv_side ? seq->kv_row0 + seq->kv_len : seq->q_row0 + seq->q_rows;
-        if (end > packed_rows) packed_rows = end;
-    }
-    const int packed = kv_side ? plan->packed_kv : plan->packed_q;
     if (kv_side && plan->paged) {
         counts[0] = pb->num_pages, counts[1] = pb->page_size;
-    } else if (packed) {
-        counts[0] = 1, counts[1] = packed_rows;
+    } else if (kv_side ? plan->packed_kv : plan->packed_q) { /* rows up to the last sequence's */
+        counts[0] = 1, counts[1] = 0;
+        for (int64_t b = 0; b < pb->batch; b++) {
+            const fai_seq *seq = &plan->seqs[b];
+            const int64_t end = kv_side ? seq->kv_row0 + seq->kv_len : seq->q_row0 + seq->q_rows;
+            if (end > counts[1]) counts[1] = end;
+        }
     } else {
         counts[0] = pb->batch, counts[1] = kv_side ? pb->seq_kv : pb->seq_q;
     }
@@ -274,10 +272,8 @@ fai_status fai__check_reach(const char *name, const int64_t counts[3], int64_t s
                      name, stride_batch, stride_seq, stride_head, counts[0], counts[1], counts[2]);
 }
 
-static fai_status check_tensor_reach(const char *name, const fai_plan *plan, const fai_tensor *x,
-                                     int kv_side, int64_t heads, int64_t dim) {
-    int64_t counts[3];
-    side_extent(plan, kv_side, heads, counts);
+static fai_status check_tensor_reach(const char *name, const int64_t counts[3], const fai_tensor *x,
+                                     int64_t dim) {
     return fai__check_reach(name, counts, x->stride_batch, x->stride_seq, x->stride_head, dim,
                             fai_dtype_size(x->dtype));
 }
@@ -298,27 +294,27 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
     FAI_TRY(check_tensor("v", &t->v, pb->v_dtype, kv_rows > 0));
     FAI_TRY(check_tensor("o", &t->o, pb->o_dtype, q_rows > 0));
     if (t->lse.data) FAI_TRY(check_tensor("lse", &t->lse, FAI_DTYPE_F32, 1));
+    /* each side's extent once: Q, O and LSE; K, V and their scales */
+    int64_t q_side[3], kv_side[3];
+    side_extent(plan, 0, pb->heads_q, q_side);
+    side_extent(plan, 1, pb->heads_kv, kv_side);
     if (q_rows > 0) {
-        FAI_TRY(check_tensor_reach("q", plan, &t->q, 0, pb->heads_q, pb->head_dim));
-        FAI_TRY(check_tensor_reach("o", plan, &t->o, 0, pb->heads_q, plan->head_dim_v));
+        FAI_TRY(check_tensor_reach("q", q_side, &t->q, pb->head_dim));
+        FAI_TRY(check_tensor_reach("o", q_side, &t->o, plan->head_dim_v));
     }
     if (kv_rows > 0) {
-        FAI_TRY(check_tensor_reach("k", plan, &t->k, 1, pb->heads_kv, pb->head_dim));
-        FAI_TRY(check_tensor_reach("v", plan, &t->v, 1, pb->heads_kv, plan->head_dim_v));
+        FAI_TRY(check_tensor_reach("k", kv_side, &t->k, pb->head_dim));
+        FAI_TRY(check_tensor_reach("v", kv_side, &t->v, plan->head_dim_v));
     }
-    int64_t counts[3];
-    if (t->lse.data && q_rows > 0) { /* element (b, h, i): i along stride_seq, h stride_head */
-        side_extent(plan, 0, pb->heads_q, counts);
-        FAI_TRY(fai__check_reach("lse", counts, t->lse.stride_batch, t->lse.stride_seq,
+    if (t->lse.data && q_rows > 0) /* element (b, h, i): i along stride_seq, h stride_head */
+        FAI_TRY(fai__check_reach("lse", q_side, t->lse.stride_batch, t->lse.stride_seq,
                                  t->lse.stride_head, 1, sizeof(float)));
-    }
     const fai_scale *scales[2] = {&t->k_scale, &t->v_scale};
-    for (int i = 0; i < 2 && kv_rows > 0; i++) {
-        if (!scales[i]->data) continue;
-        side_extent(plan, 1, pb->heads_kv, counts);
-        FAI_TRY(fai__check_reach(i ? "v_scale" : "k_scale", counts, scales[i]->stride_batch,
-                                 scales[i]->stride_seq, scales[i]->stride_head, 1, sizeof(float)));
-    }
+    for (int i = 0; i < 2 && kv_rows > 0; i++)
+        if (scales[i]->data)
+            FAI_TRY(fai__check_reach(i ? "v_scale" : "k_scale", kv_side, scales[i]->stride_batch,
+                                     scales[i]->stride_seq, scales[i]->stride_head, 1,
+                                     sizeof(float)));
     if (pb->mask_kind != FAI_MASK_NONE && q_rows > 0 && kv_rows > 0) {
         if (!t->mask.data)
             return fai__fail(FAI_ERR_INVALID_ARG, "mask.data = NULL with mask_kind = %d",

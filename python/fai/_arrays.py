@@ -5,7 +5,7 @@ import numpy as np
 
 from . import _lib
 from ._errors import _fail
-from ._scalars import _fail_float32
+from ._scalars import _fail_float32, _float32_scalar, _is_real
 
 
 _FLOAT_DTYPES = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16,
@@ -308,6 +308,18 @@ def _want_f32(name, expected):
 
 
 _want_add_mask = _want_f32("mask_add", "a float dtype (it is used as float32)")
+
+
+def _scales_view(scale, name, last_contiguous=True):
+    """The view of quantization scales: one number (Python's or numpy's) or an array of a float
+    dtype, read as float32; a bool is refused, and so is a finite value float32 turns into inf or
+    a nonzero one it turns into 0. libfai names a scale that is not finite or not > 0."""
+    if isinstance(scale, (bool, np.bool_)):
+        _fail(f"{name} = {scale!r}: expected float32 scales")
+    if _is_real(scale):
+        scale = np.float32(_float32_scalar(scale, name, "float32 scales", nonzero=True))
+    return _view(scale, name, _want_f32(name, "float32 scales"), last_contiguous=last_contiguous,
+                 nonzero=True)
 
 
 def _want_int32(name):

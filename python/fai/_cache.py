@@ -8,10 +8,10 @@ import weakref
 import numpy as np
 
 from . import _lib
-from ._arrays import (_dtype_name, _fill_tensor, _numpy_dtype, _view, _want_exact, _want_f32,
+from ._arrays import (_dtype_name, _fill_tensor, _numpy_dtype, _scales_view, _view, _want_exact,
                       _want_float)
 from ._errors import _check, _fail
-from ._scalars import INT64_MAX, _flag, _float32_scalar, _integer, _is_integer, _is_real
+from ._scalars import INT64_MAX, _flag, _integer, _is_integer
 
 __all__ = ["cache_write", "empty_cache"]
 
@@ -111,24 +111,13 @@ def _scale_struct(scale, cache_dtype, cv, geometry):
         struct.stride_seq = seq or 1
         struct.stride_batch, struct.stride_head = batch, head
     else:
-        sv = _fixed_scales(scale)
+        sv = _scales_view(scale, "scale")
         if sv.ndim > 1 or (sv.ndim == 1 and sv.shape[0] not in (1, heads)):
             _fail(f"scale has shape {list(sv.shape)}; expected [{heads}] (fixed, one per head), "
                   f"one number, or {[blocks, rows, heads]} (per token)")
         struct.stride_head = sv.stride(0) if sv.ndim == 1 else 0
     struct.data = sv.ptr
     return struct, sv
-
-
-def _fixed_scales(scale):
-    """The view of fixed scales: one number (Python's or numpy's) or an array of a float dtype,
-    read as float32; a finite value float32 turns into inf, or a nonzero one into 0, is
-    refused."""
-    if isinstance(scale, (bool, np.bool_)):
-        _fail(f"scale = {scale!r}: expected float32 scales")
-    if _is_real(scale):  # libfai names a scale that is not finite or not > 0
-        scale = np.float32(_float32_scalar(scale, "scale", "float32 scales", nonzero=True))
-    return _view(scale, "scale", _want_f32("scale", "float32"), nonzero=True)
 
 
 def cache_write(src, cache, slots, *, scale=None, block_rows=None, threads=None):

@@ -5,10 +5,9 @@ import numpy as np
 
 from . import _lib
 from ._arrays import (_QUANT_DTYPES, _check_float_rounding, _dtype_name, _fai_dtype, _int32_ptr,
-                      _is_torch, _lengths, _view, _want_f32)
+                      _is_torch, _lengths, _scales_view)
 from ._errors import _fail
-from ._scalars import (INT64_MAX, INT64_MIN, _flag, _float32_scalar, _integer, _is_integer,
-                       _is_real, _real)
+from ._scalars import INT64_MAX, INT64_MIN, _flag, _float32_scalar, _integer, _is_integer, _real
 
 
 def _causal(causal, causal_top_left):
@@ -162,12 +161,7 @@ def _kv_scale(scale, name, kv, lead, labels, axes):
     if scale is None:
         _fail(f"{tensor} has dtype {kv.dtype}: {name} is required (float32 scales, "
               f"{_scale_forms(lead, labels)})")
-    if isinstance(scale, (bool, np.bool_)):
-        _fail(f"{name} = {scale!r}: expected float32 scales")
-    if _is_real(scale):  # one number, Python's or numpy's; libfai names one that is not finite
-        scale = np.float32(_float32_scalar(scale, name, "float32 scales", nonzero=True))
-    view = _view(scale, name, _want_f32(name, "float32 scales"), last_contiguous=False,
-                 nonzero=True)
+    view = _scales_view(scale, name, last_contiguous=False)
     shape = view.shape
     if view.ndim > len(lead) or any(d not in (1, w) for d, w in zip(shape[::-1], lead[::-1])):
         _fail(f"{name} has shape {list(shape)}; expected a shape that broadcasts to {tensor}'s "

@@ -64,6 +64,10 @@ void ft_npy_format_shape(char *buf, size_t buflen, int rank, const int64_t *shap
 int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
                       const void *data, char *tmp_path, size_t tmp_len, char *err, size_t errlen);
 
+/* Whether ft_npy_write_temp would take `path` as an output (the rules above), before anything
+ * is computed: 0, or -1 with the reason in err. */
+int ft_npy_check_output(const char *path, char *err, size_t errlen);
+
 /* Renames the temporary file over path (atomic on POSIX file systems). On failure the temporary
  * file is removed and path is untouched. Returns 0 or -1. */
 int ft_npy_commit(const char *tmp_path, const char *path, char *err, size_t errlen);

@@ -62,6 +62,13 @@ static int output_target(const char *path, const char *where, char *target, size
     return 0;
 }
 
+int ft_npy_check_output(const char *path, char *err, size_t errlen) {
+    char where[SHOWN_PATH + 1], target[PATH_MAX];
+    ft_npy_show(where, sizeof where, path, strlen(path));
+    int mode;
+    return output_target(path, where, target, sizeof target, &mode, err, errlen);
+}
+
 int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
                       const void *data, char *tmp_path, size_t tmp_len, char *err, size_t errlen) {
     char where[SHOWN_PATH + 1];

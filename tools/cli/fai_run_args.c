@@ -276,17 +276,10 @@ static int check_files(ft_run_args *a) {
      * rename fail before anything is written, and what the writer would refuse (fai_npy.h) */
     static const int outputs[] = {FT_RUN_OPT_OUT, FT_RUN_OPT_LSE};
     for (int o = 0; o < 2; o++) {
-        struct stat st;
         const char *path = a->value[outputs[o]], *name = options[outputs[o]].name;
         if (!path) continue;
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            return ft_run_fail(a, "%s %s: is a directory", name, path);
-        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-            return ft_run_fail(a, "%s %s: exists and is not a regular file: not replaced", name,
-                               path);
-        if (stat(path, &st) != 0 && lstat(path, &st) == 0)
-            return ft_run_fail(a, "%s %s: a symbolic link to a missing file: not replaced", name,
-                               path);
+        char err[FT_RUN_ERROR_LEN / 2];
+        if (ft_npy_check_output(path, err, sizeof err)) return ft_run_fail(a, "%s %s", name, err);
         /* an output that names an input would destroy it */
         for (int i = 0; i < FT_RUN_OPT_COUNT; i++)
             if (options[i].takes_value && i != FT_RUN_OPT_OUT && i != FT_RUN_OPT_LSE &&
