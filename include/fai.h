@@ -581,21 +581,25 @@ FAI_API fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_uni
  * ignore_tuning or gives its own tile. The file is $FAI_TUNE_CACHE if set ("off" disables the
  * cache), else $XDG_CACHE_HOME/fai/tiles.tsv, else $HOME/.cache/fai/tiles.tsv. It is read once,
  * by the first plan of the process (and again by fai_tuning_reload); lines that do not parse
- * are ignored.
+ * are ignored, and so is anything at the path that is not a regular file (and past its first
+ * MiB). Stores of several processes at once take turns (a lock file beside it, `.lock`).
  * ------------------------------------------------------------------------------------------- */
 
 /* Stores tile_q x tile_kv as the tuned tile of the plan's CPU and shape class (replacing an
  * earlier one), creating the directory if needed, and makes later plans of this process use it.
- * FAI_ERR_INVALID_ARG names a bad argument, a tile out of range (1..4096) or a disabled cache;
- * FAI_ERR_IO an unwritable file. Thread-safe. */
+ * FAI_ERR_INVALID_ARG names a bad argument, a tile out of range (1..4096), a disabled cache or
+ * a path too long (with the variable it came from); FAI_ERR_IO an unwritable or unreadable file,
+ * or something other than a regular file at the path, which is left as it was. A symbolic link
+ * is written through. Thread-safe. */
 FAI_API fai_status fai_tuning_store(const fai_plan *plan, int64_t tile_q, int64_t tile_kv);
 
 /* Forgets what was read and reads the cache file again (at the path the environment now gives)
  * on the next plan. Thread-safe. */
 FAI_API void fai_tuning_reload(void);
 
-/* The cache file's path as the environment gives it now, or "" when the cache is disabled or
- * no directory is known. The string is valid until the next call from this thread. */
+/* The cache file's path as the environment gives it now, or "" when the cache is disabled, no
+ * directory is known or the path is too long. The string is valid until the next call from this
+ * thread. */
 FAI_API const char *fai_tuning_path(void);
 
 /* ---------------------------------------------------------------------------------------------

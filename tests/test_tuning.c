@@ -1,7 +1,10 @@
 /* The tuning cache: a stored tile is used by later plans of the same shape class (and reported as
  * "tuned"), not by other classes, not when the problem ignores it or gives its own tile; the
- * file survives garbage lines; a disabled or unwritable cache is an error naming it. Each test
- * points FAI_TUNE_CACHE at its own file and turns the cache off again at the end. */
+ * file survives garbage lines, and a store keeps every other entry (after a line without its
+ * newline, or one holding a NUL byte) and those of another process storing at the same time; a
+ * FIFO, a directory or a path too long is refused, never read or replaced, and a symbolic link
+ * is written through; a disabled or unwritable cache is an error naming it. Each test points
+ * FAI_TUNE_CACHE at its own file and turns the cache off again at the end. */
 #include "test_util.h"
 
 #include "fai.h"
@@ -9,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void prefill_problem(fai_problem *pb) {
@@ -42,6 +47,9 @@ static void use_cache_file(char *path, size_t size) {
 
 static void drop_cache_file(const char *path) {
     remove(path);
+    char lock[600];
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    remove(lock);
     char dir[512];
     snprintf(dir, sizeof dir, "%s", path);
     for (int level = 0; level < 2; level++) {
@@ -177,4 +185,157 @@ TEST(tuning_errors_name_the_problem) {
     setenv("FAI_TUNE_CACHE", "off", 1);
     fai_tuning_reload();
     fai_plan_free(plan);
+}
+
+/* The whole file as a string (NUL bytes in it end the string early). */
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    static char text[8192];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+TEST(tuning_store_keeps_every_other_entry) {
+    char path[512];
+    use_cache_file(path, sizeof path);
+    fai_problem pb;
+    prefill_problem(&pb);
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    CHECK(fai_tuning_store(plan, 4, 16) == FAI_OK); /* creates the directories and file */
+    /* an entry after a line holding a NUL byte, then a last line without its newline */
+    FILE *f = fopen(path, "a");
+    REQUIRE(f != NULL);
+    static const char tail[] = "k\ti\tc\t64\t64\0junk\nx1\ty\tz\t8\t32\nx2\ty\tz\t2\t4";
+    fwrite(tail, 1, sizeof tail - 1, f);
+    fclose(f);
+    fai_tuning_reload();
+    fai_plan_info info;
+    REQUIRE(plan_tile(&pb, &info)); /* the file still reads */
+    CHECK(strcmp(info.tile_source, "tuned") == 0 && info.tile_q == 4 && info.tile_kv == 16);
+    CHECK(fai_tuning_store(plan, 8, 16) == FAI_OK);
+    const char *text = read_file(path);
+    REQUIRE(text != NULL);
+    CHECK(strstr(text, "x1\ty\tz\t8\t32\n") != NULL);
+    CHECK(strstr(text, "x2\ty\tz\t2\t4\n") != NULL); /* given its newline */
+    CHECK(strstr(text, "k\ti\tc") == NULL);          /* the NUL line is no entry */
+    REQUIRE(plan_tile(&pb, &info));
+    CHECK(strcmp(info.tile_source, "tuned") == 0 && info.tile_q == 8 && info.tile_kv == 16);
+    fai_plan_free(plan);
+    drop_cache_file(path);
+}
+
+TEST(tuning_refuses_what_is_no_file) {
+    fai_problem pb;
+    prefill_problem(&pb);
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    char fifo[256], dir[256];
+    snprintf(fifo, sizeof fifo, "/tmp/fai_tuning_fifo_%ld", (long)getpid());
+    snprintf(dir, sizeof dir, "/tmp/fai_tuning_dir_%ld", (long)getpid());
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    REQUIRE(mkdir(dir, 0700) == 0);
+    const char *const paths[] = {fifo, dir};
+    for (int i = 0; i < 2; i++) {
+        setenv("FAI_TUNE_CACHE", paths[i], 1);
+        fai_tuning_reload();
+        fai_plan_info info; /* read as no file: a FIFO would wait for a writer forever */
+        REQUIRE(plan_tile(&pb, &info));
+        CHECK(strcmp(info.tile_source, "heuristic") == 0);
+        CHECK(fai_tuning_store(plan, 8, 8) == FAI_ERR_IO);
+        CHECK(strstr(fai_last_error(), paths[i]) != NULL);
+        CHECK(strstr(fai_last_error(), "not a regular file") != NULL);
+    }
+    struct stat st;
+    CHECK(stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode)); /* still there, as it was */
+    CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
+    remove(fifo);
+    rmdir(dir);
+    /* a path longer than the cache takes: named with its variable, not called disabled */
+    static char long_path[2100];
+    memset(long_path, 'a', sizeof long_path - 1);
+    long_path[0] = '/';
+    setenv("FAI_TUNE_CACHE", long_path, 1);
+    CHECK(fai_tuning_path()[0] == '\0');
+    CHECK(fai_tuning_store(plan, 8, 8) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "FAI_TUNE_CACHE") != NULL);
+    CHECK(strstr(fai_last_error(), "longer than") != NULL);
+    setenv("FAI_TUNE_CACHE", "off", 1);
+    fai_tuning_reload();
+    fai_plan_free(plan);
+}
+
+TEST(tuning_store_writes_through_a_symlink) {
+    char path[512], link[560];
+    use_cache_file(path, sizeof path);
+    fai_problem pb;
+    prefill_problem(&pb);
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    CHECK(fai_tuning_store(plan, 4, 16) == FAI_OK);
+    snprintf(link, sizeof link, "%s.link", path);
+    REQUIRE(symlink(path, link) == 0);
+    setenv("FAI_TUNE_CACHE", link, 1);
+    CHECK(fai_tuning_store(plan, 8, 32) == FAI_OK);
+    struct stat st;
+    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode)); /* the link stays a link */
+    const char *text = read_file(path);
+    REQUIRE(text != NULL);
+    CHECK(strstr(text, "\t8\t32\n") != NULL && strstr(text, "\t4\t16\n") == NULL);
+    fai_plan_info info;
+    REQUIRE(plan_tile(&pb, &info));
+    CHECK(strcmp(info.tile_source, "tuned") == 0 && info.tile_q == 8 && info.tile_kv == 32);
+    /* a link to nowhere: refused, its target not made */
+    remove(path);
+    CHECK(fai_tuning_store(plan, 8, 32) == FAI_ERR_IO);
+    CHECK(strstr(fai_last_error(), "dangling") != NULL);
+    CHECK(access(path, F_OK) != 0);
+    remove(link);
+    fai_plan_free(plan);
+    drop_cache_file(path);
+}
+
+/* Two processes storing at once: each store reads the file, adds its entry and renames a new
+ * file over it; without the lock between them one's entries would be lost. */
+TEST(tuning_concurrent_stores_all_land) {
+    enum { PER_CHILD = 12 };
+    char path[512];
+    use_cache_file(path, sizeof path);
+    fai_plan *plans[2 * PER_CHILD];
+    fai_problem pb;
+    prefill_problem(&pb);
+    for (int i = 0; i < 2 * PER_CHILD; i++) { /* one shape class each: head dims 8, 16, ... */
+        pb.head_dim = 8 * (i + 1);
+        REQUIRE(fai_plan_create(&pb, &plans[i]) == FAI_OK);
+    }
+    pid_t children[2];
+    for (int c = 0; c < 2; c++) {
+        children[c] = fork();
+        REQUIRE(children[c] >= 0);
+        if (children[c] == 0) {
+            int failures = 0;
+            for (int i = 0; i < PER_CHILD; i++)
+                failures += fai_tuning_store(plans[c * PER_CHILD + i], 4, 16) != FAI_OK;
+            _exit(failures ? 1 : 0);
+        }
+    }
+    for (int c = 0; c < 2; c++) {
+        int status = 0;
+        CHECK(waitpid(children[c], &status, 0) == children[c]);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    fai_tuning_reload();
+    int tuned = 0;
+    for (int i = 0; i < 2 * PER_CHILD; i++) {
+        pb.head_dim = 8 * (i + 1);
+        fai_plan_info info;
+        REQUIRE(plan_tile(&pb, &info));
+        tuned += strcmp(info.tile_source, "tuned") == 0;
+        fai_plan_free(plans[i]);
+    }
+    CHECK(tuned == 2 * PER_CHILD);
+    drop_cache_file(path);
 }

@@ -4,12 +4,16 @@
  * a mutex, so a plan pays one lookup, not a file read.
  *
  * One line per entry, tab-separated:  cpu model \t isa \t shape class \t tile_q \t tile_kv
- * Lines starting with '#' and lines that do not parse are skipped. */
+ * Lines starting with '#' and lines that do not parse are skipped (and dropped by the next
+ * store, which writes back each entry it read in this form). */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "arch/fai_cpuid.h"
 #include "fai_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +23,10 @@
 
 #define MAX_TUNED_TILE 4096
 #define KEY_BYTES 320
+/* A tuning file holds a few lines per shape class measured; past these it is no file of ours,
+ * and the rest is not read (nor kept by a store). */
+#define MAX_FILE_BYTES (1 << 20)
+#define MAX_ENTRIES 4096
 
 typedef struct tuned_entry {
     char key[KEY_BYTES]; /* cpu \t isa \t class */
@@ -32,16 +40,26 @@ static int cache_loaded;
 
 /* -- where the file is ------------------------------------------------------------------------ */
 
-static int cache_path(char *buf, size_t size) {
+#define PATH_BYTES 1024
+
+/* The file's path into buf: 1, or 0 when the cache is off or no directory is known; -1 when the
+ * environment gives a path too long for buf (*source names the variable it came from). */
+static int cache_path(char *buf, size_t size, const char **source) {
     const char *forced = getenv("FAI_TUNE_CACHE");
     if (forced && forced[0]) {
+        *source = "FAI_TUNE_CACHE";
         if (strcmp(forced, "off") == 0) return 0;
-        return snprintf(buf, size, "%s", forced) < (int)size;
+        return snprintf(buf, size, "%s", forced) < (int)size ? 1 : -1;
     }
     const char *xdg = getenv("XDG_CACHE_HOME");
-    if (xdg && xdg[0]) return snprintf(buf, size, "%s/fai/tiles.tsv", xdg) < (int)size;
+    if (xdg && xdg[0]) {
+        *source = "XDG_CACHE_HOME";
+        return snprintf(buf, size, "%s/fai/tiles.tsv", xdg) < (int)size ? 1 : -1;
+    }
     const char *home = getenv("HOME");
-    if (home && home[0]) return snprintf(buf, size, "%s/.cache/fai/tiles.tsv", home) < (int)size;
+    *source = "HOME";
+    if (home && home[0])
+        return snprintf(buf, size, "%s/.cache/fai/tiles.tsv", home) < (int)size ? 1 : -1;
     return 0;
 }
 
@@ -98,43 +116,100 @@ static int parse_line(char *line, tuned_entry *entry) {
     return 1;
 }
 
-/* Reads the whole file into a fresh table (later lines win). Called with the lock held. */
+/* Opens the file for reading if it is a regular file: a FIFO, a device or a directory named by
+ * the environment is no tuning file, and opening or reading one could block every plan of the
+ * process (O_NONBLOCK keeps the open itself from waiting for a FIFO's writer). NULL with errno
+ * set (ENOENT: no file; EINVAL: not a regular file). */
+static FILE *open_regular(const char *path) {
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) close(fd);
+    return f;
+}
+
+/* Reads one line (without its newline) into buf. Returns 0 at the end of the file, else 1 with
+ * *usable 0 for a line too long for buf or holding a NUL byte (no line of ours): the whole line
+ * is consumed either way, so the next call starts on the next line. *budget counts the bytes the
+ * file may still give; at 0 the file reads as ended. */
+static int read_line(FILE *f, char *buf, size_t size, int *usable, size_t *budget) {
+    size_t length = 0;
+    int c = EOF, any = 0;
+    *usable = 1;
+    while (*budget > 0 && (c = getc(f)) != EOF) {
+        (*budget)--;
+        any = 1;
+        if (c == '\n') break;
+        if (c == '\0' || length + 1 >= size)
+            *usable = 0;
+        else
+            buf[length++] = (char)c;
+    }
+    buf[length] = '\0';
+    return any;
+}
+
+/* Reads up to MAX_FILE_BYTES of the file into a fresh table (later lines win); a larger file is
+ * no file of ours, and its tail is ignored. Returns 0, or -1 with errno set when the file exists
+ * but cannot be read (a store must not then replace it). Called with the lock held. */
+static int read_entries(const char *path, tuned_entry **entries, size_t *count) {
+    *entries = NULL;
+    *count = 0;
+    FILE *f = open_regular(path);
+    if (!f) return errno == ENOENT ? 0 : -1;
+    size_t capacity = 0, budget = MAX_FILE_BYTES;
+    char line[KEY_BYTES + 64];
+    int usable;
+    while (read_line(f, line, sizeof line, &usable, &budget)) {
+        tuned_entry entry;
+        if (!usable || !parse_line(line, &entry)) continue;
+        size_t i = 0;
+        while (i < *count && strcmp((*entries)[i].key, entry.key) != 0)
+            i++;
+        if (i == *count) {
+            if (*count == MAX_ENTRIES) continue;
+            if (*count == capacity) {
+                const size_t grown = capacity ? 2 * capacity : 16;
+                tuned_entry *more = realloc(*entries, grown * sizeof *more);
+                if (!more) {
+                    fclose(f);
+                    errno = ENOMEM;
+                    return -1;
+                }
+                *entries = more;
+                capacity = grown;
+            }
+            (*count)++;
+        }
+        (*entries)[i] = entry;
+    }
+    const int failed = ferror(f);
+    fclose(f);
+    if (failed) errno = EIO;
+    return failed ? -1 : 0;
+}
+
+/* Reads the file into the process's table (nothing when it is missing or unreadable: plans then
+ * choose by rule). Called with the lock held. */
 static void load_locked(void) {
     free(cache_entries);
     cache_entries = NULL;
     cache_count = 0;
     cache_loaded = 1;
-    char path[1024];
-    if (!cache_path(path, sizeof path)) return;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t capacity = 0;
-    char line[KEY_BYTES + 64];
-    while (fgets(line, sizeof line, f)) {
-        if (!strchr(line, '\n') && !feof(f)) { /* too long to be ours: skip the rest of it */
-            int c;
-            while ((c = fgetc(f)) != EOF && c != '\n') {
-            }
-            continue;
-        }
-        tuned_entry entry;
-        if (!parse_line(line, &entry)) continue;
-        size_t i = 0;
-        while (i < cache_count && strcmp(cache_entries[i].key, entry.key) != 0)
-            i++;
-        if (i == cache_count) {
-            if (cache_count == capacity) {
-                const size_t grown = capacity ? 2 * capacity : 16;
-                tuned_entry *more = realloc(cache_entries, grown * sizeof *more);
-                if (!more) break;
-                cache_entries = more;
-                capacity = grown;
-            }
-            cache_count++;
-        }
-        cache_entries[i] = entry;
+    char path[PATH_BYTES];
+    const char *source;
+    if (cache_path(path, sizeof path, &source) != 1) return;
+    if (read_entries(path, &cache_entries, &cache_count) != 0) {
+        free(cache_entries);
+        cache_entries = NULL;
+        cache_count = 0;
     }
-    fclose(f);
 }
 
 int fai__tuning_lookup(const fai_plan *plan, int64_t *tile_q, int64_t *tile_kv) {
@@ -169,37 +244,95 @@ static int make_parent_dirs(const char *path) {
     return mkdir(dir, 0755) == 0 || errno == EEXIST;
 }
 
-/* Rewrites the file with every line of it except the one for `key`, then the new entry, through
- * a temporary file renamed over it (a reader never sees half a file). */
+/* Rewrites the file with every entry of it except the one for `key`, then the new entry, through
+ * a temporary file in the same directory renamed over it: a reader never sees half a file. An
+ * advisory lock (fcntl) on `path`.lock serialises the writers of every process, so that two stores
+ * at once both land. A symbolic link is written through (its target is replaced, the link stays);
+ * anything but a regular file at the path is refused, never replaced. */
 static fai_status write_entry(const char *path, const char *key, int64_t tile_q, int64_t tile_kv) {
     if (!make_parent_dirs(path))
         return fai__fail(FAI_ERR_IO, "tuning cache %s: cannot create its directory: %s", path,
                          strerror(errno));
-    char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    FILE *out = fopen(tmp, "w");
-    if (!out) return fai__fail(FAI_ERR_IO, "tuning cache %s: %s", tmp, strerror(errno));
+    char target[PATH_BYTES];
+    struct stat st;
+    const int exists = stat(path, &st) == 0;
+    if (exists && !S_ISREG(st.st_mode))
+        return fai__fail(FAI_ERR_IO, "tuning cache %s is not a regular file", path);
+    if (!exists && errno != ENOENT)
+        return fai__fail(FAI_ERR_IO, "tuning cache %s: %s", path, strerror(errno));
+    if (!exists) {
+        struct stat link;
+        if (lstat(path, &link) == 0) /* a link to nowhere: its target is not made */
+            return fai__fail(FAI_ERR_IO, "tuning cache %s is a dangling symbolic link", path);
+        snprintf(target, sizeof target, "%s", path);
+    } else {
+        char resolved[PATH_MAX];
+        if (!realpath(path, resolved) ||
+            snprintf(target, sizeof target, "%s", resolved) >= (int)sizeof target)
+            return fai__fail(FAI_ERR_IO, "tuning cache %s: cannot resolve its path", path);
+    }
+    char lock_path[PATH_BYTES + 8], tmp[PATH_BYTES + 8];
+    snprintf(lock_path, sizeof lock_path, "%s.lock", target);
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", target);
+    const int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    struct flock whole = {.l_type = F_WRLCK, .l_whence = SEEK_SET}; /* the whole file */
+    int locked;
+    do /* waits for the other writer; a signal only interrupts the wait */
+        locked = lock_fd >= 0 && fcntl(lock_fd, F_SETLKW, &whole) == 0;
+    while (!locked && lock_fd >= 0 && errno == EINTR);
+    if (!locked) {
+        const int saved = errno;
+        if (lock_fd >= 0) close(lock_fd);
+        return fai__fail(FAI_ERR_IO, "tuning cache %s: %s", lock_path, strerror(saved));
+    }
+    tuned_entry *entries;
+    size_t count;
+    fai_status status = FAI_OK;
+    if (read_entries(target, &entries, &count) != 0) {
+        status = fai__fail(FAI_ERR_IO, "tuning cache %s cannot be read (%s): not replaced", target,
+                           strerror(errno));
+        close(lock_fd); /* releases the lock */
+        return status;
+    }
+    const int fd = mkstemp(tmp);
+    FILE *out = fd < 0 ? NULL : fdopen(fd, "w");
+    if (!out) {
+        const int saved = errno;
+        if (fd >= 0) {
+            close(fd);
+            remove(tmp);
+        }
+        free(entries);
+        close(lock_fd);
+        return fai__fail(FAI_ERR_IO, "tuning cache %s: %s", tmp, strerror(saved));
+    }
+    /* the file keeps its permissions; a new one is readable by all, as the directory is */
+    fchmod(fd, exists ? st.st_mode & 07777 : 0644);
     fprintf(out,
             "# fai tuned tiles: cpu model, isa, shape class, tile_q, tile_kv (tab-separated)\n");
-    FILE *in = fopen(path, "r");
-    if (in) {
-        char line[KEY_BYTES + 64];
-        while (fgets(line, sizeof line, in)) {
-            tuned_entry entry;
-            char copy[sizeof line];
-            memcpy(copy, line, sizeof line);
-            if (parse_line(copy, &entry) && strcmp(entry.key, key) != 0) fputs(line, out);
-        }
-        fclose(in);
-    }
+    for (size_t i = 0; i < count; i++) /* each entry rewritten whole, one per line */
+        if (strcmp(entries[i].key, key) != 0)
+            fprintf(out, "%s\t%" PRId64 "\t%" PRId64 "\n", entries[i].key, entries[i].tile_q,
+                    entries[i].tile_kv);
+    free(entries);
     fprintf(out, "%s\t%" PRId64 "\t%" PRId64 "\n", key, tile_q, tile_kv);
     const int written = fflush(out) == 0 && !ferror(out);
-    if (fclose(out) != 0 || !written || rename(tmp, path) != 0) {
+    if (fclose(out) != 0 || !written || rename(tmp, target) != 0) {
         const int saved = errno;
         remove(tmp);
-        return fai__fail(FAI_ERR_IO, "tuning cache %s: %s", path, strerror(saved));
+        status = fai__fail(FAI_ERR_IO, "tuning cache %s: %s", target, strerror(saved));
     }
-    return FAI_OK;
+    close(lock_fd);
+    return status;
+}
+
+/* A path the environment gives that does not fit: the error names the variable and the start
+ * of its value. */
+static fai_status fail_long_path(const char *source) {
+    const char *value = getenv(source);
+    return fai__fail(FAI_ERR_INVALID_ARG,
+                     "the tuning cache's path from %s = '%.64s...' is longer than %d bytes", source,
+                     value ? value : "", PATH_BYTES - 1);
 }
 
 fai_status fai_tuning_store(const fai_plan *plan, int64_t tile_q, int64_t tile_kv) {
@@ -211,8 +344,11 @@ fai_status fai_tuning_store(const fai_plan *plan, int64_t tile_q, int64_t tile_k
     if (tile_kv < 1 || tile_kv > MAX_TUNED_TILE)
         return fai__fail(FAI_ERR_INVALID_ARG, "tile_kv = %" PRId64 " is outside 1..%d", tile_kv,
                          MAX_TUNED_TILE);
-    char path[1024];
-    if (!cache_path(path, sizeof path))
+    char path[PATH_BYTES];
+    const char *source;
+    const int known = cache_path(path, sizeof path, &source);
+    if (known < 0) return fail_long_path(source);
+    if (known == 0)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "the tuning cache is disabled (FAI_TUNE_CACHE=off, or no HOME)");
     char key[KEY_BYTES];
@@ -234,7 +370,8 @@ void fai_tuning_reload(void) {
 }
 
 const char *fai_tuning_path(void) {
-    static _Thread_local char path[1024];
-    if (!cache_path(path, sizeof path)) path[0] = '\0';
+    static _Thread_local char path[PATH_BYTES];
+    const char *source;
+    if (cache_path(path, sizeof path, &source) != 1) path[0] = '\0';
     return path;
 }
