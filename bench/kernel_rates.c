@@ -318,8 +318,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     operands *t = zeroed(sizeof *t);
-    t->cntx = fai__cntx_select();
-    if (!t->cntx) {
+    if (fai__cntx_select(&t->cntx) != FAI_OK) {
+        fprintf(stderr, "fai_kernel_rates: %s\n", fai_last_error());
         free_all();
         return 1;
     }

@@ -424,6 +424,10 @@ typedef struct fai_pool fai_pool;
  * workers and sizes the workspace. On success *plan owns a new plan (free it with fai_plan_free)
  * and FAI_OK is returned; on failure *plan is NULL, the status says why and fai_last_error()
  * names the field and the value. The problem and its arrays are only read during the call.
+ * The micro-kernel table is the best the CPU runs, or the one FAI_ISA names (amx, avx512, avx2,
+ * neon, ref, amx-emu; auto: the best); FAI_AMX=0 keeps the amx table off and FAI_BF16_DOT=0 or 1
+ * turns bf16 dot products off or on (switches for comparisons, read by the first plan of the
+ * process), and any value of theirs other than 0, 1 or empty is refused (FAI_ERR_INVALID_ARG).
  * Thread-safe. */
 FAI_API fai_status fai_plan_create(const fai_problem *problem, fai_plan **plan);
 
@@ -643,7 +647,10 @@ FAI_API fai_status fai_cache_write(int64_t tokens, int64_t heads, int64_t dim,
  * 2 MiB, with transparent huge pages asked for, and first touched by the threads of `pool`
  * (NULL: the default pool), each its own share, so the pages sit near the threads that read
  * them and decode streams from huge pages (fewer TLB misses than malloc's 4 KiB pages). The
- * memory is zeroed. Free it with fai_cache_free and the same byte count. */
+ * memory is zeroed, and committed by that first touch: where the system grants the mapping but
+ * not the memory (overcommit, a cgroup's limit), the out-of-memory killer may act during the
+ * call, as on any first write. On failure *memory is NULL. Free it with fai_cache_free and the
+ * same byte count. */
 FAI_API fai_status fai_cache_alloc(size_t bytes, fai_pool *pool, void **memory);
 
 /* Releases memory from fai_cache_alloc; `bytes` as given to it. NULL is a no-op. */
@@ -709,7 +716,8 @@ FAI_API fai_status fai_pool_create(int64_t threads, fai_pool **pool);
 FAI_API void fai_pool_free(fai_pool *pool);
 
 /* Makes the plan run on `pool` (NULL: the process-wide default pool, created on first use with
- * one thread per online CPU). The pool must outlive every run of the plan. Not thread-safe with
+ * one thread per online CPU, or half as many, and so on, where the system will not start that
+ * many). The pool must outlive every run of the plan. Not thread-safe with
  * concurrent runs of the same plan. */
 FAI_API void fai_plan_set_pool(fai_plan *plan, fai_pool *pool);
 

@@ -115,7 +115,11 @@ int main(int argc, char **argv) {
     fai_plan_free(plan);
     /* FAI_BF16_DOT=1 asks for bf16 dot products, which the table may not have */
     const char *bf16_dot = getenv("FAI_BF16_DOT");
-    const fai_cntx *table = fai__cntx_select();
+    const fai_cntx *table;
+    if (fai__cntx_select(&table) != FAI_OK) {
+        printf("%s\n", fai_last_error());
+        return 1;
+    }
     if (bf16_dot && !strcmp(bf16_dot, "1") && !table->qk_bf16) {
         printf("skipped: FAI_BF16_DOT=1, and the %s table has no bf16 dot products\n", table->name);
         return 77;

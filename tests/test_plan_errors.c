@@ -62,6 +62,31 @@ TEST(isa_bogus_is_unavailable) {
     CHECK(plan_succeeds(&pb));
 }
 
+/* The environment's switches are 0 or 1 (or unset, or empty): any other value is refused by
+ * name, not read as unset. */
+TEST(env_switches_must_be_0_or_1) {
+    fai_problem pb;
+    base_problem(&pb);
+    static const char *const names[] = {"FAI_AMX", "FAI_BF16_DOT"};
+    static const char *const bad[] = {"off", "yes", "2", "1x", "0 "};
+    for (int n = 0; n < 2; n++) {
+        const char *saved = getenv(names[n]);
+        char saved_copy[64] = "";
+        if (saved) snprintf(saved_copy, sizeof saved_copy, "%s", saved);
+        for (int b = 0; b < 5; b++) {
+            REQUIRE(setenv(names[n], bad[b], 1) == 0);
+            CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, names[n], bad[b], "0 or 1", NULL));
+        }
+        REQUIRE(setenv(names[n], "", 1) == 0);
+        CHECK(plan_succeeds(&pb));
+        if (saved)
+            setenv(names[n], saved_copy, 1);
+        else
+            unsetenv(names[n]);
+        CHECK(plan_succeeds(&pb));
+    }
+}
+
 /* -- fai_plan_create ---------------------------------------------------------------------- */
 
 TEST(plan_null_pointers) {

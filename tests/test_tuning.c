@@ -254,6 +254,20 @@ TEST(tuning_refuses_what_is_no_file) {
     CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
     remove(fifo);
     rmdir(dir);
+    /* a regular file fai did not write: read (its lines do not parse), never replaced */
+    char other[256];
+    snprintf(other, sizeof other, "/tmp/fai_tuning_other_%ld", (long)getpid());
+    FILE *f = fopen(other, "w");
+    REQUIRE(f != NULL);
+    fputs("someone's notes\n", f);
+    fclose(f);
+    setenv("FAI_TUNE_CACHE", other, 1);
+    fai_tuning_reload();
+    CHECK(fai_tuning_store(plan, 8, 8) == FAI_ERR_IO);
+    CHECK(strstr(fai_last_error(), other) != NULL && strstr(fai_last_error(), "not replaced"));
+    const char *text = read_file(other);
+    CHECK(text && strcmp(text, "someone's notes\n") == 0);
+    remove(other);
     /* a path longer than the cache takes: named with its variable, not called disabled */
     static char long_path[2100];
     memset(long_path, 'a', sizeof long_path - 1);

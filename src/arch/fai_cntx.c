@@ -35,8 +35,8 @@ static void init_tables(void) {
         fai__cntx_add_avx512_bf16(&tables[AVX512].cntx);
     /* the tile unit needs the kernel's grant first: asked here, once, before any thread runs a
      * plan made with this table */
-    tables[AMX].available =
-        tables[AVX512].available && cpu->avx512bw && cpu->avx512bf16 && fai__amx_enable();
+    tables[AMX].available = tables[AVX512].available && cpu->avx512bw && cpu->avx512dq &&
+                            cpu->avx512bf16 && fai__amx_enable();
     if (tables[AMX].available) {
         tables[AMX].cntx = tables[AVX512].cntx;
         fai__cntx_add_amx(&tables[AMX].cntx);
@@ -64,22 +64,46 @@ const fai_cntx *fai__cntx_by_name(const char *name) {
     return NULL;
 }
 
-const fai_cntx *fai__cntx_select(void) {
+/* The switches read from the environment when the tables are set up (FAI_AMX, FAI_BF16_DOT):
+ * each unset, empty, "0" or "1"; anything else is refused rather than read as unset. */
+static int switches_valid(void) {
+    static const char *const names[] = {"FAI_AMX", "FAI_BF16_DOT"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *value = getenv(names[i]);
+        if (value && value[0] && strcmp(value, "0") != 0 && strcmp(value, "1") != 0) {
+            fai__fail(FAI_ERR_INVALID_ARG, "%s = '%.64s' is not 0 or 1", names[i], value);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+fai_status fai__cntx_select(const fai_cntx **out) {
+    *out = NULL;
+    if (!switches_valid()) return FAI_ERR_INVALID_ARG;
     pthread_once(&tables_once, init_tables);
     const char *forced = getenv("FAI_ISA");
     if (!forced || !*forced || !strcmp(forced, "auto")) {
         for (size_t i = 0; i <= REF; i++)
-            if (tables[i].available) return &tables[i].cntx;
+            if (tables[i].available) {
+                *out = &tables[i].cntx;
+                return FAI_OK;
+            }
     }
     for (size_t i = 0; i < TABLE_COUNT; i++) {
         if (strcmp(tables[i].name, forced)) continue;
-        if (tables[i].available) return &tables[i].cntx;
-        fai__fail(FAI_ERR_ISA_UNAVAILABLE,
-                  "FAI_ISA = %s: this build or this CPU cannot run the %s micro-kernels", forced,
-                  forced);
-        return NULL;
+        if (tables[i].available) {
+            *out = &tables[i].cntx;
+            return FAI_OK;
+        }
+        const char *refusal = i == AMX ? fai__amx_refusal() : NULL;
+        if (refusal) /* the CPU has the tiles */
+            return fai__fail(FAI_ERR_ISA_UNAVAILABLE, "FAI_ISA = %s: %s", forced, refusal);
+        return fai__fail(FAI_ERR_ISA_UNAVAILABLE,
+                         "FAI_ISA = %s: this build or this CPU cannot run the %s micro-kernels",
+                         forced, forced);
     }
-    fai__fail(FAI_ERR_ISA_UNAVAILABLE,
-              "FAI_ISA = %s is not one of amx, avx512, avx2, neon, ref, amx-emu, auto", forced);
-    return NULL;
+    return fai__fail(FAI_ERR_ISA_UNAVAILABLE,
+                     "FAI_ISA = %s is not one of amx, avx512, avx2, neon, ref, amx-emu, auto",
+                     forced);
 }

@@ -33,7 +33,8 @@ static void detect(void) {
     if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return;
     const int osxsave = (ecx >> 27) & 1;
     const unsigned long long xcr0 = osxsave ? read_xcr0() : 0;
-    const int ymm_state = (xcr0 & 0x6) == 0x6;
+    /* the AVX bit too: a hypervisor may save the state and still mask the instructions */
+    const int ymm_state = (xcr0 & 0x6) == 0x6 && ((ecx >> 28) & 1);
     const int zmm_state = (xcr0 & 0xe6) == 0xe6;
     features.fma = ymm_state && ((ecx >> 12) & 1);
     features.f16c = ymm_state && ((ecx >> 29) & 1);
@@ -42,6 +43,7 @@ static void detect(void) {
     features.avx2 = ymm_state && ((ebx >> 5) & 1);
     features.avx512f = zmm_state && ((ebx >> 16) & 1);
     features.avx512bw = zmm_state && ((ebx >> 30) & 1);
+    features.avx512dq = zmm_state && ((ebx >> 17) & 1);
     features.avx512vl = zmm_state && ((ebx >> 31) & 1);
     __cpuid_count(7, 1, eax, ebx, ecx, edx);
     features.avx512bf16 = features.avx512f && ((eax >> 5) & 1);
@@ -126,12 +128,17 @@ const fai_cpu_features *fai__cpu_features(void) {
 }
 
 static int amx_permitted;
+static const char *amx_refused;
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void request_amx(void) {
-    const char *env = getenv("FAI_AMX");
-    if (env && !strcmp(env, "0")) return;
     if (!fai__cpu_features()->amx_bf16) return;
+    const char *env = getenv("FAI_AMX");
+    if (env && !strcmp(env, "0")) {
+        amx_refused = "FAI_AMX=0 turns it off";
+        return;
+    }
+    amx_refused = "the kernel refused it tile data (arch_prctl ARCH_REQ_XCOMP_PERM)";
 #if defined(__linux__) && defined(__x86_64__) && defined(SYS_arch_prctl)
     /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18); the grant covers every thread of
      * the process, so asking once before any thread touches a tile is enough */
@@ -142,6 +149,11 @@ static void request_amx(void) {
 int fai__amx_enable(void) {
     pthread_once(&amx_once, request_amx);
     return amx_permitted;
+}
+
+const char *fai__amx_refusal(void) {
+    pthread_once(&amx_once, request_amx);
+    return amx_permitted ? NULL : amx_refused;
 }
 
 int fai__bf16_dot_preferred(void) {

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 typedef struct fai_cpu_features {
-    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512bf16, neon;
+    int avx2, fma, f16c, avx512f, avx512bw, avx512dq, avx512vl, avx512bf16, neon;
     /* AMX-TILE and AMX-BF16 by CPUID, with the OS saving tile state (XCR0 bits 17 and 18).
      * Linux also wants a per-process request before the first tile instruction: see
      * fai__amx_enable. */
@@ -20,6 +20,10 @@ const fai_cpu_features *fai__cpu_features(void);
  * without AMX, a kernel that refuses or a sandbox that blocks the call gives 0, never SIGILL.
  * FAI_AMX=0 in the environment also gives 0 (a switch for comparing tables). */
 int fai__amx_enable(void);
+
+/* Why fai__amx_enable gave 0 on a CPU whose CPUID has AMX, for the error that refuses
+ * FAI_ISA=amx: "FAI_AMX=0", "the kernel refused tile data", or NULL when the CPU has no AMX. */
+const char *fai__amx_refusal(void);
 
 /* Whether the avx512 table (and the amx table built on it) takes the bf16 dot-product entries
  * (vdpbf16ps) of a CPU that has them, rather than leaving bf16 operands to be widened to f32 for

@@ -264,8 +264,9 @@ fai_status fai_plan_create(const fai_problem *problem, fai_plan **out) {
     fai_status status = fai__validate_problem(problem);
     if (status != FAI_OK) return status;
 
-    const fai_cntx *cntx = fai__cntx_select();
-    if (!cntx) return FAI_ERR_ISA_UNAVAILABLE;
+    const fai_cntx *cntx;
+    status = fai__cntx_select(&cntx);
+    if (status != FAI_OK) return status;
 
     fai_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return fai__fail(FAI_ERR_NO_MEMORY, "no memory for the plan");

@@ -155,18 +155,26 @@ static int read_line(FILE *f, char *buf, size_t size, int *usable, size_t *budge
     return any;
 }
 
+/* The first line of every file a store writes: a store replaces no other file. */
+#define FILE_HEADER                                                                                \
+    "# fai tuned tiles: cpu model, isa, shape class, tile_q, tile_kv (tab-separated)"
+
 /* Reads up to MAX_FILE_BYTES of the file into a fresh table (later lines win); a larger file is
- * no file of ours, and its tail is ignored. Returns 0, or -1 with errno set when the file exists
- * but cannot be read (a store must not then replace it). Called with the lock held. */
-static int read_entries(const char *path, tuned_entry **entries, size_t *count) {
+ * no file of ours, and its tail is ignored. *ours (when not NULL) says whether the file is empty
+ * or starts with FILE_HEADER. Returns 0, or -1 with errno set when the file exists but cannot be
+ * read (a store must not then replace it). Called with the lock held. */
+static int read_entries(const char *path, tuned_entry **entries, size_t *count, int *ours) {
     *entries = NULL;
     *count = 0;
+    if (ours) *ours = 1;
     FILE *f = open_regular(path);
     if (!f) return errno == ENOENT ? 0 : -1;
     size_t capacity = 0, budget = MAX_FILE_BYTES;
     char line[KEY_BYTES + 64];
-    int usable;
+    int usable, first = 1;
     while (read_line(f, line, sizeof line, &usable, &budget)) {
+        if (first && ours) *ours = usable && strcmp(line, FILE_HEADER) == 0;
+        first = 0;
         tuned_entry entry;
         if (!usable || !parse_line(line, &entry)) continue;
         size_t i = 0;
@@ -205,7 +213,7 @@ static void load_locked(void) {
     char path[PATH_BYTES];
     const char *source;
     if (cache_path(path, sizeof path, &source) != 1) return;
-    if (read_entries(path, &cache_entries, &cache_count) != 0) {
+    if (read_entries(path, &cache_entries, &cache_count, NULL) != 0) {
         free(cache_entries);
         cache_entries = NULL;
         cache_count = 0;
@@ -244,6 +252,13 @@ static int make_parent_dirs(const char *path) {
     return mkdir(dir, 0755) == 0 || errno == EEXIST;
 }
 
+static fai_status refuse_foreign(const char *path) {
+    return fai__fail(FAI_ERR_IO,
+                     "tuning cache %s is not a file fai wrote (its first line is not '%.17s ...'): "
+                     "not replaced",
+                     path, FILE_HEADER);
+}
+
 /* Rewrites the file with every entry of it except the one for `key`, then the new entry, through
  * a temporary file in the same directory renamed over it: a reader never sees half a file. An
  * advisory lock (fcntl) on `path`.lock serialises the writers of every process, so that two stores
@@ -271,6 +286,15 @@ static fai_status write_entry(const char *path, const char *key, int64_t tile_q,
             snprintf(target, sizeof target, "%s", resolved) >= (int)sizeof target)
             return fai__fail(FAI_ERR_IO, "tuning cache %s: cannot resolve its path", path);
     }
+    /* someone else's file at the path is never overwritten: checked before the lock file is
+     * made beside it, and again under the lock */
+    tuned_entry *entries;
+    size_t count;
+    int ours;
+    if (exists && read_entries(target, &entries, &count, &ours) == 0) {
+        free(entries);
+        if (!ours) return refuse_foreign(target);
+    }
     char lock_path[PATH_BYTES + 8], tmp[PATH_BYTES + 8];
     snprintf(lock_path, sizeof lock_path, "%s.lock", target);
     snprintf(tmp, sizeof tmp, "%s.XXXXXX", target);
@@ -285,14 +309,17 @@ static fai_status write_entry(const char *path, const char *key, int64_t tile_q,
         if (lock_fd >= 0) close(lock_fd);
         return fai__fail(FAI_ERR_IO, "tuning cache %s: %s", lock_path, strerror(saved));
     }
-    tuned_entry *entries;
-    size_t count;
     fai_status status = FAI_OK;
-    if (read_entries(target, &entries, &count) != 0) {
+    if (read_entries(target, &entries, &count, &ours) != 0) {
         status = fai__fail(FAI_ERR_IO, "tuning cache %s cannot be read (%s): not replaced", target,
                            strerror(errno));
         close(lock_fd); /* releases the lock */
         return status;
+    }
+    if (!ours) { /* replaced while we waited for the lock */
+        free(entries);
+        close(lock_fd);
+        return refuse_foreign(target);
     }
     const int fd = mkstemp(tmp);
     FILE *out = fd < 0 ? NULL : fdopen(fd, "w");
@@ -308,8 +335,7 @@ static fai_status write_entry(const char *path, const char *key, int64_t tile_q,
     }
     /* the file keeps its permissions; a new one is readable by all, as the directory is */
     fchmod(fd, exists ? st.st_mode & 07777 : 0644);
-    fprintf(out,
-            "# fai tuned tiles: cpu model, isa, shape class, tile_q, tile_kv (tab-separated)\n");
+    fprintf(out, "%s\n", FILE_HEADER);
     for (size_t i = 0; i < count; i++) /* each entry rewritten whole, one per line */
         if (strcmp(entries[i].key, key) != 0)
             fprintf(out, "%s\t%" PRId64 "\t%" PRId64 "\n", entries[i].key, entries[i].tile_q,

@@ -141,7 +141,8 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
     if (threads < 0 || threads > FAI_MAX_WORKERS)
         return fai__fail(FAI_ERR_INVALID_ARG, "threads = %lld is outside [0, %d]",
                          (long long)threads, FAI_MAX_WORKERS);
-    if (threads == 0) threads = fai_cpu_count();
+    if (threads == 0) /* one per online CPU, within the same bound */
+        threads = fai_cpu_count() < FAI_MAX_WORKERS ? fai_cpu_count() : FAI_MAX_WORKERS;
     fai_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return fai__fail(FAI_ERR_NO_MEMORY, "no memory for a pool");
     pool->size = threads;
@@ -249,12 +250,17 @@ void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *a
 }
 
 /* The process-wide pool, started on first use with one thread per online CPU and kept for the
- * life of the process. */
+ * life of the process. Where the system will not start that many (a container's pids limit,
+ * RLIMIT_NPROC), half as many, and so on: a pool of one (the caller alone) needs no thread. The
+ * message of a count refused does not outlive the call that succeeds. */
 static fai_pool *default_pool;
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 
 static void create_default_pool(void) {
-    if (fai_pool_create(0, &default_pool) != FAI_OK) default_pool = NULL;
+    int64_t threads = fai_cpu_count() < FAI_MAX_WORKERS ? fai_cpu_count() : FAI_MAX_WORKERS;
+    while (fai_pool_create(threads, &default_pool) != FAI_OK && threads > 1)
+        threads /= 2;
+    fai__clear_error();
 }
 
 fai_pool *fai__default_pool(void) {

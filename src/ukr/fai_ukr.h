@@ -295,9 +295,11 @@ void fai__cntx_add_avx512_bf16_pv(fai_cntx *cntx); /* called by the one above */
 void fai__cntx_add_amx(fai_cntx *cntx);            /* the tile unit itself */
 void fai__cntx_add_amx_emu(fai_cntx *cntx);        /* the same logic with emulated tiles */
 
-/* The table chosen for this CPU (FAI_ISA may force one); NULL and a message if FAI_ISA names a
- * table this build or CPU cannot run. */
-const fai_cntx *fai__cntx_select(void);
+/* The table chosen for this CPU (FAI_ISA may force one) into *out: FAI_OK, or
+ * FAI_ERR_ISA_UNAVAILABLE if FAI_ISA names a table this build or CPU cannot run, or
+ * FAI_ERR_INVALID_ARG for a switch of the environment that is not 0 or 1 (FAI_AMX,
+ * FAI_BF16_DOT), with the message saying which. */
+fai_status fai__cntx_select(const fai_cntx **out);
 
 /* The table of one ISA by name ("amx", "avx512", "avx2", "neon", "ref", "amx-emu"), or NULL if this
  * build or CPU cannot run it. For tests that compare tables. */
