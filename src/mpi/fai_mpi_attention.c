@@ -136,11 +136,13 @@ static void check_arguments(shard_call *call) {
     else if (call->root < FAI_MPI_ALL_RANKS || call->root >= call->size)
         fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "root = %d is outside [-1, %d)", call->root,
                               call->size);
-    else if (pb->batch < 0 || pb->batch > INT32_MAX)
-        fai_mpi__outcome_fail(out, FAI_ERR_INVALID_ARG, "batch = %lld is outside [0, 2^31)",
-                              (long long)pb->batch);
-    else if (pb->heads_q >= 1)
-        fai_mpi__check_sinks(out, pb, call->tensors);
+    if (out->status != FAI_OK) return;
+    /* the problem as fai judges it (its sizes and its arrays) before anything here reads arrays
+     * by them; with q_start the shard's own plan, with its positions, follows */
+    fai_plan *plan = NULL;
+    fai_mpi__outcome_fai(out, fai_plan_create(pb, &plan));
+    fai_plan_free(plan);
+    if (out->status == FAI_OK) fai_mpi__check_sinks(out, pb, call->tensors);
     if (out->status != FAI_OK) return;
     const size_t batch = (size_t)pb->batch;
     call->q_pos = fai_mpi__alloc(sizeof(int32_t) * batch);
@@ -170,11 +172,7 @@ static void check_arguments(shard_call *call) {
     if (call->q_start) { /* the positions are known: the shard's plan itself */
         place_shard(call);
         if (out->status == FAI_OK) plan_shard(call);
-    } else { /* they wait for the agreed lengths, and only move the diagonal: plan without */
-        fai_plan *plan = NULL;
-        fai_mpi__outcome_fai(out, fai_plan_create(pb, &plan));
-        fai_plan_free(plan);
-    }
+    } /* else they wait for the agreed lengths, and only move the diagonal */
 }
 
 /* Without q_start the queries are placed from the whole sequence's length, which no rank knows
@@ -218,8 +216,10 @@ static int allocate_parts(shard_call *call) {
 static int outputs_ok(shard_call *call) {
     const fai_tensors *t = call->tensors;
     if (!receives_result(call) || fai_mpi__part_rows(&call->shape) == 0) return 1;
-    if (!fai_mpi__output_ok(&call->outcome, &t->o, call->local->o_dtype, 0, "o")) return 0;
-    return !t->lse.data || fai_mpi__output_ok(&call->outcome, &t->lse, FAI_DTYPE_F32, 1, "lse");
+    if (!fai_mpi__output_ok(&call->outcome, &t->o, call->local->o_dtype, 0, "o", &call->shape))
+        return 0;
+    return !t->lse.data ||
+           fai_mpi__output_ok(&call->outcome, &t->lse, FAI_DTYPE_F32, 1, "lse", &call->shape);
 }
 
 static void run_shard(shard_call *call) {

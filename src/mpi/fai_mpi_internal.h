@@ -63,11 +63,6 @@ fai_status fai_mpi__agree(MPI_Comm comm, const fai_mpi__outcome *outcome,
 /* The same tensor starting at sequence row `row` (a pointer offset; strides unchanged). */
 fai_tensor fai_mpi__tensor_from_row(const fai_tensor *tensor, int64_t row);
 
-/* 1 if `tensor` can receive an output of `dtype` (data set, dtype, strides); else 0, with the
- * failure, naming `name`, recorded in the outcome. */
-int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_dtype dtype,
-                       int is_lse, const char *name);
-
 /* Copies rows [0, rows) of every batch and head of a strided [B, S, H, dim] tensor into a
  * contiguous [B, rows, H, dim] buffer. */
 void fai_mpi__pack_rows(void *dst, const fai_tensor *src, int64_t batch, int64_t rows,
@@ -84,6 +79,11 @@ typedef struct fai_mpi__part_shape {
     int64_t batch, seq, heads, dim_v;
 } fai_mpi__part_shape;
 
+/* 1 if `tensor` can receive an output of `dtype` over `shape` (data set, dtype, strides none
+ * negative and within 2^63 bytes: fai_merge_states would refuse them after the ranks agreed);
+ * else 0, with the failure, naming `name`, recorded in the outcome. */
+int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_dtype dtype,
+                       int is_lse, const char *name, const fai_mpi__part_shape *shape);
 int64_t fai_mpi__part_rows(const fai_mpi__part_shape *shape);
 int64_t fai_mpi__part_floats(const fai_mpi__part_shape *shape);
 /* The views fai_run writes and fai_merge_states reads: (b, i, h) of the LSE at

@@ -6,7 +6,8 @@ fai_status fai_mpi_split_range(int64_t total, int ranks, int rank, int64_t *star
     if (!start || !len) return fai_mpi__fail(FAI_ERR_INVALID_ARG, "start or len = NULL");
     if (total < 0)
         return fai_mpi__fail(FAI_ERR_INVALID_ARG, "total = %lld is negative", (long long)total);
-    if (ranks < 1 || rank < 0 || rank >= ranks)
+    if (ranks < 1) return fai_mpi__fail(FAI_ERR_INVALID_ARG, "ranks = %d is below 1", ranks);
+    if (rank < 0 || rank >= ranks)
         return fai_mpi__fail(FAI_ERR_INVALID_ARG, "rank = %d is outside [0, ranks = %d)", rank,
                              ranks);
     const int64_t base = total / ranks, extra = total % ranks;

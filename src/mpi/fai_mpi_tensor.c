@@ -13,7 +13,7 @@ fai_tensor fai_mpi__tensor_from_row(const fai_tensor *tensor, int64_t row) {
 }
 
 int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_dtype dtype,
-                       int is_lse, const char *name) {
+                       int is_lse, const char *name, const fai_mpi__part_shape *shape) {
     if (!tensor->data) {
         fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG, "tensors.%s.data = NULL", name);
         return 0;
@@ -33,6 +33,23 @@ int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_
     if (tensor->stride_batch < 0 || tensor->stride_seq < 0 || tensor->stride_head < 0) {
         fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG, "tensors.%s has a negative stride",
                               name);
+        return 0;
+    }
+    /* the last element's byte offset, as fai_merge_states checks it */
+    const int64_t counts[3] = {shape->batch, shape->seq, shape->heads};
+    const int64_t strides[3] = {tensor->stride_batch, tensor->stride_seq, tensor->stride_head};
+    int64_t last = is_lse ? 1 : shape->dim_v, step, bytes;
+    int fits = 1;
+    for (int i = 0; i < 3 && fits; i++)
+        fits = counts[i] <= 1 || (!__builtin_mul_overflow(counts[i] - 1, strides[i], &step) &&
+                                  !__builtin_add_overflow(last, step, &last));
+    if (!fits || __builtin_mul_overflow(last, (int64_t)fai_dtype_size(dtype), &bytes)) {
+        fai_mpi__outcome_fail(outcome, FAI_ERR_OVERFLOW,
+                              "tensors.%s strides (batch %lld, seq %lld, head %lld) address past "
+                              "2^63 bytes over [%lld, %lld, %lld]",
+                              name, (long long)strides[0], (long long)strides[1],
+                              (long long)strides[2], (long long)counts[0], (long long)counts[1],
+                              (long long)counts[2]);
         return 0;
     }
     return 1;

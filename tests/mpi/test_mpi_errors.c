@@ -3,6 +3,7 @@
  * it passes on every rank. */
 #include "test_mpi_util.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,6 +174,19 @@ TEST(mpi_error_bad_output_dtype) {
         FAI_ERR_INVALID_ARG, &f, "rank 0: ", "o_dtype = 7"));
 }
 
+/* Output strides that reach past 2^63 bytes, on one rank with every rank receiving the result:
+ * refused before any rank writes, on every rank alike (the merge would refuse them only after
+ * the ranks agreed). */
+TEST(mpi_error_output_strides_past_the_address_space) {
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.tensors.o.stride_batch = INT64_MAX / 2;
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_OVERFLOW, &f, "tensors.o strides", "2^63"));
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.tensors.lse.stride_head = INT64_MAX / 4;
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_OVERFLOW, &f, "tensors.lse strides", NULL));
+}
+
 TEST(mpi_error_bad_root_and_positions_given) {
     decode_fixture f;
     decode_fixture_init(&f, 0);
@@ -305,6 +319,8 @@ TEST(mpi_layout_helpers) {
     }
     CHECK(fai_mpi_split_range(10, 3, 3, &start, &len) == FAI_ERR_INVALID_ARG);
     CHECK(fai_mpi_split_range(-1, 3, 0, &start, &len) == FAI_ERR_INVALID_ARG);
+    CHECK(fai_mpi_split_range(10, 0, 0, &start, &len) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_mpi_last_error(), "ranks = 0") != NULL);
     fai_mpi_zigzag z;
     CHECK(fai_mpi_zigzag_layout(203, 4, 1, &z) == FAI_OK); /* chunks of 26, 26, 26, 25, ... */
     CHECK(z.chunk[0] == 1 && z.chunk[1] == 6);

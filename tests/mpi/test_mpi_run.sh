@@ -154,6 +154,10 @@ compare("kv_quantized", args + ["--causal"], True)
 compare("ring_quantized", args + ["--causal", "--ring"], True)
 compare("ring_quantized_v_per_token", args[:-2] + [
     "--v-scale", save("qz_vs_token.npy", scales((b, s, hkv), 30.0))] + ["--ring"], True)
+# K's channel scales beside its per-token ones, K/V sharded by ranges and on the ring
+channels = ["--k-channel-scale", save("qz_kc.npy", rng.uniform(0.25, 4.0, (hkv, d)).astype(np.float32))]
+compare("kv_quantized_channels", args + channels + ["--causal"], True)
+compare("ring_quantized_channels", args + channels + ["--causal", "--ring"], True)
 lens = np.array([70, 33, 1], dtype=np.int32)
 table = rng.permutation(3 * pages).astype(np.int32).reshape(3, pages)
 args = ["--q", save("pz_q.npy", tensor((3, 2, hq, d), "f16")),

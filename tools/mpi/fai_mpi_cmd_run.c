@@ -89,6 +89,7 @@ static int run_kv_sharded(ft_run_args *a, ft_run_inputs *in, const ft_run_proble
         s.tensors.o = fai_tensor_bshd(o, a->out_dtype, p->seq_q, p->heads_q, p->head_dim_v);
         s.tensors.alibi_slopes = p->alibi_slopes;
         s.tensors.sinks = p->sinks;
+        s.tensors.k_channel_scale = p->k_channel_scale;
         if (a->value[FT_RUN_OPT_LSE]) s.tensors.lse = ft_run_lse_tensor(lse, p->heads_q, p->seq_q);
         /* the queries are placed by the library, as fai run places them, from the agreed length */
         if (fai_mpi_attention(MPI_COMM_WORLD, &s.problem, s.kv_start, NULL, &s.tensors, 0, NULL) !=
