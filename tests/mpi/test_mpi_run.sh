@@ -222,10 +222,17 @@ else:
                 ((0 <= x["overlap"] <= 1) if ring else x["overlap"] is None))
         if not sane:
             failures.append("fai-mpi bench %s: %r" % (x["shape"], x))
-r = subprocess.run([mpiexec, np_flag, ranks, fai_mpi, "bench", "--runs", "0"],
-                   capture_output=True, text=True, timeout=60)
-if r.returncode != 2 or "--runs 0" not in r.stderr:
-    failures.append("fai-mpi bench --runs 0: exit %d, stderr %r" % (r.returncode, r.stderr))
+# bad options: exit 2 before any shape runs, one line naming the option, its range and value
+for args, needle in [(["--runs", "0"], "--runs needs an integer 1..1000, got '0'"),
+                     (["--runs", "1001"], "--runs needs an integer 1..1000, got '1001'"),
+                     (["--threads", "5000"], "--threads needs an integer 1..1024"),
+                     (["--workers", "-1"], "--workers needs an integer 0..1024"),
+                     (["--scale", "2x"], "--scale needs an integer 1..1048576, got '2x'"),
+                     (["D1"] * 9, "more than 8 shapes")]:
+    r = subprocess.run([mpiexec, np_flag, ranks, fai_mpi, "bench"] + args,
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 2 or needle not in r.stderr:
+        failures.append("fai-mpi bench %s: exit %d, stderr %r" % (args, r.returncode, r.stderr))
 
 if failures:
     print("\n".join(failures))

@@ -38,10 +38,12 @@ void ft_mpi_bench_calibrate(link_model *link);
 
 /* A decode-like shape with Skv scaled, K/V sharded over the ranks, and a ring prefill of P1's
  * sequence scaled the same way: the measured steps and the model's (collective). 0, or -1 on
- * every rank when one failed. */
+ * every rank when one failed, with why in ft_mpi_bench_error() (on rank 0 at least: a failure of
+ * the library's, or of the benchmark's own setup). */
 int ft_mpi_bench_decode(const ft_shape *single, const bench_options *o, const link_model *link,
                         bench_result *res);
 int ft_mpi_bench_ring(const ft_shape *single, const bench_options *o, const link_model *link,
                       bench_result *res);
+const char *ft_mpi_bench_error(void);
 
 #endif

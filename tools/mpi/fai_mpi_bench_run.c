@@ -3,6 +3,7 @@
 #include "fai_mpi_bench.h"
 #include "fai_stats.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,15 @@ static double mean_over_ranks(double value) {
     return value / ranks_;
 }
 
+/* Why the last shape failed, when the benchmark's own setup failed (else the library's error). */
+static char setup_error[256];
+
+static void setup_failed(const char *what) {
+    snprintf(setup_error, sizeof setup_error, "%s", what);
+}
+
+const char *ft_mpi_bench_error(void) { return setup_error[0] ? setup_error : fai_mpi_last_error(); }
+
 /* 1 on every rank when every rank passes ok, else 0 on every rank: a rank whose setup failed
  * must not leave the others waiting in the collectives it would skip. */
 static int all_ranks_ok(int ok) {
@@ -47,6 +57,12 @@ static int log2_ceil(int n) {
 static double time_ring_exchange(size_t bytes, int steps, int runs) {
     char *out = malloc(bytes ? bytes : 1), *in = malloc(bytes ? bytes : 1);
     double times[MAX_RUNS];
+    if (!all_ranks_ok(out && in)) { /* (every rank skips the exchanges alike) */
+        free(out);
+        free(in);
+        setup_failed("no memory for the ring's calibration blocks");
+        return NAN;
+    }
     memset(out, 1, bytes);
     const int right = (rank_ + 1) % ranks_, left = (rank_ + ranks_ - 1) % ranks_;
     for (int r = 0; r < runs; r++) {
@@ -156,6 +172,7 @@ static double time_local_shard(decode_setup *d, int runs) {
     if (!all_ranks_ok(planned && ws != NULL)) {
         free(ws);
         fai_plan_free(plan);
+        setup_failed("the shard's plan or its workspace could not be made on every rank");
         return NAN;
     }
     double times[MAX_RUNS];
@@ -214,9 +231,12 @@ static double time_decode_exchange(decode_setup *d, int runs) {
 int ft_mpi_bench_decode(const ft_shape *single, const bench_options *o, const link_model *link,
                         bench_result *res) {
     find_ranks();
+    setup_error[0] = '\0';
     decode_setup d;
     if (!all_ranks_ok(make_decode(single, o, &d) == 0)) {
         free_decode(&d);
+        setup_failed("the shape's tensors could not be made on every rank (memory, or a Skv past "
+                     "2^31 with this --scale)");
         return -1;
     }
     res->kind = "decode", res->steps = 1;
@@ -251,6 +271,7 @@ int ft_mpi_bench_decode(const ft_shape *single, const bench_options *o, const li
 int ft_mpi_bench_ring(const ft_shape *single, const bench_options *o, const link_model *link,
                       bench_result *res) {
     find_ranks();
+    setup_error[0] = '\0';
     const int64_t seq = single->sq * o->scale;
     fai_mpi_zigzag z;
     if (fai_mpi_zigzag_layout(seq, ranks_, rank_, &z) != FAI_OK) return -1;
@@ -260,6 +281,7 @@ int ft_mpi_bench_ring(const ft_shape *single, const bench_options *o, const link
     ft_shape_data data;
     if (!all_ranks_ok(ft_shape_data_create(&shape, 99 + (uint64_t)rank_, &data) == 0)) {
         ft_shape_data_free(&data);
+        setup_failed("the shape's tensors could not be made on every rank (memory?)");
         return -1;
     }
     data.problem.threads = o->threads, data.problem.workers = o->workers;
@@ -271,7 +293,19 @@ int ft_mpi_bench_ring(const ft_shape *single, const bench_options *o, const link
     const double row_bytes =
         (double)(shape.hkv * (shape.d + dv)) * (double)fai_dtype_size(shape.kv_dtype);
     const double block = max_over_ranks((double)(shape.b * z.rows) * row_bytes);
+    if (block > INT_MAX) { /* MPI's counts are int: the library would refuse it too */
+        snprintf(setup_error, sizeof setup_error,
+                 "a K/V block of %.0f bytes exceeds MPI's int count: --scale %lld is too large "
+                 "for %d ranks",
+                 block, (long long)o->scale, ranks_);
+        ft_shape_data_free(&data);
+        return -1;
+    }
     res->comm_alone = ranks_ > 1 ? time_ring_exchange((size_t)block, ranks_ - 1, o->runs) : 0.0;
+    if (isnan(res->comm_alone)) {
+        ft_shape_data_free(&data);
+        return -1;
+    }
 
     static run_samples samples;
     int failed = 0;

@@ -55,12 +55,15 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         if (!strcmp(arg, "--json")) {
             o->json = 1;
         } else if (!strcmp(arg, "--runs") || dst) {
+            /* each option's own range: runs as the samples hold, threads and workers as fai
+             * takes them, a scale that keeps Skv within int32 */
             const int64_t min = !strcmp(arg, "--workers") ? 0 : 1;
-            if (i + 1 >= argc || ft_parse_int64(argv[i + 1], min, MAX_RUNS * 1000, &value) ||
-                (!dst && value > MAX_RUNS)) {
+            const int64_t max = !dst ? MAX_RUNS : dst == &o->scale ? 1 << 20 : FAI_MAX_WORKERS;
+            if (i + 1 >= argc || ft_parse_int64(argv[i + 1], min, max, &value)) {
                 if (rank_ == 0)
-                    fprintf(stderr, "fai-mpi bench: %s %s: expected an integer >= %lld\n", arg,
-                            i + 1 < argc ? argv[i + 1] : "(missing)", (long long)min);
+                    fprintf(stderr, "fai-mpi bench: %s needs an integer %lld..%lld, got '%s'\n",
+                            arg, (long long)min, (long long)max,
+                            i + 1 < argc ? argv[i + 1] : "(missing)");
                 return 2;
             }
             if (dst)
@@ -70,7 +73,11 @@ static int parse_options(int argc, char **argv, bench_options *o) {
             i++;
         } else if (!strcmp(arg, "D1") || !strcmp(arg, "D2") || !strcmp(arg, "C1") ||
                    !strcmp(arg, "P1")) {
-            if (o->count < MAX_SHAPES) o->names[o->count++] = arg;
+            if (o->count == MAX_SHAPES) {
+                if (rank_ == 0) fprintf(stderr, "fai-mpi bench: more than %d shapes\n", MAX_SHAPES);
+                return 2;
+            }
+            o->names[o->count++] = arg;
         } else {
             if (rank_ == 0)
                 fprintf(stderr, "fai-mpi bench: unknown argument '%s' (see fai-mpi bench --help)\n",
@@ -186,7 +193,7 @@ int ft_mpi_cmd_bench(int argc, char **argv) {
         MPI_Allreduce(MPI_IN_PLACE, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (any_bad) {
             if (rank_ == 0)
-                fprintf(stderr, "fai-mpi bench: %s failed: %s\n", o.names[s], fai_mpi_last_error());
+                fprintf(stderr, "fai-mpi bench: %s failed: %s\n", o.names[s], ft_mpi_bench_error());
             failed = 1;
             continue;
         }
