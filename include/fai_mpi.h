@@ -144,9 +144,10 @@ fai_status fai_mpi_zigzag_layout(int64_t seq, int ranks, int rank, fai_mpi_zigza
  * partials are merged by fai_merge_states in rank order and stored once in o's dtype. Equal to fai
  * on the whole sequence within fai's tolerances; bitwise the same on every rank and run.
  * Collectives: one MPI_Allreduce before the local run (the ranks' status and the arguments
- * that must match, q_start given or NULL among them), one more for the sequence lengths when
- * q_start is NULL, one after the local run, then the gather; an MPI_Bcast of the message on
- * failure. */
+ * that must match, q_start given or NULL among them), one for every 128 sequences' query
+ * lengths and q_start (ranks holding other queries of a sequence are refused: their parts would
+ * merge into a wrong result), one more for the sequence lengths when q_start is NULL, one after
+ * the local run, then the gather; an MPI_Bcast of the message on failure. */
 fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int32_t *kv_start,
                              const int32_t *q_start, const fai_tensors *tensors, int root,
                              fai_mpi_stats *stats);
@@ -168,6 +169,8 @@ fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int3
  *            and lse (optional): the result for those same rows, written on every rank.
  *            k_scale, v_scale: for a quantized K / V, the scales of the rank's rows, any
  *            fai_scale shape (per token, per kv head, per tensor: each rank its own).
+ *            k_channel_scale (local->k_channel_scales): the same on every rank, which reads
+ *            every rank's K blocks with its own (compared, by a hash of their values).
  *   stats    NULL, or filled with this rank's bytes and times.
  *
  * In R steps each rank computes its two q chunks against the K/V block (two chunks) it holds

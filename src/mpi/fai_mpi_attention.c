@@ -266,12 +266,53 @@ static fai_status exchange_and_merge(shard_call *call) {
     return status;
 }
 
+/* Every rank must hold the same queries of every sequence (their parts are merged row by row):
+ * their lengths, and where given their start positions; a rank with other values would make a
+ * silently wrong merge. Each value and its negation go through one MPI_MAX, giving the largest
+ * and the smallest over the ranks, in blocks of sequences (the batch is agreed already, so every
+ * rank makes the same calls). */
+static fai_status agree_queries(shard_call *call) {
+    enum { BLOCK = 128 };
+    const fai_problem *pb = call->local;
+    const int per = call->q_start ? 4 : 2;
+    int64_t values[4 * BLOCK];
+    for (int64_t b0 = 0; b0 < pb->batch; b0 += BLOCK) {
+        const int64_t n = pb->batch - b0 < BLOCK ? pb->batch - b0 : BLOCK;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t length = query_length(pb, b0 + i);
+            values[per * i] = length, values[per * i + 1] = -length;
+            if (call->q_start)
+                values[per * i + 2] = call->q_start[b0 + i],
+                                 values[per * i + 3] = -(int64_t)call->q_start[b0 + i];
+        }
+        const double t0 = MPI_Wtime();
+        const int rc =
+            MPI_Allreduce(MPI_IN_PLACE, values, (int)(per * n), MPI_INT64_T, MPI_MAX, call->comm);
+        call->stats.wait_seconds += MPI_Wtime() - t0;
+        const fai_status status = fai_mpi__check_mpi(rc, "MPI_Allreduce");
+        if (status != FAI_OK) return status;
+        for (int64_t i = 0; i < n; i++)
+            for (int k = 0; k < per; k += 2)
+                if (values[per * i + k] != -values[per * i + k + 1])
+                    return fai_mpi__fail(FAI_ERR_INVALID_ARG,
+                                         "the ranks disagree on %s of sequence %lld: from %lld to "
+                                         "%lld",
+                                         k == 0 ? "the query length (seq_q, seqlens_q or "
+                                                  "cu_seqlens_q)"
+                                                : "q_start",
+                                         (long long)(b0 + i), (long long)-values[per * i + k + 1],
+                                         (long long)values[per * i + k]);
+    }
+    return FAI_OK;
+}
+
 static fai_status attend(shard_call *call) {
     check_arguments(call);
     fai_mpi__signature sig;
     describe_call(call, &sig);
     /* the arguments and the signature first: the collectives that follow depend on them */
     fai_status status = fai_mpi__agree(call->comm, &call->outcome, &sig, &call->stats.wait_seconds);
+    if (status == FAI_OK) status = agree_queries(call);
     if (status != FAI_OK) return status;
     if (!call->q_start) {
         status = agree_sequence_lengths(call);

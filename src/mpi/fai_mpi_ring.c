@@ -48,6 +48,25 @@ typedef struct ring_call {
     fai_mpi_stats stats;
 } ring_call;
 
+/* A hash of K's channel scales (FNV-1a over their bits), 0 without them: every rank dequantizes
+ * the K blocks it receives with its own, so the ranks must hold the same. Sizes not yet
+ * validated (the plan judges them after the agreement) are not read. */
+static int64_t channel_scales_hash(const ring_call *call) {
+    const fai_problem *pb = call->local;
+    const fai_channel_scale *c = call->tensors ? &call->tensors->k_channel_scale : NULL;
+    if (!pb || !pb->k_channel_scales || !c || !c->data || c->stride_head < 0 || pb->heads_kv < 1 ||
+        pb->heads_kv > 65536 || pb->head_dim < 1 || pb->head_dim > FAI_MAX_HEAD_DIM)
+        return 0;
+    uint64_t hash = 1469598103934665603u;
+    for (int64_t h = 0; h < pb->heads_kv; h++)
+        for (int64_t x = 0; x < pb->head_dim; x++) {
+            uint32_t bits;
+            memcpy(&bits, c->data + h * c->stride_head + x, sizeof bits);
+            hash = (hash ^ bits) * 1099511628211u;
+        }
+    return (int64_t)(hash >> 1);
+}
+
 static void describe_ring(const ring_call *call, fai_mpi__signature *sig) {
     memset(sig, 0, sizeof *sig);
     const fai_problem *pb = call->local;
@@ -66,6 +85,8 @@ static void describe_ring(const ring_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add_float(sig, "softcap", pb ? pb->softcap : 0.0f);
     fai_mpi__signature_add(sig, "alibi", pb ? pb->alibi : 0);
     fai_mpi__signature_add(sig, "sinks", pb ? pb->sinks : 0);
+    fai_mpi__signature_add(sig, "k_channel_scales", pb ? pb->k_channel_scales : 0);
+    fai_mpi__signature_add(sig, "k_channel_scale (its values)", channel_scales_hash(call));
 }
 
 /* Chunk c of the whole sequence: its first position and rows. */

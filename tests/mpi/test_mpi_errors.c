@@ -147,6 +147,27 @@ TEST(mpi_error_ranks_disagree_on_shapes) {
     CHECK(test_size == 1 || failed_alike(status, FAI_ERR_INVALID_ARG, &f, "disagree", "seq_q"));
 }
 
+/* Per-sequence queries the ranks hold differently (a length through seqlens_q, a q_start): each
+ * rank alone would run, and the merge would be silently wrong; refused on every rank alike. */
+TEST(mpi_error_ranks_disagree_on_queries) {
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    f.problem.seq_q = 2;
+    f.tensors.q = fai_tensor_bshd(f.q, FAI_DTYPE_F32, 2, 8, 16);
+    f.tensors.q.stride_batch = 0; /* both sequences read the same query rows */
+    f.tensors.o = fai_tensor_bshd(f.o, FAI_DTYPE_F32, 2, 8, 16);
+    f.tensors.lse = (fai_tensor){f.lse, FAI_DTYPE_F32, 16, 1, 2, 0};
+    int32_t lengths[2] = {2, 1};
+    if (test_rank == test_size - 1) f.problem.seqlens_q = lengths;
+    CHECK(test_size == 1 || failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, "disagree",
+                                         "query length (seq_q, seqlens_q or cu_seqlens_q) of "
+                                         "sequence 1: from 1 to 2"));
+    f.problem.seqlens_q = NULL;
+    if (test_rank == test_size - 1) f.q_start[0] += 1;
+    CHECK(test_size == 1 || failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, "disagree",
+                                         "q_start of sequence 0"));
+}
+
 /* What the ranks must hold alike but that each rank alone would accept: caught before any
  * collective that depends on it, so no rank waits in a collective the others skipped. */
 TEST(mpi_error_ranks_disagree_on_arguments) {
