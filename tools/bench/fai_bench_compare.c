@@ -67,8 +67,11 @@ int ft_bench_compare(const ft_shape *variants, int count, uint64_t seed, fai_poo
     int status = seconds && ratios ? 0 : -1;
     int made = 0;
     for (; made < count && !status; made++)
-        if (ft_shape_data_create(&variants[made], seed, &data[made])) status = -1;
-    if (status)
+        if (ft_shape_data_create(&variants[made], seed, &data[made])) {
+            fprintf(stderr, "fai bench: %s: %s\n", variants->name, ft_shape_data_error());
+            status = -1;
+        }
+    if (!seconds || !ratios)
         fprintf(stderr, "fai bench: %s: out of memory for the comparison\n", variants->name);
     for (int t = 0; t < thread_count && !status; t++)
         status = compare_on(variants, data, count, pools[t], threads[t], rounds, pieces, evictor,

@@ -11,6 +11,18 @@
 #include <string.h>
 #include <time.h>
 
+int ft_options_once(int argc, char **argv, const char *cmd) {
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0) continue;
+        for (int j = 1; j < i; j++)
+            if (!strcmp(argv[i], argv[j])) {
+                fprintf(stderr, "fai %s: %s is given twice\n", cmd, argv[i]);
+                return -1;
+            }
+    }
+    return 0;
+}
+
 int ft_parse_dtype(const char *text, fai_dtype *dtype) {
     /* the names fai_dtype_name gives, so the tools and the library spell them one way */
     static const fai_dtype all[] = {FAI_DTYPE_F32, FAI_DTYPE_F16,  FAI_DTYPE_BF16,
@@ -23,21 +35,17 @@ int ft_parse_dtype(const char *text, fai_dtype *dtype) {
     return -1;
 }
 
+/* A decimal integer within [min, max]: digits, an optional '-' before them, nothing else (no
+ * blanks, no '+'). */
 int ft_parse_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
+    const char *digits = text[0] == '-' ? text + 1 : text;
+    if (!(digits[0] >= '0' && digits[0] <= '9')) return -1;
     char *end;
     errno = 0;
     const long long value = strtoll(text, &end, 10);
     if (errno || end == text || *end || value < min || value > max) return -1;
     *out = value;
     return 0;
-}
-
-/* A decimal integer within [min, max]: digits, an optional '-' before them, nothing else (no
- * blanks, no '+'). */
-static int parse_strict_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
-    const char *digits = text[0] == '-' ? text + 1 : text;
-    if (!(digits[0] >= '0' && digits[0] <= '9')) return -1;
-    return ft_parse_int64(text, min, max, out);
 }
 
 /* The flags a shape takes, each at most once: --causal and --causal-top-left count as one. */
@@ -144,8 +152,13 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
             used[i] = 1;
         } else if (!strcmp(arg, "--softcap")) {
             char *end = NULL;
-            const double cap = i + 1 < argc ? strtod(argv[i + 1], &end) : -1.0;
-            if (i + 1 >= argc || end == argv[i + 1] || *end || !(cap >= 0.0) || cap > 1e30 ||
+            const char *text = i + 1 < argc ? argv[i + 1] : "";
+            /* a plain decimal number: no blanks, sign, hex or names */
+            const int decimal = ((text[0] >= '0' && text[0] <= '9') ||
+                                 (text[0] == '.' && text[1] >= '0' && text[1] <= '9')) &&
+                                text[strspn(text, "0123456789.eE+-")] == '\0';
+            const double cap = decimal ? strtod(text, &end) : -1.0;
+            if (!decimal || *end || !(cap >= 0.0) || cap > 1e30 ||
                 (cap != 0.0 && (float)cap == 0.0f)) {
                 fprintf(stderr,
                         "fai %s: --softcap needs 0 (off) or a number in (0, 1e30] that stays "
@@ -168,9 +181,8 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
                 memcpy(left_text, argv[i + 1], left_len);
                 left_text[left_len] = '\0';
             }
-            if (left_len >= sizeof left_text ||
-                parse_strict_int64(left_text, -1, INT64_MAX, &left) ||
-                parse_strict_int64(comma + 1, -1, INT64_MAX, &right)) {
+            if (left_len >= sizeof left_text || ft_parse_int64(left_text, -1, INT64_MAX, &left) ||
+                ft_parse_int64(comma + 1, -1, INT64_MAX, &right)) {
                 fprintf(stderr, "fai %s: --window needs LEFT,RIGHT (integers >= -1), got '%s'\n",
                         cmd, i + 1 < argc ? argv[i + 1] : "");
                 return -1;
@@ -217,6 +229,19 @@ int ft_shape_from_args(int argc, char **argv, char *used, ft_shape *shape, const
     for (int i = 1; i < argc; i++)
         consumed |= used[i];
     if (!consumed) *shape = ft_shape_table[0];
+    /* one shape: a flag it cannot take is refused, not dropped (a list of shapes or dtypes in
+     * fai bench applies such flags where they fit) */
+    if (shape->head_major && shape->page_size == 0) {
+        fprintf(stderr, "fai %s: --head-major needs paged K/V (--page-size N)\n", cmd);
+        return -1;
+    }
+    if (shape->k_channel_scales && !fai_dtype_is_quantized(shape->kv_dtype)) {
+        fprintf(stderr,
+                "fai %s: --k-channel-scales needs a quantized K (--kv-dtype int8, e4m3 or "
+                "e5m2), got %s\n",
+                cmd, fai_dtype_name(shape->kv_dtype));
+        return -1;
+    }
     return 0;
 }
 
@@ -329,24 +354,70 @@ void ft_shape_visible_keys(const ft_shape *shape, int64_t i, int64_t *first, int
     if (right >= 0 && diag + right < *last) *last = diag + right;
 }
 
+static char data_error[256];
+
+const char *ft_shape_data_error(void) { return data_error; }
+
+/* The product of n factors, or -1 past 2^62 (no tensor of a shape fai runs comes near). */
+static int64_t product(const int64_t *factors, int n) {
+    int64_t result = 1;
+    for (int i = 0; i < n; i++)
+        if (factors[i] < 0 || __builtin_mul_overflow(result, factors[i], &result) ||
+            result > (INT64_C(1) << 62))
+            return -1;
+    return result;
+}
+
+/* Whether the planner takes the shape's problem, judged before anything is sized by it: the
+ * dense problem first (its batch bounds the lengths array a paged one needs). */
+static int shape_plannable(const ft_shape *shape) {
+    ft_shape dense = *shape;
+    dense.page_size = 0;
+    fai_problem pb;
+    ft_shape_problem(&dense, &pb, NULL);
+    pb.ignore_tuning = 1, pb.threads = 1, pb.workers = 1;
+    fai_plan *plan = NULL;
+    const fai_status status = fai_plan_create(&pb, &plan);
+    fai_plan_free(plan);
+    if (status != FAI_OK) snprintf(data_error, sizeof data_error, "%s", fai_last_error());
+    return status == FAI_OK;
+}
+
 int ft_shape_data_create(const ft_shape *shape, uint64_t seed, ft_shape_data *data) {
     memset(data, 0, sizeof *data);
+    data_error[0] = '\0';
+    if (!shape_plannable(shape)) return -1;
     const int64_t dv = shape->dv;
     const int paged = shape->page_size > 0;
     data->seqlens_kv = calloc((size_t)shape->b + 1, sizeof(int32_t));
-    if (!data->seqlens_kv) return -1;
+    if (!data->seqlens_kv) {
+        snprintf(data_error, sizeof data_error, "out of memory for %lld sequence lengths",
+                 (long long)shape->b);
+        return -1;
+    }
     ft_shape_problem(shape, &data->problem, data->seqlens_kv);
     const fai_problem *pb = &data->problem;
-    const size_t q_count = (size_t)(shape->b * shape->sq * shape->hq * shape->d);
-    const size_t o_count = (size_t)(shape->b * shape->sq * shape->hq * dv);
-    const int64_t kv_rows = paged ? pb->num_pages * shape->page_size : shape->b * shape->skv;
-    const size_t k_count = (size_t)(kv_rows * shape->hkv * shape->d);
-    const size_t v_count = (size_t)(kv_rows * shape->hkv * dv);
+    const int64_t kv_rows = paged ? product((const int64_t[]){pb->num_pages, shape->page_size}, 2)
+                                  : product((const int64_t[]){shape->b, shape->skv}, 2);
+    const int64_t counts[5] = {
+        product((const int64_t[]){shape->b, shape->sq, shape->hq, shape->d}, 4),
+        product((const int64_t[]){shape->b, shape->sq, shape->hq, dv}, 4),
+        product((const int64_t[]){kv_rows, shape->hkv, shape->d}, 3),
+        product((const int64_t[]){kv_rows, shape->hkv, dv}, 3),
+        product((const int64_t[]){shape->b, shape->hq, shape->sq}, 3)};
+    for (int i = 0; i < 5; i++)
+        if (kv_rows < 0 || counts[i] < 0) {
+            snprintf(data_error, sizeof data_error,
+                     "its tensors would hold more than 2^62 elements");
+            return -1;
+        }
+    const size_t q_count = (size_t)counts[0], o_count = (size_t)counts[1];
+    const size_t k_count = (size_t)counts[2], v_count = (size_t)counts[3];
     data->q = malloc(q_count * fai_dtype_size(shape->q_dtype) + 1);
     data->k = ft_shape_alloc_huge(k_count * fai_dtype_size(shape->kv_dtype) + 1);
     data->v = ft_shape_alloc_huge(v_count * fai_dtype_size(shape->kv_dtype) + 1);
     data->o = malloc(o_count * fai_dtype_size(shape->out_dtype) + 1);
-    data->lse = malloc((size_t)(shape->b * shape->hq * shape->sq) * sizeof(float) + 1);
+    data->lse = malloc((size_t)counts[4] * sizeof(float) + 1);
     data->alibi_slopes = malloc((size_t)shape->hq * sizeof(float) + 1);
     data->sinks = malloc((size_t)shape->hq * sizeof(float) + 1);
     /* quantized K/V: a scale per token and kv head, [rows, Hkv] like their rows */
@@ -354,8 +425,11 @@ int ft_shape_data_create(const ft_shape *shape, uint64_t seed, ft_shape_data *da
     const int quantized = fai_dtype_is_quantized(shape->kv_dtype);
     if (quantized) data->kv_scales = ft_shape_alloc_huge(2 * scale_count * sizeof(float) + 1);
     if (!data->q || !data->k || !data->v || !data->o || !data->lse || !data->alibi_slopes ||
-        !data->sinks || (quantized && !data->kv_scales))
+        !data->sinks || (quantized && !data->kv_scales)) {
+        snprintf(data_error, sizeof data_error, "out of memory for its tensors (%.3g GB of K/V)",
+                 (double)(k_count + v_count) * (double)fai_dtype_size(shape->kv_dtype) / 1e9);
         return -1;
+    }
     /* scales that bring the codes to about [-1, 1], varying from row to row */
     const double code_range = shape->kv_dtype == FAI_DTYPE_I8 ? 127.0 : 4.0;
     for (size_t r = 0; quantized && r < 2 * scale_count; r++)

@@ -49,6 +49,11 @@ int ft_shape_from_args(int argc, char **argv, char *used, ft_shape *shape, const
 /* Shape option help text. */
 extern const char ft_shape_usage[];
 
+/* Whether every option (an argument starting with "--") appears at most once in argv: 0, or -1
+ * after printing "fai CMD: OPTION is given twice" (a repeated option would otherwise let its
+ * last value win silently). */
+int ft_options_once(int argc, char **argv, const char *cmd);
+
 int ft_parse_dtype(const char *text, fai_dtype *dtype);
 int ft_parse_int64(const char *text, int64_t min, int64_t max, int64_t *out);
 
@@ -74,7 +79,11 @@ double ft_shape_channel_scale(const fai_channel_scale *channels, int64_t h, int6
 double ft_shape_scale(const fai_tensor *kv, const fai_scale *scale, int64_t b, int64_t s,
                       int64_t h);
 
+/* The shape's problem is first judged by the planner (a shape fai refuses allocates nothing),
+ * then its tensors are sized with overflow checks and made. 0, or -1 with why in
+ * ft_shape_data_error() (data is then empty: free it all the same). */
 int ft_shape_data_create(const ft_shape *shape, uint64_t seed, ft_shape_data *data);
+const char *ft_shape_data_error(void);
 void ft_shape_data_free(ft_shape_data *data);
 
 /* A large buffer (K/V caches, the baseline's gathered K/V) of at least `bytes`: 2 MiB aligned,

@@ -145,7 +145,7 @@ static int bench_shape(const ft_shape *shape, uint64_t seed, fai_pool **pools,
     ft_shape_data data;
     ft_baseline *baseline = NULL;
     if (ft_shape_data_create(shape, seed, &data)) {
-        fprintf(stderr, "fai bench: %s: out of memory for the tensors\n", shape->name);
+        fprintf(stderr, "fai bench: %s: %s\n", shape->name, ft_shape_data_error());
         ft_shape_data_free(&data);
         return 1;
     }

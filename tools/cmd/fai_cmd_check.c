@@ -3,6 +3,7 @@
 
 #include "fai.h"
 #include "fai_cases.h"
+#include "fai_shape.h"
 
 #include <errno.h>
 #include <math.h>
@@ -33,11 +34,12 @@ static void usage(FILE *out) {
             CHECK_DEFAULT_CASES, CHECK_DEFAULT_SEED);
 }
 
+/* Decimal digits and nothing else (no sign, blanks, or another base). */
 static int parse_u64(const char *s, uint64_t *out) {
-    if (!s || !*s || *s == '-') return 0;
+    if (!s || !(*s >= '0' && *s <= '9')) return 0;
     char *end;
     errno = 0;
-    const unsigned long long v = strtoull(s, &end, 0);
+    const unsigned long long v = strtoull(s, &end, 10);
     if (errno || *end) return 0;
     *out = (uint64_t)v;
     return 1;
@@ -88,7 +90,8 @@ static void run_one(const fai_case_spec *spec, uint64_t case_seed, int verbose,
 
 int ft_cmd_check(int argc, char **argv) {
     uint64_t cases = CHECK_DEFAULT_CASES, seed = CHECK_DEFAULT_SEED, one = 0;
-    int verbose = 0, only_one = 0;
+    int verbose = 0, only_one = 0, sweep_given = 0;
+    if (ft_options_once(argc, argv, "check")) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -105,9 +108,9 @@ int ft_cmd_check(int argc, char **argv) {
             }
             i++;
             if (!strcmp(a, "--cases"))
-                cases = v;
+                cases = v, sweep_given = 1;
             else if (!strcmp(a, "--seed"))
-                seed = v;
+                seed = v, sweep_given = 1;
             else {
                 one = v;
                 only_one = 1;
@@ -117,6 +120,10 @@ int ft_cmd_check(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
+    }
+    if (only_one && sweep_given) {
+        fprintf(stderr, "fai check: --case runs one case: --cases and --seed do not apply\n");
+        return 2;
     }
     if (cases > 100000000) {
         fprintf(stderr, "fai check: --cases %llu is too many\n", (unsigned long long)cases);

@@ -24,6 +24,7 @@ static void print_usage(FILE *out) {
 int ft_cmd_demo(int argc, char **argv) {
     int64_t threads = 0, runs = 3;
     int selected[16] = {0}, any_selected = 0;
+    if (ft_options_once(argc, argv, "demo")) return 2;
     for (int i = 1; i < argc; i++) {
         int found = 0;
         for (int s = 0; s < ft_shape_count; s++)
@@ -57,30 +58,36 @@ int ft_cmd_demo(int argc, char **argv) {
         ft_shape_data data;
         fai_plan *plan = NULL;
         void *workspace = NULL;
+        /* a shape that cannot be made or planned here is reported and the others still run;
+         * it counts as a failure (exit 1), as a run that fails does */
         if (ft_shape_data_create(shape, 1000 + (uint64_t)s, &data)) {
-            fprintf(stderr, "fai demo: %s: out of memory\n", shape->name);
+            fprintf(stderr, "fai demo: %s: %s\n", shape->name, ft_shape_data_error());
             ft_shape_data_free(&data);
-            return 1;
+            failures++;
+            continue;
         }
         data.problem.threads = threads;
         data.problem.workers = threads;
         if (fai_plan_create(&data.problem, &plan) != FAI_OK) {
             fprintf(stderr, "fai demo: %s: %s\n", shape->name, fai_last_error());
             ft_shape_data_free(&data);
-            return 1;
+            failures++;
+            continue;
         }
         const size_t workspace_bytes = fai_plan_workspace_size(plan);
         workspace = malloc(workspace_bytes ? workspace_bytes : 1);
         double times[1000];
         fai_status status = workspace ? FAI_OK : FAI_ERR_NO_MEMORY;
-        for (int64_t r = 0; r < runs && status == FAI_OK; r++) {
+        int64_t timed = 0;
+        for (; timed < runs && status == FAI_OK; timed++) {
             const double start = ft_now_seconds();
             status = fai_run(plan, &data.tensors, workspace, workspace_bytes);
-            times[r] = ft_now_seconds() - start;
+            times[timed] = ft_now_seconds() - start;
         }
-        const double seconds = ft_median(times, runs);
+        const double seconds = status == FAI_OK ? ft_median(times, timed) : 0.0;
         if (status != FAI_OK) {
-            fprintf(stderr, "fai demo: %s: %s\n", shape->name, fai_last_error());
+            fprintf(stderr, "fai demo: %s: %s\n", shape->name,
+                    workspace ? fai_last_error() : "out of memory for the workspace");
             failures++;
         } else {
             double tolerance;

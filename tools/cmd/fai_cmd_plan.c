@@ -322,9 +322,19 @@ int ft_cmd_plan(int argc, char **argv) {
         status = parsed > 0 ? 0 : 2;
         goto done;
     }
-    if (check_options(&options, &shape)) goto done;
+    if (ft_options_once(argc, argv, "plan") || check_options(&options, &shape)) goto done;
+    /* the lengths of a paged shape, one per sequence: within the planner's batch, which it
+     * names when refused */
+    if (shape.b > (INT64_C(1) << 24)) {
+        fprintf(stderr, "fai plan: batch = %lld is outside [0, %lld]\n", (long long)shape.b,
+                (long long)(INT64_C(1) << 24));
+        goto done;
+    }
     seqlens_kv = calloc((size_t)shape.b + 1, sizeof *seqlens_kv);
-    if (!seqlens_kv) goto done;
+    if (!seqlens_kv) {
+        fprintf(stderr, "fai plan: out of memory for %lld sequence lengths\n", (long long)shape.b);
+        goto done;
+    }
     if (!options.has_hw)
         status = run_plain(&shape, &options, seqlens_kv);
     else if (options.hw.kind == FT_HW_CPU)

@@ -33,7 +33,7 @@ void ft_cmd_plan_print_candidates_text(const candidate_list *list, const plan_op
     }
     if (list->count == 0) printf("            none\n");
     if (options->tile_q && !given_listed)
-        printf("            (the given tile is not among them)\n");
+        printf("            (the tile above is not among them)\n");
 }
 
 void ft_cmd_plan_json_candidates(ft_json *json, const candidate_list *list, const char *first_key,

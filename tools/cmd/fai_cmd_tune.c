@@ -259,7 +259,8 @@ static void print_report(const ft_shape *shape, const tile_timing *list, int mea
 static int tune(const ft_shape *shape, const tune_options *opt) {
     ft_shape_data data;
     if (ft_shape_data_create(shape, 7, &data)) {
-        fprintf(stderr, "fai tune: %s: %s\n", shape->name, fai_last_error());
+        fprintf(stderr, "fai tune: %s: %s\n", shape->name, ft_shape_data_error());
+        ft_shape_data_free(&data);
         return 2;
     }
     fai_pool *pool = NULL;
@@ -270,7 +271,10 @@ static int tune(const ft_shape *shape, const tune_options *opt) {
         fprintf(stderr, "fai tune: %s: %s\n", shape->name, fai_last_error());
         goto done;
     }
-    if (fai_pool_create(opt->threads, &pool) != FAI_OK) goto done;
+    if (fai_pool_create(opt->threads, &pool) != FAI_OK) {
+        fprintf(stderr, "fai tune: %s\n", fai_last_error());
+        goto done;
+    }
     const int progress = !opt->json && isatty(STDERR_FILENO);
     const double start = ft_now_seconds();
     int measured = 0;
@@ -297,7 +301,10 @@ static int tune(const ft_shape *shape, const tune_options *opt) {
     fai_problem problem = data.problem;
     problem.threads = problem.workers = opt->threads;
     fai_plan *plan;
-    if (fai_plan_create(&problem, &plan) != FAI_OK) goto done;
+    if (fai_plan_create(&problem, &plan) != FAI_OK) {
+        fprintf(stderr, "fai tune: %s: %s\n", shape->name, fai_last_error());
+        goto done;
+    }
     if (opt->store) {
         if (fai_tuning_store(plan, best->tile_q, best->tile_kv) != FAI_OK) {
             fprintf(stderr, "fai tune: %s\n", fai_last_error());
@@ -306,7 +313,10 @@ static int tune(const ft_shape *shape, const tune_options *opt) {
         }
         stored = 1;
         fai_plan_free(plan);
-        if (fai_plan_create(&problem, &plan) != FAI_OK) goto done;
+        if (fai_plan_create(&problem, &plan) != FAI_OK) {
+            fprintf(stderr, "fai tune: %s: %s\n", shape->name, fai_last_error());
+            goto done;
+        }
     }
     fai_plan_get_info(plan, &after);
     print_report(shape, list, measured, listed, finalists, heuristic, best, &after,
@@ -329,6 +339,13 @@ int ft_cmd_tune(int argc, char **argv) {
     const int parsed = parse_options(argc, argv, used, &opt);
     if (parsed) {
         status = parsed > 0 ? 0 : 2;
+        goto done;
+    }
+    if (ft_options_once(argc, argv, "tune")) goto done;
+    /* a store that cannot be made is said before a minute of measuring, not after */
+    if (opt.store && fai_tuning_path()[0] == '\0') {
+        fprintf(stderr, "fai tune: the tuning cache is off or has no path (FAI_TUNE_CACHE, "
+                        "XDG_CACHE_HOME, HOME): use --no-store to measure only\n");
         goto done;
     }
     if (opt.threads == 0) opt.threads = fai_cpu_count();
