@@ -190,6 +190,23 @@ expect_refusal_saying "--window is given twice" P1 --window 1,1 --window 2,2
 expect_refusal_saying "--causal and --causal-top-left exclude each other" --causal \
     --causal-top-left
 expect_refusal_saying "one shape at a time (got P1 and P2)" P1 P2
+expect_refusal_saying "--hw is given twice" --hw host --hw host
+expect_refusal_saying "--head-major needs paged K/V" P1 --head-major
+expect_refusal_saying "--k-channel-scales needs a quantized K" --k-channel-scales
+expect_refusal_saying "--b needs an integer >= 0, got '+2'" --b +2
+expect_refusal_saying "got '0x10'" --softcap 0x10
+expect_refusal_saying "batch = 20000000 is outside" D1 --b 20000000
+# the other commands: their own options once, numbers in decimal, no options that do not apply
+for args in "demo --runs 2 --runs 3:--runs is given twice" \
+    "check --seed 0x10:--seed needs a non-negative integer, got '0x10'" \
+    "check --case 3 --seed 2:--cases and --seed do not apply" \
+    "tune --b 2147483647 --sq 2147483647 --no-store:batch = 2147483647 is outside"; do
+    status=0
+    # shellcheck disable=SC2086 # the command's words
+    "$fai" ${args%%:*} >"$tmp/stdout" 2>"$tmp/stderr" || status=$?
+    [ "$status" -eq 2 ] && grep -q -- "${args#*:}" "$tmp/stderr" ||
+        { echo "fai ${args%%:*}: exit $status, stderr '$(cat "$tmp/stderr")'"; exit 1; }
+done
 # one line too for values that parse but mean nothing here
 status=0
 "$fai" plan P1 --hw host --tile 64x64x96 >"$tmp/stdout" 2>"$tmp/stderr" || status=$?
