@@ -26,7 +26,8 @@
  * local compute, so no rank waits for a peer that gave up. Nothing is written to O or LSE unless
  * every rank succeeded. MPI errors themselves follow the communicator's error handler (by default
  * MPI aborts the job); under MPI_ERRORS_RETURN a failed MPI call returns FAI_ERR_UNSUPPORTED with
- * MPI's error text on the ranks where it failed.
+ * MPI's error text on the ranks where it failed, whose requests are cancelled first; its
+ * neighbours may then wait in theirs (MPI gives no way to tell them).
  *
  * Quantized K and V (int8, e4m3, e5m2) work in both, with their scales (fai_tensors.k_scale,
  * v_scale) given for the rank's own keys: fai_mpi_attention reads them with the shard, and the

@@ -428,7 +428,15 @@ static fai_status run_ring(ring_call *call) {
         const double waited = MPI_Wtime() - t0;
         call->stats.wait_seconds += waited;
         call->stats.exchange_seconds += waited;
-        if (rc != MPI_SUCCESS) return fai_mpi__check_mpi(rc, "MPI_Waitall");
+        if (rc != MPI_SUCCESS) {
+            /* requests the failure left active must not outlive the blocks (freed on return) */
+            for (int r = 0; r < pending; r++)
+                if (requests[r] != MPI_REQUEST_NULL) {
+                    MPI_Cancel(&requests[r]);
+                    MPI_Wait(&requests[r], MPI_STATUS_IGNORE);
+                }
+            return fai_mpi__check_mpi(rc, "MPI_Waitall");
+        }
     }
     return FAI_OK;
 }
