@@ -33,10 +33,11 @@ static void init_tables(void) {
     /* bf16 dot products only where they run faster than the FMAs they replace */
     if (tables[AVX512].available && cpu->avx512bw && cpu->avx512bf16 && fai__bf16_dot_preferred())
         fai__cntx_add_avx512_bf16(&tables[AVX512].cntx);
-    /* the tile unit needs the kernel's grant first: asked here, once, before any thread runs a
-     * plan made with this table */
+    /* what the CPU and the OS offer; the kernel's grant for tile data is asked only when the
+     * table is chosen (table_usable), once, before any thread runs a plan made with it: a
+     * process that forces another table never asks (a sandbox may forbid the call) */
     tables[AMX].available = tables[AVX512].available && cpu->avx512bw && cpu->avx512dq &&
-                            cpu->avx512bf16 && fai__amx_enable();
+                            cpu->avx512bf16 && cpu->amx_bf16;
     if (tables[AMX].available) {
         tables[AMX].cntx = tables[AVX512].cntx;
         fai__cntx_add_amx(&tables[AMX].cntx);
@@ -57,10 +58,14 @@ static void init_tables(void) {
     tables[AMX_EMU].cntx.name = "amx-emu";
 }
 
+/* Whether table i runs here: available, and for the tile unit granted by the kernel (asked
+ * here the first time). */
+static int table_usable(size_t i) { return tables[i].available && (i != AMX || fai__amx_enable()); }
+
 const fai_cntx *fai__cntx_by_name(const char *name) {
     pthread_once(&tables_once, init_tables);
     for (size_t i = 0; i < TABLE_COUNT; i++)
-        if (!strcmp(tables[i].name, name)) return tables[i].available ? &tables[i].cntx : NULL;
+        if (!strcmp(tables[i].name, name)) return table_usable(i) ? &tables[i].cntx : NULL;
     return NULL;
 }
 
@@ -85,14 +90,14 @@ fai_status fai__cntx_select(const fai_cntx **out) {
     const char *forced = getenv("FAI_ISA");
     if (!forced || !*forced || !strcmp(forced, "auto")) {
         for (size_t i = 0; i <= REF; i++)
-            if (tables[i].available) {
+            if (table_usable(i)) {
                 *out = &tables[i].cntx;
                 return FAI_OK;
             }
     }
     for (size_t i = 0; i < TABLE_COUNT; i++) {
         if (strcmp(tables[i].name, forced)) continue;
-        if (tables[i].available) {
+        if (table_usable(i)) {
             *out = &tables[i].cntx;
             return FAI_OK;
         }
