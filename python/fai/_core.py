@@ -76,13 +76,12 @@ class Plan:
     required and seq_kv may be None.
     Options as in attention(), plus mask_kind (None, 'keep', 'drop', 'add': the mask itself is
     given to run()), q_dtype, k_dtype, v_dtype (None: k_dtype), out_dtype, split ('auto',
-    'units', 'greedy'), tile ((tile_q, tile_kv) overrides), trust_block_table (True: runs do
-    not check the block-table entries they read, which must then lie inside the pool),
-    trust_scales (True: runs do not check a quantized K/V's scales, which must then be finite
-    and > 0; a bad one gives wrong values, never a bad access), and
-    q_positions / kv_positions (int32 [B], both or neither: the global positions of each
-    sequence's first query and first key when K/V are a shard of a longer sequence; causal and
-    window masks then compare global positions).
+    'units', 'greedy'), trust_block_table (True: runs do not check the block-table entries
+    they read, which must then lie inside the pool), trust_scales (True: runs do not check a
+    quantized K/V's scales, which must then be finite and > 0; a bad one gives wrong values,
+    never a bad access), and q_positions / kv_positions (int32 [B], both or neither: the
+    global positions of each sequence's first query and first key when K/V are a shard of a
+    longer sequence; causal and window masks then compare global positions).
 
     Score modifiers: softcap (a number, None/0 off), alibi and sinks (True: the slopes and
     sink logits are given to run()), mask_kind 'bits' (a bit-packed keep mask, mask_bits).
@@ -567,8 +566,12 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     cu_seqlens_q / cu_seqlens_kv: int [B + 1] prefix sums of a packed batch, whose q (k, v) are
     then [rows, H, D] (and O [rows, Hq, Dv], LSE [Hq, rows]). block_table: int [B, max_pages];
     k and v are then page pools [num_pages, page_size, Hkv, D] and seqlens_kv is required.
-    threads: threads to run on (None: all of fai's pool); workers: pieces of the split (the
-    result does not depend on threads). Rows past a length and fully masked rows give O = 0,
+    threads: threads to run on (None or 0: automatic, the pool's threads, fewer for a small
+    problem); fai runs on at most its pool's threads, fai.cpu_count(), and a larger count runs
+    on those. workers: pieces of the split (None or 0: one per online CPU; the result does not
+    depend on threads). tile: (tile_q, tile_kv) overrides (0 or None leaves a side to fai).
+    window and tile take a tuple, a list or a 1-D array of two (a set or a dict is refused: its
+    order is not the caller's). Rows past a length and fully masked rows give O = 0,
     LSE = -inf. q_positions / kv_positions: int [B], both or neither: the global positions of
     each sequence's first query and first key when k and v are a shard of a longer sequence
     (causal and window then compare global positions; merge the shards with merge_states).

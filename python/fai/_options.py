@@ -19,14 +19,27 @@ def _causal(causal, causal_top_left):
     return _lib.CAUSAL_BOTTOM_RIGHT if causal else _lib.CAUSAL_NONE
 
 
+def _pair(value, name, form, note):
+    """The two items of a pair option: a tuple, a list or a 1-D array (numpy or torch) of
+    length 2. Sets, dicts and other iterables are refused: their order is not the caller's."""
+    if isinstance(value, (tuple, list)):
+        items = list(value)
+    elif getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):
+        items = value.tolist()  # numpy's and torch's scalars as Python numbers
+    else:
+        items = None
+    if items is None or len(items) != 2:
+        _fail(f"{name} = {value!r}: expected {form}, a tuple, list or 1-D array of length 2 "
+              f"({note})")
+    return items
+
+
 def _window(window):
     unbounded = _lib.WINDOW_UNBOUNDED
     if window is None:
         return unbounded, unbounded
-    try:
-        left, right = window
-    except (TypeError, ValueError):
-        _fail(f"window = {window!r}: expected (left, right); -1 or None leaves a side unbounded")
+    left, right = _pair(window, "window", "(left, right)",
+                        "-1 or None leaves a side unbounded")
     sides = []
     for side in (left, right):
         if side is None:
@@ -254,9 +267,6 @@ def _set_execution(pb, trust_block_table, trust_scales, threads, workers, split,
         _fail(f"split = {split!r}: expected 'auto', 'units' or 'greedy'")
     pb.split = _SPLITS[split]
     if tile is not None:
-        try:
-            tq, tkv = tile
-        except (TypeError, ValueError):
-            _fail(f"tile = {tile!r}: expected (tile_q, tile_kv)")
+        tq, tkv = _pair(tile, "tile", "(tile_q, tile_kv)", "0 or None: fai chooses that side")
         pb.tile_q = _count(tq, "tile_q")
         pb.tile_kv = _count(tkv, "tile_kv")

@@ -126,3 +126,118 @@ def test_evictor_reads_every_line_of_a_buffer_past_the_caches(monkeypatch):
     assert evict() == (6 << 20) // 64  # a byte of 1 from each 64-byte line
     monkeypatch.setattr(fai, "cpu_cache_bytes", lambda level: 0)
     assert _evict.Evictor().bytes == 1 << 20
+
+
+def _setup(label, fail_call_at=None, fail_finish=False):
+    """A peer's setup whose call raises on its call number `fail_call_at` (0: the first)."""
+    def make(case, threads, bf16):
+        calls = []
+
+        def call():
+            calls.append(1)
+            if fail_call_at is not None and len(calls) > fail_call_at:
+                raise RuntimeError(f"{label} cannot run this\nsecond line")
+            return label
+
+        def finish(out):
+            if fail_finish:
+                raise ValueError(f"{label} gave no output")
+            return [0.0]
+        return call, finish, label
+    return make
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_peer_failing_in_a_timed_call_is_reported(warmup):
+    """With --warmup 0 the first call is a timed one: a peer that raises there (or later, or
+    when its output is read) is reported with its error, and the others still run."""
+    from fai.bench import _measure
+    setups = [("fai", _setup("fai")), ("bad", _setup("bad", fail_call_at=warmup)),
+              ("late", _setup("late", fail_call_at=warmup + 1)),
+              ("unread", _setup("unread", fail_finish=True))]
+    results, errors = _measure.measure(setups, None, 1, False, runs=3, warmup=warmup)
+    assert set(results) == {"fai"}
+    assert errors == {"bad": "RuntimeError: bad cannot run this",
+                      "late": "RuntimeError: late cannot run this",
+                      "unread": "ValueError: unread gave no output"}
+
+
+def _parse_error(capsys, argv):
+    from fai.bench import _cli
+    with pytest.raises(SystemExit) as exc:
+        _cli._parse(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["P1", "P1"], "shape P1 given more than once"),
+    (["D1", "P2", "D1", "P2"], "shape D1 P2 given more than once"),
+    (["--peers", "torch,torch"], "--peers 'torch,torch' names torch more than once"),
+    (["--peers", "torch, ,ort"], "--peers 'torch, ,ort' has an empty entry"),
+    (["--peers", ""], "--peers '' has an empty entry"),
+    (["--peers", "torch,"], "has an empty entry"),
+    (["--no-plot", "--plot", "x.png"], "--no-plot and --plot x.png: give one of them"),
+    (["--threads", "0"], "--threads and --runs must be >= 1"),
+])
+def test_cli_refuses_repeated_empty_and_conflicting_options(capsys, monkeypatch, tmp_path, argv,
+                                                            message):
+    monkeypatch.chdir(tmp_path)
+    assert message in _parse_error(capsys, argv)
+
+
+def test_cli_refuses_more_threads_than_fai_runs(capsys, monkeypatch, tmp_path):
+    import fai
+    monkeypatch.chdir(tmp_path)
+    err = _parse_error(capsys, ["--threads", str(fai.cpu_count() + 1)])
+    assert f"--threads {fai.cpu_count() + 1}: fai runs on at most fai.cpu_count() = " \
+           f"{fai.cpu_count()} threads" in err
+
+
+def test_cli_refuses_unwritable_output_paths_up_front(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    missing = str(tmp_path / "no" / "such" / "out.json")
+    assert f"--json '{missing}': the directory" in _parse_error(capsys, ["--json", missing])
+    (tmp_path / "sub").mkdir()
+    assert "--plot 'sub' is a directory" in _parse_error(capsys, ["--plot", "sub"])
+    assert "--json '' is a directory" in _parse_error(capsys, ["--json", ""])
+    # the default plot lands in the working directory, which must be writable too
+    (tmp_path / "fai_bench.png").mkdir()
+    assert "--plot 'fai_bench.png' is a directory" in _parse_error(capsys, [])
+    from fai.bench import _cli
+    assert _cli._parse(["--no-plot"]).plot == "fai_bench.png"
+
+
+def test_cli_accepts_distinct_shapes_peers_and_paths(monkeypatch, tmp_path):
+    from fai.bench import _cli
+    monkeypatch.chdir(tmp_path)
+    args = _cli._parse(["P1", "D2", "--peers", " torch , ort", "--json", "rows.json",
+                        "--plot", "p.png"])
+    assert (args.shapes, args.peers, args.plot) == (["P1", "D2"], ["torch", "ort"], "p.png")
+    assert _cli._parse(["--peers", "none"]).peers == []
+
+
+def test_report_write_failures_are_lines_not_tracebacks(monkeypatch, tmp_path):
+    line = _report.write_json([{"shape": "P1"}], str(tmp_path / "gone" / "rows.json"))
+    assert line.startswith(f"json: could not write {tmp_path / 'gone' / 'rows.json'}: ")
+    assert _report.write_json([{"shape": "P1"}], str(tmp_path / "rows.json")) is None
+
+    def unwritable(rows, names, path, title):
+        raise ValueError("Format 'xyz' is not supported")
+    monkeypatch.setattr(_report, "_plot", unwritable)
+    assert _report.write_plot([], ["fai"], "out.xyz", "t") == \
+        "plot: could not write out.xyz: Format 'xyz' is not supported"
+
+
+def test_round_p_bf16_note_says_what_the_plan_does(monkeypatch):
+    """--round-p-bf16 applies where PV multiplies in bf16 (the matrix engine with 16-bit K/V, or
+    all-bf16 on bf16 dot products): fai's note says what the plan does with P."""
+    import fai
+    from fai.bench import _cases, _fai
+    monkeypatch.setitem(_cases.SHAPES, "T", (1, 2, 1, 64, 64, 32, True, 0, "tiny prefill"))
+    case = _cases.Case("T", False)
+    _, _, note = _fai.setup_fai(case, 1, False, round_p_bf16=True)
+    parts = fai.Plan.like(case.q, case.k, case.v, round_p_bf16=True, **case.kw).info["p_parts"]
+    assert note.endswith(_fai._P_PARTS[parts]), note
+    _, _, plain = _fai.setup_fai(case, 1, False)
+    assert not any(text in plain for text in _fai._P_PARTS.values())

@@ -155,6 +155,42 @@ def test_numpy_integers_are_integers():
                           fai.attention(q, k, k, window=(1, None), threads=1))
 
 
+@pytest.mark.parametrize("name", ["window", "tile"])
+@pytest.mark.parametrize("value", [{5, 0}, {16: None, 64: None}, iter([1, 2]), (1, 2, 3), [4],
+                                   np.array([[1, 2]]), "ab", 3])
+def test_pair_options_refuse_unordered_and_other_iterables(name, value):
+    """window and tile take a tuple, list or 1-D array of two: a set or a dict would give its
+    items in an order that is not the caller's (a set {5, 0} reads as (0, 5))."""
+    q, k = _small()
+    with pytest.raises(fai.FaiError, match=rf"^{name} = .*: expected \(.*a tuple, list or 1-D "
+                       "array of length 2"):
+        fai.attention(q, k, k, **{name: value})
+
+
+def test_pair_options_as_tuple_list_or_array():
+    q, k = _small()
+    want = fai.attention(q, k, k, window=(1, 0))
+    for window in ([1, 0], np.array([1, 0]), [np.int64(1), 0]):
+        assert np.array_equal(fai.attention(q, k, k, window=window), want)
+    tiles = [fai.Plan.like(q, k, k, tile=tile).info for tile in
+             ((16, 32), [16, 32], np.array([16, 32], np.int32))]
+    assert {(i["tile_q"], i["tile_kv"], i["tile_source"]) for i in tiles} == {(16, 32, "user")}
+
+
+def test_zero_threads_workers_and_tile_sides_are_automatic():
+    q, k = _small()
+    auto = fai.Plan.like(q, k, k).info
+    zero = fai.Plan.like(q, k, k, threads=0, workers=0, tile=(0, 0)).info
+    for field in ("threads", "workers", "tile_q", "tile_kv", "tile_source"):
+        assert zero[field] == auto[field], field
+
+
+def test_threads_above_the_pool_run_on_the_pool():
+    q, k = _small()
+    info = fai.Plan.like(q, k, k, threads=fai.cpu_count() + 3).info
+    assert info["threads"] <= fai.cpu_count()
+
+
 def test_dtype_names_are_read_as_given():
     q, k = _small()
     # numpy reads "F" as complex64 and "f" as float32: never lowercased into another dtype

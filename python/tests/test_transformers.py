@@ -250,3 +250,187 @@ def test_softcap_and_sinks_match_float64():
     p = torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :9]
     want = (p @ vd).transpose(1, 2)
     assert torch.allclose(out.double(), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["query", "key", "value", "s_aux"])
+def test_inputs_wanting_gradients_refused_under_autograd(name):
+    """fai's output has no grad_fn: an input that wants gradients while autograd records is
+    refused, not left without them; under no_grad or inference_mode the same call runs."""
+    q, k, v = _qkv()
+    args = {"query": q, "key": k, "value": v, "s_aux": torch.zeros(4)}
+    args[name].requires_grad_(True)
+    with pytest.raises(fai.FaiError, match=rf"{name}.requires_grad = True: fai computes no "
+                       r"gradients .*torch.no_grad\(\)"):
+        fai_hf.attention_forward(_Module(), attention_mask=None, **args)
+    with torch.no_grad():
+        fai_hf.attention_forward(_Module(), attention_mask=None, **args)
+    with torch.inference_mode():
+        fai_hf.attention_forward(_Module(), attention_mask=None, **args)
+
+
+def test_model_forward_under_autograd_refused():
+    model, _ = _model("llama-gqa", torch.float32)
+    ids, mask = _batch()
+    with pytest.raises(fai.FaiError, match="requires_grad = True"):
+        model(input_ids=ids, attention_mask=mask)
+
+
+def test_inference_mode_mask_read_each_call():
+    """A mask made under torch.inference_mode() has no version counter: it is read on every call,
+    never taken from the cache of readings, and gives what the same mask gives outside."""
+    q, k, v = _qkv()
+    mask = torch.ones(2, 1, 5, 9, dtype=torch.bool)
+    mask[1, :, :, :3] = False
+    want, _ = fai_hf.attention_forward(_Module(), q, k, v, mask.clone())
+    with torch.inference_mode():
+        frozen = mask.clone()
+        reads = fai_hf.MASKS.reads
+        got, _ = fai_hf.attention_forward(_Module(), q, k, v, frozen)
+        assert torch.equal(got, want)
+        frozen[1, :, :, 3:5] = False  # in place: an inference tensor's version does not move
+        changed, _ = fai_hf.attention_forward(_Module(), q, k, v, frozen)
+        assert fai_hf.MASKS.reads == reads + 2
+    assert not torch.equal(changed, want)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=frozen.clone())
+    assert torch.allclose(changed, sdpa.transpose(1, 2), atol=1e-5)
+
+
+def test_model_under_inference_mode_matches_no_grad():
+    model, _ = _model("mistral-window", torch.float32)
+    ids, mask = _batch()
+    want = _logits(model, "fai", ids, mask)
+    with torch.inference_mode():
+        got = model(input_ids=ids, attention_mask=mask).logits.float()
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["sinks", "indices", "block_indices", "some_new_keyword"])
+def test_unknown_keyword_with_a_value_refused(name):
+    q, k, v = _qkv()
+    with pytest.raises(fai.FaiError, match=rf"^{name} = <tensor of shape \[4\]>: a keyword "
+                       "attn_implementation='fai' does not know"):
+        fai_hf.attention_forward(_Module(), q, k, v, None, **{name: torch.zeros(4)})
+
+
+def test_keywords_that_leave_the_attention_unchanged_accepted():
+    """What transformers passes for standard models (positions, cache and output bookkeeping,
+    flash kernels' bounds) and unknown keywords given as None change nothing."""
+    q, k, v = _qkv()
+    want, _ = fai_hf.attention_forward(_Module(), q, k, v, None)
+    got, _ = fai_hf.attention_forward(
+        _Module(), q, k, v, None, position_ids=torch.arange(4, 9)[None], use_cache=True,
+        output_attentions=False, output_router_logits=False, max_length_q=5, max_length_k=9,
+        deterministic=True, sinks=None, indices=None)
+    assert torch.equal(got, want)
+
+
+def _packed(lengths):
+    cu = torch.tensor([0] + lengths).cumsum(0)
+    seq = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    keep = (seq[:, None] == seq[None, :]) & torch.ones(len(seq), len(seq), dtype=torch.bool).tril()
+    return cu, keep[None, None]
+
+
+def test_packed_sequences_taken_when_the_mask_keeps_them_apart():
+    q, k, v = _qkv(s_q=9)
+    q, k, v = q[:1], k[:1], v[:1]
+    cu, keep = _packed([4, 5])
+    want, _ = fai_hf.attention_forward(_Module(), q, k, v, keep)
+    got, _ = fai_hf.attention_forward(_Module(), q, k, v, keep, cu_seq_lens_q=cu,
+                                      cu_seq_lens_k=cu, max_length_q=5, max_length_k=5)
+    assert torch.equal(got, want)
+    additive = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+    fai_hf.attention_forward(_Module(), q, k, v, additive, cu_seq_lens_q=cu, cu_seq_lens_k=cu)
+
+
+@pytest.mark.parametrize("case", ["no mask", "causal mask", "one side", "bad sums"])
+def test_packed_sequences_refused_when_the_mask_joins_them(case):
+    q, k, v = _qkv(s_q=9)
+    q, k, v = q[:1], k[:1], v[:1]
+    cu, _ = _packed([4, 5])
+    mask = torch.ones(1, 1, 9, 9, dtype=torch.bool).tril() if case == "causal mask" else None
+    kwargs = {"no mask": dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu),
+              "causal mask": dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu),
+              "one side": dict(cu_seq_lens_q=cu),
+              "bad sums": dict(cu_seq_lens_q=cu + 1, cu_seq_lens_k=cu)}[case]
+    word = {"no mask": "does not keep apart", "causal mask": "does not keep apart",
+            "one side": "cu_seq_lens_q given without cu_seq_lens_k",
+            "bad sums": r"cu_seq_lens_q = \[1, 5, 10\]: expected prefix sums"}[case]
+    with pytest.raises(fai.FaiError, match=word):
+        fai_hf.attention_forward(_Module(), q, k, v, mask, **kwargs)
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 5, 7), (2, 1, 5, 12), (3, 1, 5, 9), (2, 3, 5, 9),
+                                   (2, 1, 4, 9)])
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+def test_mask_of_wrong_shape_refused_by_its_name(shape, dtype):
+    """A mask whose key length differs from the key's, or whose batch, head or query dim is
+    neither 1 nor the query's, is refused as attention_mask with the shape given."""
+    q, k, v = _qkv()
+    mask = torch.ones(shape, dtype=dtype)
+    with pytest.raises(fai.FaiError, match=rf"^attention_mask has shape "
+                       rf"\[{', '.join(map(str, shape))}\]; expected \[B, H, Sq, Skv\] = "
+                       r"\[2, 4, 5, 9\]"):
+        fai_hf.attention_forward(_Module(), q, k, v, mask)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 5, 9), (2, 4, 5, 9), (2, 1, 1, 9), (1, 4, 1, 9)])
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+def test_broadcast_mask_shapes_accepted(shape, dtype):
+    q, k, v = _qkv()
+    mask = torch.ones(shape, dtype=dtype) if dtype == torch.bool else torch.zeros(shape)
+    out, _ = fai_hf.attention_forward(_Module(), q, k, v, mask)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=mask)
+    assert torch.allclose(out, want.transpose(1, 2), atol=1e-5)
+
+
+@pytest.mark.parametrize("dimensions", [2, 3])
+def test_two_and_three_dimensional_masks_refused(dimensions):
+    q, k, v = _qkv()
+    mask = torch.ones((2, 5, 9)[-dimensions:], dtype=torch.bool)
+    with pytest.raises(fai.FaiError, match=r"attention_mask has shape .*2D and 3D masks"):
+        fai_hf.attention_forward(_Module(), q, k, v, mask)
+
+
+def test_integer_mask_refused_by_its_name():
+    q, k, v = _qkv()
+    with pytest.raises(fai.FaiError, match=r"^attention_mask has dtype torch.int64; expected "
+                       "torch.bool"):
+        fai_hf.attention_forward(_Module(), q, k, v, torch.ones(2, 1, 5, 9, dtype=torch.int64))
+
+
+def test_value_length_checked_with_a_cached_plan():
+    """The plan cache's key has key's length, not value's: value is checked on every call, so a
+    longer value is refused after a plan was cached as on a fresh cache."""
+    q, k, v = _qkv()
+    longer = torch.randn(2, 2, 12, 16)
+    fai_hf.PLANS.clear()
+    with pytest.raises(fai.FaiError, match=r"^value.shape = \[2, 2, 12, 16\]: expected "
+                       r"\[B, Hkv, Skv, Dv\] with key's"):
+        fai_hf.attention_forward(_Module(), q, k, longer, None)
+    fai_hf.attention_forward(_Module(), q, k, v, None)
+    with pytest.raises(fai.FaiError, match=r"^value.shape = \[2, 2, 12, 16\]"):
+        fai_hf.attention_forward(_Module(), q, k, longer, None)
+
+
+def test_key_refused_with_its_own_name_and_shape():
+    q, k, v = _qkv()
+    with pytest.raises(fai.FaiError, match=r"^key.shape = \[1, 2, 9, 16\]: expected "
+                       r"\[B, Hkv, Skv, D\] with query's B = 2"):
+        fai_hf.attention_forward(_Module(), q, k[:1], v[:1], None)
+    with pytest.raises(fai.FaiError, match=r"^key.shape = \[2, 2, 9, 8\]"):
+        fai_hf.attention_forward(_Module(), q, k[..., :8], v, None)
+
+
+@pytest.mark.parametrize("kwargs,word", [
+    (dict(s_aux=torch.zeros(2)), r"^s_aux is a torch.float32 tensor of shape \[2\]; expected a "
+     r"float tensor \[4\]"),
+    (dict(sliding_window=0), r"^sliding_window = 0: expected an integer >= 1"),
+    (dict(scaling=float("nan")), r"^scaling = nan: expected a finite number"),
+])
+def test_scalars_and_sinks_refused_by_their_names(kwargs, word):
+    q, k, v = _qkv()
+    with pytest.raises(fai.FaiError, match=word):
+        fai_hf.attention_forward(_Module(), q, k, v, None, **kwargs)

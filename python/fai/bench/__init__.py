@@ -3,14 +3,17 @@
     python -m fai.bench [P1 P2 D1 D2 C1] [--threads 2] [--runs 10] [--bf16] [--plot out.png]
 
 Every library runs the same attention on the same values in one process, with the same thread
-count (OpenMP threads told to sleep when idle, OMP_WAIT_POLICY=PASSIVE unless set, since the
-libraries take turns): median (and min) of --runs timed calls after --warmup untimed ones, the
-libraries taking turns call by call so that a shared machine's load weighs on all of them alike.
-With --cold, a buffer of at least 1 GiB is read before every call (untimed), so that decode reads
-its K/V from memory, as a serving engine's next step does, and not from what the last call left
-in a large L3. Each peer's output is compared with fai's (max |diff|), so a row is only reported
-for a peer that computed the same thing. Peers that are not installed are left out of the table;
-the package's bench extra installs them all (pip install './python[bench]').
+count (at most fai.cpu_count(), the most fai runs on; OpenMP threads told to sleep when idle,
+OMP_WAIT_POLICY=PASSIVE unless set, since the libraries take turns): median (and min) of --runs
+timed calls after --warmup untimed ones, the libraries taking turns call by call so that a shared
+machine's load weighs on all of them alike. With --cold, a buffer of at least 1 GiB is read
+before every call (untimed), so that decode reads its K/V from memory, as a serving engine's next
+step does, and not from what the last call left in a large L3. Each peer's output is compared
+with fai's (max |diff|, tolerance 1e-3, 2e-2 with --bf16): a peer whose output differs keeps its
+time in the table, marked '!', and its note says OUTPUT DIFFERS with the difference. A peer that
+raises (in its setup, a warm-up, a timed call or reading its output) is shown as n/a, its note
+giving the error. Peers that are not installed are left out of the table; the package's bench
+extra installs them all (pip install './python[bench]').
 
 Data types: by default fai reads Q f32, K/V f16 and writes O f32 (the headline configuration).
 The peers' attention needs one dtype for Q, K and V, so they get the same values in f32 (f16

@@ -16,21 +16,24 @@ from ._measure import measure
 from ._peers import PEERS, left_out
 from ._report import print_table, write_json, write_plot
 
+_PLOT = "fai_bench.png"
+
 
 def _parse(argv):
     ap = argparse.ArgumentParser(
         prog="python -m fai.bench", description=_DOC.split("\n\n")[0],
         epilog="Ratios are peer time / fai time: above 1 means fai is faster.")
     ap.add_argument("shapes", nargs="*", default=list(SHAPES), metavar="SHAPE",
-                    help=f"benchmark shapes (default: all of {' '.join(SHAPES)})")
+                    help=f"benchmark shapes, each once (default: all of {' '.join(SHAPES)})")
     ap.add_argument("--threads", type=int, default=fai.cpu_count(),
-                    help="threads for every library (default: online CPUs)")
+                    help="threads for every library, at most fai.cpu_count() (default: online "
+                         "CPUs)")
     ap.add_argument("--runs", type=int, default=10, help="timed calls per library and shape")
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls first")
     ap.add_argument("--bf16", action="store_true", help="all-bf16 instead of Q f32, K/V f16")
     ap.add_argument("--peers", default="torch,ort,openvino",
-                    help="comma-separated peers among torch, ort, openvino, or 'none'")
-    ap.add_argument("--plot", default="fai_bench.png", help="PNG to write (default %(default)s)")
+                    help="comma-separated peers among torch, ort, openvino, each once, or 'none'")
+    ap.add_argument("--plot", help=f"PNG to write (default {_PLOT})")
     ap.add_argument("--no-plot", action="store_true", help="write no PNG")
     ap.add_argument("--json", metavar="PATH", help="also write one JSON object per shape")
     ap.add_argument("--numpy-kv", action="store_true",
@@ -41,22 +44,68 @@ def _parse(argv):
                          "untimed): decode then reads its K/V from memory, not from what the "
                          "last call left in a large L3")
     ap.add_argument("--round-p-bf16", action="store_true",
-                    help="fai rounds P to bf16 where PV multiplies in bf16 (all-bf16 "
-                         "prefill), as torch and vLLM do (faster; see fai.h)")
+                    help="fai rounds P to bf16 where PV multiplies in bf16 (the matrix engine "
+                         "with 16-bit K/V, or all-bf16 on bf16 dot products), as torch and vLLM "
+                         "do (faster; see fai.h); each shape's note says whether it did")
     args = ap.parse_args(argv)
 
-    for s in args.shapes:
-        if s not in SHAPES:
-            ap.error(f"unknown shape {s} (known: {' '.join(SHAPES)})")
+    _check_shapes(ap, args.shapes)
     if args.threads < 1 or args.runs < 1 or args.warmup < 0:
         ap.error("--threads and --runs must be >= 1, --warmup >= 0")
-    args.peers = [] if args.peers == "none" else [p.strip() for p in args.peers.split(",") if p]
-    for p in args.peers:
-        if p not in PEERS:
-            ap.error(f"unknown peer {p} (known: {' '.join(PEERS)})")
+    if args.threads > fai.cpu_count():
+        # fai runs on at most its pool's threads: the peers would get more than fai
+        ap.error(f"--threads {args.threads}: fai runs on at most fai.cpu_count() = "
+                 f"{fai.cpu_count()} threads, and every library gets the same count")
+    args.peers = _peers(ap, args.peers)
     if args.bf16 and importlib.util.find_spec("ml_dtypes") is None:
         ap.error("--bf16 needs ml_dtypes (pip install ml_dtypes)")
+    if args.no_plot and args.plot is not None:
+        ap.error(f"--no-plot and --plot {args.plot}: give one of them")
+    if args.plot is None:
+        args.plot = _PLOT
+    for option, path in (("--json", args.json), ("--plot", None if args.no_plot else args.plot)):
+        if path is not None:
+            _check_writable(ap, option, path)
     return args
+
+
+def _check_shapes(ap, shapes):
+    for s in shapes:
+        if s not in SHAPES:
+            ap.error(f"unknown shape {s} (known: {' '.join(SHAPES)})")
+    repeated = sorted({s for s in shapes if shapes.count(s) > 1})
+    if repeated:
+        ap.error(f"shape {' '.join(repeated)} given more than once")
+
+
+def _peers(ap, text):
+    """The --peers list: known names, each once, no empty entry ('none': no peer)."""
+    if text == "none":
+        return []
+    peers = [p.strip() for p in text.split(",")]
+    if "" in peers:
+        ap.error(f"--peers {text!r} has an empty entry (expected names among "
+                 f"{', '.join(PEERS)} separated by commas, or 'none')")
+    for p in peers:
+        if p not in PEERS:
+            ap.error(f"unknown peer {p} (known: {' '.join(PEERS)})")
+    repeated = sorted({p for p in peers if peers.count(p) > 1})
+    if repeated:
+        ap.error(f"--peers {text!r} names {', '.join(repeated)} more than once")
+    return peers
+
+
+def _check_writable(ap, option, path):
+    """Refuses, before anything is timed, a path whose file could not be written."""
+    full = os.path.abspath(path)
+    folder = os.path.dirname(full)
+    if os.path.isdir(full):
+        ap.error(f"{option} {path!r} is a directory")
+    if not os.path.isdir(folder):
+        ap.error(f"{option} {path!r}: the directory {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(full)
+                                                   and not os.access(full, os.W_OK)):
+        ap.error(f"{option} {path!r} is not writable")
 
 
 def _run_shape(shape, args, peers, evict=None):
@@ -115,7 +164,8 @@ def main(argv=None):
     print(f"fai {fai.__version__} ({fai.library_path()}), {args.threads} threads, median of "
           f"{args.runs} runs after {args.warmup} warm-up; {dtypes}; "
           f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
-          + ("; fai rounds P to bf16" if args.round_p_bf16 else ""))
+          + ("; fai rounds P to bf16 where PV multiplies in bf16 (see the notes)"
+             if args.round_p_bf16 else ""))
     evict = Evictor() if args.cold else None
     if evict:
         print(f"  cold: before every call, {evict.bytes >> 20} MiB read to empty the caches "
@@ -131,10 +181,16 @@ def main(argv=None):
         notes += shape_notes
 
     print_table(rows, names, notes)
+    written = True
     if args.json:
-        write_json(rows, args.json)
+        line = write_json(rows, args.json)
+        written = line is None
+        if line:
+            print(line)
     if not args.no_plot:
         title = (f"fai vs peers, {args.threads} threads, median of {args.runs}; "
                  f"{'all bf16' if args.bf16 else 'fai Q f32 K/V f16, peers f32'}")
-        print(write_plot(rows, names, args.plot, title))
-    return 0
+        line = write_plot(rows, names, args.plot, title)
+        written = written and not line.startswith("plot: could not")
+        print(line)
+    return 0 if written else 1

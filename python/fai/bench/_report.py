@@ -33,20 +33,28 @@ def print_table(rows, names, notes):
 
 
 def write_json(rows, path):
-    """One JSON object per shape, as the table's rows hold them."""
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    """One JSON object per shape, as the table's rows hold them; returns None, or the line to
+    print when the file could not be written (the table is already out)."""
+    try:
+        with open(path, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    except (OSError, ValueError) as exc:
+        return f"json: could not write {path}: {exc}"
+    return None
 
 
 def write_plot(rows, names, path, title):
     """Writes the PNG; returns the line to print, which says where matplotlib comes from when it
-    is missing (the plot is optional, the table is the result)."""
+    is missing, or why the file could not be written (the plot is optional, the table is the
+    result)."""
     try:
         _plot(rows, names, path, title)
     except ImportError:
         return ("plot: matplotlib is not installed (the package's bench extra has it: pip "
                 "install './python[bench]'); no PNG written")
+    except (OSError, ValueError) as exc:
+        return f"plot: could not write {path}: {exc}"
     return f"plot: {path}"
 
 
@@ -78,5 +86,7 @@ def _plot(rows, names, path, title):
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)

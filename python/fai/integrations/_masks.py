@@ -5,7 +5,8 @@ lets fai skip whole tiles, so a mask that is exactly "keys of a padded batch, ca
 layer's sliding window" is handed over as what it is: bottom-right causal, fai's window, and a
 [B, 1, 1, Skv] key mask. Any other mask (a static cache's, bidirectional blocks, chunks) is
 passed whole. The check costs about as much as building the mask did, and is made once per mask:
-every layer of a forward pass is given the same mask tensor."""
+every layer of a forward pass is given the same mask tensor (under torch.inference_mode(), once
+per layer: see MaskReader)."""
 import collections
 import weakref
 
@@ -59,18 +60,34 @@ def _window_of(sliding_window):
     return (int(sliding_window) - 1, 0) if sliding_window is not None else None
 
 
-def read_mask(mask, q_len, kv_len, is_causal, sliding_window):
-    """MaskArgs for an attention mask as transformers hands it to an attention function."""
+def check_mask(mask, batch, heads, q_len, kv_len):
+    """Refuses, by the caller's name and shape, a mask that is not [B, H, Sq, Skv] of the query's
+    batch and heads and the key's length (B, H and Sq may be 1 to broadcast), boolean or float."""
+    if not isinstance(mask, torch.Tensor) or mask.ndim != 4:
+        is_tensor = isinstance(mask, torch.Tensor)
+        what = f"shape {list(mask.shape)}" if is_tensor else f"type {type(mask).__name__}"
+        raise FaiError(f"attention_mask has {what}; expected None or a 4D mask [B, 1 or H, Sq, "
+                       "Skv] (the mask of attn_implementation='fai' is sdpa's; 2D and 3D masks "
+                       "are refused)")
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        raise FaiError(f"attention_mask has dtype {mask.dtype}; expected torch.bool (True "
+                       "attends) or a float dtype (added to the scaled logits)")
+    b, h, sq, skv = mask.shape
+    if b not in (1, batch) or h not in (1, heads) or sq not in (1, q_len) or skv != kv_len:
+        raise FaiError(f"attention_mask has shape {list(mask.shape)}; expected [B, H, Sq, Skv] = "
+                       f"[{batch}, {heads}, {q_len}, {kv_len}] (the query's batch, heads and "
+                       "length, the key's length; B, H and Sq may be 1 to broadcast)")
+
+
+def read_mask(mask, batch, heads, q_len, kv_len, is_causal, sliding_window):
+    """MaskArgs for an attention mask as transformers hands it to an attention function. As
+    sdpa, is_causal counts only without a mask: a given mask is the whole pattern."""
     if mask is None:
         # as sdpa: is_causal only for several queries, top-left (with a static cache's unfilled
         # tail the keys outnumber the queries, and the tail must stay unseen)
         causal = bool(is_causal) and q_len > 1
         return MaskArgs({"causal_top_left": causal}, {})
-    if not isinstance(mask, torch.Tensor) or mask.ndim != 4:
-        is_tensor = isinstance(mask, torch.Tensor)
-        what = f"shape {list(mask.shape)}" if is_tensor else f"type {type(mask).__name__}"
-        raise FaiError(f"attention_mask has {what}; expected None or a 4D mask [B, 1 or H, Sq, "
-                       "Skv] (the mask of attn_implementation='fai' is sdpa's)")
+    check_mask(mask, batch, heads, q_len, kv_len)
     if mask.dtype != torch.bool:
         return MaskArgs({}, {}, "mask_add")  # additive, as eager's
     if mask.shape[1] == 1 and mask.shape[2] == q_len:
@@ -82,22 +99,29 @@ def read_mask(mask, q_len, kv_len, is_causal, sliding_window):
 
 
 class MaskReader:
-    """read_mask with its result kept for the last few mask tensors (by identity), so that the
-    layers after the first reuse the first one's reading."""
+    """read_mask with its result kept for the last few mask tensors (by identity and version),
+    so that the layers after the first reuse the first one's reading. An inference tensor
+    (made under torch.inference_mode()) has no version counter to tell an in-place change by,
+    so it is read on every call."""
 
     def __init__(self, capacity=4):
         self.capacity = capacity
         self.reads = 0
         self._seen = collections.OrderedDict()
 
-    def __call__(self, mask, q_len, kv_len, is_causal, sliding_window):
+    def __call__(self, mask, batch, heads, q_len, kv_len, is_causal, sliding_window):
+        shape = (batch, heads, q_len, kv_len)
         if mask is None:
-            return read_mask(mask, q_len, kv_len, is_causal, sliding_window)
-        key = (id(mask), mask._version, q_len, kv_len, sliding_window)
+            return read_mask(mask, *shape, is_causal, sliding_window)
+        if not isinstance(mask, torch.Tensor) or mask.is_inference():
+            args = read_mask(mask, *shape, is_causal, sliding_window)
+            self.reads += 1
+            return args
+        key = (id(mask), mask._version, shape, sliding_window)
         hit = self._seen.get(key)
         if hit is not None and hit[0]() is mask:
             return hit[1]
-        args = read_mask(mask, q_len, kv_len, is_causal, sliding_window)
+        args = read_mask(mask, *shape, is_causal, sliding_window)
         self.reads += 1
         self._seen[key] = (weakref.ref(mask), args)
         while len(self._seen) > self.capacity:
