@@ -74,7 +74,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=$(FUZZ_CC) \
 		-DFAI_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_plan fuzz_run fuzz_npy
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_plan fuzz_run fuzz_npy fuzz_cache fuzz_merge
 	sh fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
 format:

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the fuzz harnesses into fuzz/corpus/{plan,run,npy}/.
+"""Writes the seed corpus of the fuzz harnesses into fuzz/corpus/{plan,run,npy,cache,merge}/.
 
 Each seed is the encoding of a meaningful input in the harness's own format (see the decoders in
-fuzz_plan.c and fuzz_run.c), so that fuzzing starts from real problems rather than from zeros.
+fuzz_plan.c, fuzz_run.c, fuzz_cache.c and fuzz_merge.c), so that fuzzing starts from real problems
+rather than from zeros.
 Run it again after changing a decoder: python3 fuzz/make_corpus.py
 """
 import hashlib
@@ -205,6 +206,197 @@ RUN = [
              mask_shape=4, mask_density=40, causal=1, q_lens=2, kv_lens=2, poison=0),
 ]
 
+# -- fuzz_cache: one byte per field, then the seed ---------------------------------------------
+
+CACHE_FIELDS = ["tokens", "heads", "dim", "blocks", "block_rows", "src_dtype", "cache_dtype",
+                "src_layout", "src_a", "src_b", "cache_layout", "cache_a", "cache_b", "cache_c",
+                "dim_stride", "scale_mode", "scale_a", "scale_b", "scale_c", "fixed_kind",
+                "fixed_bad", "skip", "bad_slot", "bad_slot_at", "values", "special", "nulls",
+                "pool", "big"]
+WIDE_CACHE_DIMS = [48, 64, 96, 128, 256, 576, 577, 0]
+F32, F16, BF16, I8, E4M3, E5M2 = range(6)
+SRC = dict(dense=0, head_major=1, padded=2, raw=3, negative=4, overflow=5, in_cache=6,
+           past_cache=7)
+CACHE = dict(dense=0, head_major=1, padded=2, offset=3, raw=4, shared=5, negative=6, overflow=7)
+SCALE = dict(dense=0, head_major=1, padded=2, fixed_heads=3, fixed_one=4, past_src=5, raw=6,
+             null=7, data_null=8, ambiguous=9, negative=10, in_cache=11, shared=12, overflow=13)
+# fixed scales (fixed_kind): 0 log-uniform in [2^-8, 2^8], 1 one, 2 1e-30, 3 the smallest
+# subnormal, 4 1e30, 5 any binade, 6 1 / qmax, 7 FLT_MIN. Values: 0 [-1, 1], 1 +-7e4, 2 f32
+# subnormals, 3 any binade, 4 near FLT_MAX, 5 zeros, 6 halves, 7 a distribution per row.
+SLOT_BAD = dict(repeat=0, rows=1, rows_plus_3=2, minus_2=3, int64_min=4, int64_max=5, last=6)
+
+
+def cache_seed(seed, src_layout="dense", cache_layout="dense", scale="null", bad_slot=None,
+               **fields):
+    """Field values in decoded terms: tokens, heads, dim, blocks, block_rows, dtypes, modes."""
+    values = dict.fromkeys(CACHE_FIELDS, 0)
+    values.update(fixed_bad=255, special=255)  # none
+    fields = dict(dict(tokens=4, heads=2, dim=16, blocks=2, block_rows=4), **fields)
+    values["src_layout"] = SRC[src_layout]
+    values["cache_layout"] = CACHE[cache_layout]
+    values["scale_mode"] = SCALE[scale]
+    if bad_slot is not None:
+        values["bad_slot"] = 160 + SLOT_BAD[bad_slot]
+    for k, v in fields.items():
+        if k in ("heads", "block_rows"):
+            v = v - 1
+        elif k == "dim":
+            v = v - 1 if 1 <= v <= 40 else 200 + WIDE_CACHE_DIMS.index(v)
+        values[k] = v
+    return bytes(values[k] % 256 for k in CACHE_FIELDS) + struct.pack("<Q", seed)
+
+
+CACHE_SEEDS = [
+    # decode: one token per sequence into a paged f16 cache
+    cache_seed(1, tokens=4, heads=4, dim=64, blocks=4, block_rows=4, src_dtype=F16,
+               cache_dtype=F16),
+    # prefill into a dense cache, f32 to bf16, and vLLM's head-major value cache with padding
+    cache_seed(2, tokens=8, heads=2, dim=40, blocks=1, block_rows=8, src_dtype=F32,
+               cache_dtype=BF16),
+    cache_seed(3, tokens=6, heads=3, dim=24, blocks=3, block_rows=4, src_dtype=BF16,
+               cache_dtype=F16, cache_layout="head_major", skip=128 + 0b0100101),
+    # quantized caches with per-token scales, in each scale layout
+    cache_seed(4, tokens=5, heads=2, dim=32, blocks=2, block_rows=4, cache_dtype=I8,
+               scale="dense"),
+    cache_seed(5, tokens=3, heads=4, dim=16, blocks=3, block_rows=2, src_dtype=BF16,
+               cache_dtype=E4M3, scale="head_major", src_layout="head_major"),
+    cache_seed(6, tokens=4, heads=2, dim=20, blocks=2, block_rows=5, src_dtype=F16,
+               cache_dtype=E5M2, scale="padded", scale_a=1, scale_b=2, scale_c=1,
+               cache_layout="padded", cache_a=3, cache_b=5, cache_c=7),
+    # fixed scales: per head, one for all (ties of int8 and e4m3), saturation
+    cache_seed(7, tokens=4, heads=3, dim=8, blocks=2, block_rows=4, src_dtype=F16,
+               cache_dtype=E5M2, scale="fixed_heads", fixed_kind=0),
+    cache_seed(8, tokens=4, heads=2, dim=12, blocks=1, block_rows=6, cache_dtype=I8,
+               scale="fixed_one", fixed_kind=1, values=6),
+    cache_seed(9, tokens=2, heads=2, dim=12, blocks=2, block_rows=2, cache_dtype=E4M3,
+               scale="fixed_heads", fixed_kind=6, values=1),
+    # f16 saturation, NaN and Inf into unquantized caches; tiny rows and rows of zeros
+    cache_seed(10, tokens=3, heads=2, dim=16, blocks=2, block_rows=2, cache_dtype=F16,
+               values=1, special=4),  # four values, the first NaN
+    cache_seed(11, tokens=3, heads=2, dim=16, blocks=2, block_rows=2, cache_dtype=E4M3,
+               scale="dense", values=2),
+    cache_seed(12, tokens=3, heads=2, dim=16, blocks=2, block_rows=2, cache_dtype=I8,
+               scale="dense", values=7),
+    # refused: NaN for a quantized cache, repeated and out-of-range slots, rows in one place, a
+    # source or scales on the cache, ambiguous, negative and overflowing strides, a bad fixed
+    # scale, a missing scale, a scale for an f32 cache, NULL slots, a bad dtype
+    cache_seed(13, tokens=3, heads=2, dim=8, cache_dtype=I8, scale="dense", special=1),
+    cache_seed(14, tokens=4, heads=2, dim=8, bad_slot="repeat", bad_slot_at=1),
+    cache_seed(15, tokens=4, heads=2, dim=8, bad_slot="rows", bad_slot_at=2),
+    cache_seed(16, tokens=4, heads=2, dim=8, blocks=2, block_rows=4, cache_layout="shared",
+               cache_a=1, cache_b=3),
+    cache_seed(17, tokens=4, heads=2, dim=8, src_layout="in_cache", src_a=4),
+    cache_seed(18, tokens=4, heads=2, dim=8, cache_dtype=E4M3, scale="in_cache", scale_a=2),
+    cache_seed(19, tokens=4, heads=2, dim=8, cache_dtype=I8, scale="ambiguous"),
+    cache_seed(20, tokens=4, heads=2, dim=8, cache_layout="negative", cache_a=1, cache_b=0),
+    cache_seed(21, tokens=4, heads=2, dim=8, cache_layout="overflow", cache_a=2, cache_b=0),
+    cache_seed(22, tokens=4, heads=2, dim=8, cache_dtype=I8, scale="fixed_heads",
+               fixed_bad=16 * 3 + 1),
+    cache_seed(23, tokens=4, heads=2, dim=8, cache_dtype=E5M2, scale="null"),
+    cache_seed(24, tokens=4, heads=2, dim=8, scale_mode=240),
+    cache_seed(25, tokens=4, heads=2, dim=8, nulls=242),
+    cache_seed(26, tokens=4, heads=2, dim=8, src_dtype=240),  # int8
+    # apart in memory: a source just past the cache, scales just past the source, an offset
+    # cache; strides given as numbers (heads outside rows in each block), every head reading
+    # one source row (stride_head 0)
+    cache_seed(27, tokens=4, heads=2, dim=8, cache_dtype=I8, scale="past_src",
+               src_layout="past_cache", cache_layout="offset", cache_b=5),
+    cache_seed(28, tokens=4, heads=2, dim=4, blocks=2, block_rows=3, cache_layout="raw",
+               cache_a=2 * 1, cache_b=2 * 4 + 1, cache_c=2 * 3, src_layout="raw", src_a=0,
+               src_b=2),
+    # 2^16 elements on 2 threads
+    cache_seed(29, big=255, cache_dtype=I8, scale="dense", pool=1),
+]
+
+# -- fuzz_merge: one byte per field (per part where four), then the seed -----------------------
+
+MERGE_FIELDS = (["count", "batch", "seq", "heads", "head_dim", "out_dtype"] +
+                ["part_dtype%d" % p for p in range(4)] + ["part_layout%d" % p for p in range(4)] +
+                ["part_arg%d" % p for p in range(4)] + ["lse_layout%d" % p for p in range(4)] +
+                ["lse_kind%d" % p for p in range(4)] +
+                ["lse_base", "o_kind", "o_special", "out_mode", "out_a", "out_b", "lse_out_mode",
+                 "lse_out_a", "in_place", "nulls", "sink_kind", "sink_bad"])
+WIDE_MERGE_DIMS = [32, 64, 128, 576, 577, 0, 512, -1]
+PART = dict(dense=0, head_major=1, padded=2, raw=3, repeat=4, negative=5, stride_dim=6,
+            data_null=7, overflow=8)
+LSE = dict(bsh=0, bhs=1, raw=2, negative=3, f16=4, data_null=5)
+OUT = dict(dense=0, head_major=1, padded=2, raw=3, in_place=4, overlap=5, negative=6,
+           stride_dim=7, data_null=8, null=9, overflow=10)
+LSE_OUT = dict(bsh=0, bhs=1, raw=2, data_null=3, in_place=4, overlap=5, negative=6, null=7, f16=8)
+# each part's LSE around its row's base (lse_kind): 0 +-3, 1 -inf, 2 half -inf, 3 some NaN,
+# 4 some +inf, 5 equal, 6 +-(100..1100), 7 huge. Bases: 0 [-10, 10], 1 huge, 2 tiny, 3 2^20..2^60.
+# O values: 0 [-2, 2], 1 2^13..2^17, 2 huge, 3 subnormal, 4 any binade. Sinks: 0 [-5, 5], 1 -inf,
+# 2 near the LSE, 3 half -inf, 4 huge, 5 equal to the LSE.
+
+
+def merge_seed(seed, count=2, parts=(), lses=(), out="dense", lse_out="bsh", sink_bad=255,
+               **fields):
+    values = dict.fromkeys(MERGE_FIELDS, 0)
+    values.update(o_special=255)  # none
+    fields = dict(dict(batch=1, seq=2, heads=2, head_dim=8), **fields)
+    values["count"] = count - 1 if count >= 1 else 252 - count  # 0 and -1 from 252, 253
+    values["out_mode"] = OUT[out]
+    values["lse_out_mode"] = LSE_OUT[lse_out]
+    values["sink_bad"] = sink_bad
+    for p, (dtype, layout, arg) in enumerate(parts):
+        values["part_dtype%d" % p] = dtype
+        values["part_layout%d" % p] = PART[layout]
+        values["part_arg%d" % p] = arg
+    for p, (layout, kind) in enumerate(lses):
+        values["lse_layout%d" % p] = LSE[layout]
+        values["lse_kind%d" % p] = kind
+    for k, v in fields.items():
+        if k == "head_dim":
+            v = v - 1 if 1 <= v <= 24 else 200 + WIDE_MERGE_DIMS.index(v)
+        values[k] = v
+    return bytes(values[k] % 256 for k in MERGE_FIELDS) + struct.pack("<Q", seed)
+
+
+MERGE_SEEDS = [
+    # two f32 parts, the layouts fai_run writes
+    merge_seed(1, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 0)] * 2),
+    merge_seed(2, count=3, batch=2, seq=3, heads=3, head_dim=128, out_dtype=BF16,
+               parts=[(F16, "dense", 0), (BF16, "head_major", 0), (F32, "padded", 0x4b)],
+               lses=[("bhs", 0), ("bhs", 0), ("bsh", 0)], lse_out="bhs"),
+    # a running result absorbing the next part in place
+    merge_seed(3, parts=[(F32, "dense", 0), (F16, "dense", 0)], lses=[("bsh", 0)] * 2,
+               out="in_place", lse_out="in_place", in_place=0),
+    # every part -inf; NaN and +inf parts; equal huge LSEs; underflowing weights with Inf in O
+    merge_seed(4, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 1)] * 2, o_special=2),
+    merge_seed(5, count=3, parts=[(F16, "dense", 0)] * 3, lses=[("bsh", 3), ("bsh", 4),
+                                                                 ("bsh", 0)]),
+    merge_seed(6, count=4, parts=[(F32, "dense", 0)] * 4, lses=[("bsh", 5)] * 4, lse_base=1),
+    merge_seed(7, parts=[(BF16, "dense", 0), (F32, "dense", 0)], lses=[("bsh", 6), ("bsh", 0)],
+               o_special=3),
+    # f16 output past its range; tiny LSEs and subnormal O
+    merge_seed(8, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 5)] * 2, out_dtype=F16, o_kind=1),
+    merge_seed(9, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 0)] * 2, lse_base=2, o_kind=3),
+    # no LSE output; broadcast parts; an output whose rows overlap; an output over a part
+    merge_seed(10, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 0)] * 2, lse_out="data_null"),
+    merge_seed(11, parts=[(F32, "raw", 0x11), (F16, "repeat", 0)], lses=[("raw", 0x05)] * 2),
+    merge_seed(12, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 0)] * 2, out="raw", out_a=0x13),
+    merge_seed(13, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 0)] * 2, out="overlap", out_a=3),
+    # refused: negative strides, stride_dim, dtypes, NULLs, offsets past int64, no parts
+    merge_seed(14, parts=[(F32, "negative", 1), (F32, "dense", 0)], lses=[("bsh", 0)] * 2),
+    merge_seed(15, parts=[(F32, "dense", 0)] * 2, lses=[("f16", 0), ("bsh", 0)]),
+    merge_seed(16, parts=[(F32, "stride_dim", 0), (240, "dense", 0)], lses=[("bsh", 0)] * 2),
+    merge_seed(17, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 0)] * 2, out="data_null"),
+    merge_seed(18, parts=[(F32, "overflow", 1)] * 2, lses=[("bsh", 0)] * 2),
+    merge_seed(19, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 0)] * 2, nulls=241),
+    merge_seed(20, count=0, parts=[(F32, "dense", 0)], lses=[("bsh", 0)]),
+    # the sinks: near the LSE, none (-inf), some, NaN (refused), NULL (refused)
+    merge_seed(21, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 0)] * 2, sink_kind=2),
+    merge_seed(22, parts=[(F16, "dense", 0)] * 2, lses=[("bsh", 2)] * 2, sink_kind=3,
+               out_dtype=F16),
+    merge_seed(23, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 0)] * 2, sink_bad=32),
+    merge_seed(24, parts=[(F32, "dense", 0)] * 2, lses=[("bsh", 0)] * 2, sink_bad=64),
+    # the largest head dimension, four parts
+    merge_seed(25, count=4, batch=2, seq=3, heads=3, head_dim=576,
+               parts=[(F32, "dense", 0), (F16, "dense", 0), (BF16, "dense", 0),
+                      (F32, "head_major", 0)], lses=[("bsh", 0), ("bsh", 2), ("bsh", 6),
+                                                      ("bsh", 0)]),
+]
+
 # -- fuzz_npy: .npy files ----------------------------------------------------------------------
 
 
@@ -248,3 +440,5 @@ if __name__ == "__main__":
     write("plan", PLAN)
     write("run", RUN)
     write("npy", NPY)
+    write("cache", CACHE_SEEDS)
+    write("merge", MERGE_SEEDS)

@@ -172,9 +172,12 @@ fai_status fai_apply_sinks(const float *sinks, int64_t batch, int64_t seq, int64
                     *lse_row = (float)sink;
                     continue;
                 }
+                /* O' = O kept / (kept + added), both relative to the larger: one of them is 1,
+                 * and no large LSE is subtracted from a rounded total */
                 const double top = value > sink ? value : sink;
-                const double total = top + log(exp(value - top) + exp(sink - top));
-                const double mul = exp(value - total);
+                const double kept = exp(value - top), added = exp(sink - top);
+                const double total = top + log(kept + added);
+                const double mul = kept / (kept + added);
                 const int64_t row = b * o->stride_batch + i * o->stride_seq + h * o->stride_head;
                 for (int64_t x = 0; x < head_dim; x++)
                     fai__store_element(

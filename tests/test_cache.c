@@ -353,6 +353,31 @@ TEST(cache_write_fixed_scales_saturate) {
     CHECK(fai_oracle_load(q, FAI_DTYPE_E5M2, 0) == 96.0); /* steps of 16 from 64 to 128 */
     CHECK(fai_oracle_load(q, FAI_DTYPE_E5M2, 6) == 57344.0);
     CHECK(fai_oracle_load(q, FAI_DTYPE_E5M2, 7) == -57344.0);
+    /* a quotient past f32's range (a tiny fixed scale) saturates too, never e5m2's infinity */
+    float tiny = 1e-30f;
+    fixed.data = &tiny;
+    REQUIRE(fai_cache_write(1, 1, 8, &rows, &slot, 1, 1, &cache, &fixed, NULL) == FAI_OK);
+    CHECK(q[6] == 0x7b && q[7] == 0xfb);
+    cache.dtype = FAI_DTYPE_E4M3;
+    REQUIRE(fai_cache_write(1, 1, 8, &rows, &slot, 1, 1, &cache, &fixed, NULL) == FAI_OK);
+    CHECK(q[6] == 0x7e && q[7] == 0xfe);
+}
+
+/* A cache of no blocks holds no element: every token skipped is a valid call, whatever its
+ * strides (never multiplied out) and wherever the source lies, and it writes nothing. */
+TEST(cache_write_zero_blocks_is_an_empty_cache) {
+    float buffer[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const int64_t skipped = -1;
+    fai_tensor cache = {buffer, FAI_DTYPE_F32, 8, 4, 4, 1};
+    const fai_tensor src = {buffer, FAI_DTYPE_F32, 0, 4, 4, 1}; /* where the cache starts */
+    CHECK(fai_cache_write(1, 1, 4, &src, &skipped, 0, 2, &cache, NULL, NULL) == FAI_OK);
+    cache = (fai_tensor){buffer, FAI_DTYPE_F32, 3, 3, INT64_MAX, 1};
+    const fai_tensor three = {buffer + 4, FAI_DTYPE_F32, 0, 3, 1, 1};
+    CHECK(fai_cache_write(1, 3, 1, &three, &skipped, 0, 1, &cache, NULL, NULL) == FAI_OK);
+    for (int i = 0; i < 8; i++)
+        CHECK(buffer[i] == (float)(i + 1));
+    const int64_t slot = 0; /* and no slot is inside it */
+    CHECK(fai_cache_write(1, 1, 4, &src, &slot, 0, 2, &cache, NULL, NULL) == FAI_ERR_INVALID_ARG);
 }
 
 /* A token whose values are all a few subnormal steps (amax / qmax rounds to 0 in f32) gets a

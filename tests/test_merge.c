@@ -156,6 +156,21 @@ TEST(merge_masked_parts) {
     CHECK(lse_out_value[0] == -INFINITY);
 }
 
+/* A sink beside a large LSE: O' = O e^LSE / (e^LSE + e^sink) in every magnitude (LSE = sink
+ * halves O), not e^(LSE - LSE') with LSE' rounded, which loses the sink from |LSE| near 2^29. */
+TEST(apply_sinks_large_lse_keeps_the_weight) {
+    const double magnitudes[] = {0.0, 0x1p32, 0x1p52, 0x1p100, -0x1p100};
+    for (size_t m = 0; m < sizeof magnitudes / sizeof magnitudes[0]; m++) {
+        float o[4] = {1.0f, -2.0f, 4.0f, 0.5f}, lse = (float)magnitudes[m];
+        const float sink = lse;
+        const fai_tensor o_t = fai_tensor_bshd(o, FAI_DTYPE_F32, 1, 1, 4);
+        const fai_tensor lse_t = {&lse, FAI_DTYPE_F32, 1, 1, 1, 0};
+        REQUIRE(fai_apply_sinks(&sink, 1, 1, 1, 4, &o_t, &lse_t) == FAI_OK);
+        CHECK(o[0] == 0.5f && o[1] == -1.0f && o[2] == 2.0f && o[3] == 0.25f);
+        CHECK(lse == (float)(magnitudes[m] + log(2.0)));
+    }
+}
+
 TEST(merge_errors_name_the_field) {
     float o_a[4] = {0}, lse_a[1] = {0}, out[4] = {7, 7, 7, 7};
     fai_tensor o_part = fai_tensor_bshd(o_a, FAI_DTYPE_F32, 1, 1, 4);

@@ -112,6 +112,8 @@ static fai_status check_offsets(const char *name, const int64_t counts[3], const
  * too; no cache is laid out so.) Two tokens, heads or rows written to one place would leave the
  * last one written, which with threads is any of them. */
 static int indices_distinct(const int64_t counts[3], const int64_t strides[3], int64_t tail) {
+    for (int i = 0; i < 3; i++)
+        if (counts[i] <= 0) return 1; /* no element at all (its strides are not multiplied) */
     int order[3] = {0, 1, 2};
     for (int i = 1; i < 3; i++) /* by increasing stride */
         for (int j = i; j > 0 && strides[order[j]] < strides[order[j - 1]]; j--) {
@@ -146,10 +148,12 @@ typedef struct byte_range {
 
 static byte_range range_of(const void *data, const int64_t counts[3], const int64_t strides[3],
                            int64_t tail, size_t element) {
+    const uintptr_t begin = (uintptr_t)data;
+    for (int i = 0; i < 3; i++)
+        if (counts[i] <= 0) return (byte_range){begin, begin}; /* no element: an empty range */
     int64_t last = tail;
     for (int i = 0; i < 3; i++)
-        last += counts[i] > 0 ? (counts[i] - 1) * strides[i] : 0;
-    const uintptr_t begin = (uintptr_t)data;
+        last += (counts[i] - 1) * strides[i];
     return (byte_range){begin, begin + (uintptr_t)last * element};
 }
 
@@ -281,11 +285,16 @@ static float row_scale(const float *row, int64_t dim, float qmax) {
     return scale > 0.0f ? scale : FLT_TRUE_MIN;
 }
 
-/* row / scale, rounded to nearest even and saturated by the dtype's encoder (fai_quant.h). */
+/* row / scale, rounded to nearest even and saturated by the dtype's encoder (fai_quant.h). A
+ * quotient past f32's range (a tiny fixed scale) is the largest finite f32, which every encoder
+ * saturates: as infinity e5m2 would store its infinity code. */
 static void quantize_row(const float *row, int64_t dim, float scale, const fai_tensor *cache,
                          int64_t cache_at) {
-    for (int64_t x = 0; x < dim; x++)
-        fai__store_element(cache->data, cache_at + x, cache->dtype, row[x] / scale);
+    for (int64_t x = 0; x < dim; x++) {
+        const float q = row[x] / scale;
+        fai__store_element(cache->data, cache_at + x, cache->dtype,
+                           isinf(q) ? copysignf(FLT_MAX, q) : q);
+    }
 }
 
 static void write_token(const cache_job *job, int64_t t) {
