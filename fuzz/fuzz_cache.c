@@ -157,40 +157,18 @@ static int64_t element_size(fai_dtype d) {
                                                                              : 4;
 }
 
-/* Bytes from data to one past the last element that counts[i] indices along strides[i] (by
- * magnitude) and `tail` elements of `size` bytes address; 0 when a count is not positive, -1
- * when the byte offset overflows int64 (such a call must be refused). */
-static int64_t extent(const int64_t counts[3], const int64_t strides[3], int64_t tail,
-                      int64_t size) {
-    for (int i = 0; i < 3; i++)
-        if (counts[i] <= 0) return 0;
-    int64_t last = tail > 1 ? tail - 1 : 0;
-    for (int i = 0; i < 3; i++) {
-        if (strides[i] == INT64_MIN) return -1;
-        const int64_t s = strides[i] < 0 ? -strides[i] : strides[i];
-        int64_t step;
-        if (__builtin_mul_overflow(counts[i] - 1, s, &step) ||
-            __builtin_add_overflow(last, step, &last))
-            return -1;
-    }
-    int64_t bytes;
-    if (__builtin_add_overflow(last, 1, &bytes) || __builtin_mul_overflow(bytes, size, &bytes))
-        return -1;
-    return bytes;
-}
-
 static int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 static int64_t src_extent(const cache_call *c) {
     const int64_t counts[3] = {c->tokens, c->heads, 1};
     const int64_t strides[3] = {c->src.stride_seq, c->src.stride_head, 0};
-    return extent(counts, strides, c->dim, element_size(c->src_dtype));
+    return fuzz_extent(counts, strides, c->dim, element_size(c->src_dtype));
 }
 
 static int64_t cache_extent(const cache_call *c) {
     const int64_t counts[3] = {c->blocks, c->block_rows, c->heads};
     const int64_t strides[3] = {c->cache.stride_batch, c->cache.stride_seq, c->cache.stride_head};
-    return extent(counts, strides, c->dim, element_size(c->cache_dtype));
+    return fuzz_extent(counts, strides, c->dim, element_size(c->cache_dtype));
 }
 
 /* The scales' extent in the layout their strides give: one per (block, row, head) where
@@ -200,7 +178,7 @@ static int64_t scale_extent(const cache_call *c) {
     const int per_token = s->stride_seq != 0;
     const int64_t counts[3] = {per_token ? c->blocks : 1, per_token ? c->block_rows : 1, c->heads};
     const int64_t strides[3] = {per_token ? s->stride_batch : 0, s->stride_seq, s->stride_head};
-    return extent(counts, strides, 1, 4);
+    return fuzz_extent(counts, strides, 1, 4);
 }
 
 static int64_t cache_at(const cache_call *c, int64_t block, int64_t row, int64_t head) {

@@ -149,6 +149,28 @@ static inline void fuzz_store(void *data, int64_t index, fai_dtype dtype, double
 
 /* -- values ------------------------------------------------------------------------------------ */
 
+/* Bytes from data to one past the last element that counts[i] indices along strides[i] (by
+ * magnitude) and `tail` elements of `size` bytes address; 0 when a count is not positive, -1
+ * when the byte offset overflows int64 (such a call must be refused). */
+static inline int64_t fuzz_extent(const int64_t counts[3], const int64_t strides[3], int64_t tail,
+                                  int64_t size) {
+    for (int i = 0; i < 3; i++)
+        if (counts[i] <= 0) return 0;
+    int64_t last = tail > 1 ? tail - 1 : 0;
+    for (int i = 0; i < 3; i++) {
+        if (strides[i] == INT64_MIN) return -1;
+        const int64_t s = strides[i] < 0 ? -strides[i] : strides[i];
+        int64_t step;
+        if (__builtin_mul_overflow(counts[i] - 1, s, &step) ||
+            __builtin_add_overflow(last, step, &last))
+            return -1;
+    }
+    int64_t bytes;
+    if (__builtin_add_overflow(last, 1, &bytes) || __builtin_mul_overflow(bytes, size, &bytes))
+        return -1;
+    return bytes;
+}
+
 static inline uint64_t fuzz_next(uint64_t *state) { /* splitmix64 */
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -148,22 +148,7 @@ static int64_t element_size(fai_dtype d) {
 static int64_t extent(const merge_call *c, const fai_tensor *t, int64_t tail) {
     const int64_t counts[3] = {c->batch, c->seq, c->heads};
     const int64_t strides[3] = {t->stride_batch, t->stride_seq, t->stride_head};
-    for (int i = 0; i < 3; i++)
-        if (counts[i] <= 0) return 0;
-    int64_t last = tail > 1 ? tail - 1 : 0;
-    for (int i = 0; i < 3; i++) {
-        if (strides[i] == INT64_MIN) return -1;
-        const int64_t s = strides[i] < 0 ? -strides[i] : strides[i];
-        int64_t step;
-        if (__builtin_mul_overflow(counts[i] - 1, s, &step) ||
-            __builtin_add_overflow(last, step, &last))
-            return -1;
-    }
-    int64_t bytes;
-    if (__builtin_add_overflow(last, 1, &bytes) ||
-        __builtin_mul_overflow(bytes, element_size(t->dtype), &bytes))
-        return -1;
-    return bytes;
+    return fuzz_extent(counts, strides, tail, element_size(t->dtype));
 }
 
 static int64_t at(const fai_tensor *t, int64_t b, int64_t i, int64_t h) {
