@@ -124,14 +124,6 @@ enum {
 };
 enum { B_CACHE, B_SCALE, B_SRC, B_COUNT };
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_cache: check failed at line %d: %s\n", __LINE__, #cond);         \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
 typedef struct cache_call {
     int64_t tokens, heads, dim, blocks, block_rows, rows;
     fai_dtype src_dtype, cache_dtype;

@@ -1,11 +1,24 @@
 /* fuzz_input.h - a byte reader for the fuzz harnesses: values are taken from the front of the
- * input, and an exhausted input reads as zeros, so every input decodes to something. */
+ * input, and an exhausted input reads as zeros, so every input decodes to something; and the
+ * harnesses' CHECK. */
 #ifndef FAI_FUZZ_INPUT_H
 #define FAI_FUZZ_INPUT_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A harness's check: on failure the file and line, then abort, which libFuzzer reports as a
+ * finding and keeps the input of. */
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
 
 typedef struct fuzz_input {
     const uint8_t *data;

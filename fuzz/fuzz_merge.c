@@ -120,14 +120,6 @@ enum {
 /* buffers: the parts' O and LSE, the outputs, the sinks */
 enum { B_O = 0, B_LSE = MAX_PARTS, B_OUT = 2 * MAX_PARTS, B_LSE_OUT, B_SINKS, B_COUNT };
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_merge: check failed at line %d: %s\n", __LINE__, #cond);         \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
 typedef struct merge_call {
     int64_t count, parts, batch, seq, heads, dim, rows;
     fai_tensor o[MAX_PARTS], lse[MAX_PARTS], o_out, lse_out;

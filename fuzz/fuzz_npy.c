@@ -6,19 +6,12 @@
  * size, and the payload a copy of the bytes right after the header. On failure the array is empty
  * and the message is one non-empty printable line. */
 #include "fai_npy.h"
+#include "fuzz_input.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_npy: check failed at line %d: %s\n", __LINE__, #cond);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static void check_array(const uint8_t *buf, size_t len, const ft_npy *a) {
     CHECK(a->data != NULL && a->buffer != NULL);

@@ -135,14 +135,6 @@ static int32_t *take_lengths(fuzz_input *in, int64_t n, int64_t max, int prefix)
     return lengths;
 }
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_plan: check failed at line %d: %s\n", __LINE__, #cond);          \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
 static void check_failure(fai_status status, const fai_plan *plan) {
     CHECK(status != FAI_OK);
     CHECK(plan == NULL);

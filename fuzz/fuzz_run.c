@@ -105,14 +105,6 @@ enum {
     F_COUNT        /* then the seed */
 };
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_run: check failed at line %d: %s\n", __LINE__, #cond);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
 /* A block-table entry that a sequence's length reaches lies outside the pool: fai_run and
  * fai_check_tensors refuse the tensors with a message naming the entry, and nothing is
  * written. */

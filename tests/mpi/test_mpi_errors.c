@@ -329,6 +329,26 @@ TEST(mpi_error_quantized_kv_on_one_rank) {
     r.tensors.k_scale = (fai_scale){test_rank == bad_rank() ? bad : scales, 0, 0, 1};
     CHECK(failed_alike(ring(&r), FAI_ERR_INVALID_ARG, NULL, where, "kv head 1 = -1"));
     CHECK(ring_o_untouched(&r));
+    /* K's channel scales: each rank reads every rank's K blocks with its own, so they must be
+     * the same on every rank */
+    float channels[2 * 8], other[2 * 8];
+    for (int i = 0; i < 2 * 8; i++)
+        channels[i] = other[i] = 1.0f + (float)i / 16.0f;
+    other[5] = 2.5f;
+    for (int differ = 0; differ < 2; differ++) {
+        ring_fixture_init(&r);
+        r.problem.k_dtype = FAI_DTYPE_E5M2, r.tensors.k.dtype = FAI_DTYPE_E5M2;
+        r.tensors.k_scale = (fai_scale){scales, 0, 0, 1};
+        r.problem.k_channel_scales = 1;
+        r.tensors.k_channel_scale =
+            (fai_channel_scale){differ && test_rank == bad_rank() ? other : channels, 8};
+        if (!differ)
+            CHECK(ring(&r) == FAI_OK);
+        else
+            CHECK(test_size == 1 ||
+                  failed_alike(ring(&r), FAI_ERR_INVALID_ARG, NULL, "disagree", "k_channel_scale"));
+        CHECK(!differ || test_size == 1 || ring_o_untouched(&r));
+    }
 }
 
 TEST(mpi_layout_helpers) {
