@@ -202,6 +202,20 @@ static inline int fai__dot_products_scale_ok(const fai_plan *plan) {
     return plan->scale < 0x1p10f && plan->scale > -0x1p10f;
 }
 
+/* Whether prefill tiles of the plan multiply QK on the table's bf16 dot products (Q and K bf16
+ * values: K's channel scales make Q f32 values), and PV too (V bf16 as well). Decode tiles read
+ * K and V in place and take qk_rows_bf16 instead; the matrix engine, where it serves, takes over
+ * both (fai_plan.c). */
+static inline int fai__bf16_qk_serves(const fai_plan *plan) {
+    return plan->cntx->qk_bf16 && !plan->k_channel_scaled && plan->pb.q_dtype == FAI_DTYPE_BF16 &&
+           plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0 &&
+           fai__dot_products_scale_ok(plan);
+}
+
+static inline int fai__bf16_pv_serves(const fai_plan *plan) {
+    return fai__bf16_qk_serves(plan) && plan->cntx->pv_bf16 && plan->pb.v_dtype == FAI_DTYPE_BF16;
+}
+
 /* Whether the plan's table has a matrix engine and its K and V are 16-bit: f32 K/V would need
  * three passes of each product for f32 accuracy, and stay on the FMA tables. Prefill tiles of
  * such a plan run on the matrix engine. */

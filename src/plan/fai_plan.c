@@ -185,10 +185,8 @@ static fai_status layout_workspace(fai_plan *plan) {
     set_vector_dims(plan);
     /* (K's channel scales turn Q into f32 values: no bf16 products of Q then) */
     const fai_dtype q_dtype = plan->k_channel_scaled ? FAI_DTYPE_F32 : plan->pb.q_dtype;
-    plan->bf16_qk = plan->cntx->qk_bf16 && !plan->direct_kv && q_dtype == FAI_DTYPE_BF16 &&
-                    plan->pb.k_dtype == FAI_DTYPE_BF16 && plan->pb.head_dim % 2 == 0 &&
-                    fai__dot_products_scale_ok(plan);
-    plan->bf16_pv = plan->bf16_qk && plan->cntx->pv_bf16 && plan->pb.v_dtype == FAI_DTYPE_BF16;
+    plan->bf16_qk = !plan->direct_kv && fai__bf16_qk_serves(plan);
+    plan->bf16_pv = !plan->direct_kv && fai__bf16_pv_serves(plan);
     plan->bf16_qk_rows = plan->cntx->qk_rows_bf16 && plan->direct_kv && q_dtype == FAI_DTYPE_BF16 &&
                          plan->pb.k_dtype == FAI_DTYPE_BF16 && fai__dot_products_scale_ok(plan);
     plan->p_parts = plan->pb.round_p_bf16 ? 1 : 2;

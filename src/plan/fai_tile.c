@@ -6,7 +6,10 @@
  *   L1d: what the inner loops keep hot: a block of Q^T (d x 2 vectors) for QK, and a column block
  *        of the V tile (tile_kv x 4 vectors) for PV, within three quarters of L1d, leaving the
  *        rest to the S^T rows streaming through (a hot set of all of L1d measured 10-30 % slower
- *        on an Intel Xeon with 48 KiB L1d).
+ *        on an Intel Xeon with 48 KiB L1d). Kv tiles of 64 keys pass whatever L1d holds: each
+ *        tile costs O's loads and stores and a step of the online softmax, and on an AMD Zen 4
+ *        (32 KiB L1d, where the budget allows 32 keys) f32 P1 ran 1.07x faster with 64 (1.09x
+ *        with 128) and P2 1.06x (two threads, fai.attention with tile=, 11 interleaved rounds).
  * The matrix engine takes 64-row tiles of 128 keys (fai_plan.c checks its own budget): the
  * vector tables' choice measured 2-6 % slower there. Where one 32-row block's operands for a
  * kv tile of 64 keys fit L1d (fai__mx_block_bytes: head dim 64 with 16-bit Q), it takes
@@ -28,6 +31,8 @@
 #define SMALL_TILE_ROWS_MX 32
 #define SMALL_TILE_KV_MX 64
 #define MAX_GROUP_SLICE 64
+/* The kv tile a prefill tile of the vector tables takes if L2 holds its slice (see the top). */
+#define MIN_PREFILL_TILE_KV 64
 /* Decode tiles are also the grain of the split: with at least this many tiles per worker, cutting
  * the line into equal shares leaves each within 5 % of the mean. */
 #define MIN_TILES_PER_WORKER 20
@@ -37,9 +42,15 @@ static int64_t slice_bytes(const fai_plan *plan, int64_t rows, int64_t tile_kv) 
     return fai__vector_slot_bytes(plan, rows, tile_kv);
 }
 
+/* The QK kernels hold Q^T (d x 2 vectors of rows) and PV a column block of V (tile_kv x 4
+ * vectors), in f32; where both multiply on bf16 dot products, as bf16 pairs of half the bytes:
+ * all-bf16 P1 ran 1.10x faster with the 128-key tiles that then fit an AMD Zen 4's 32 KiB L1d
+ * than with the 32-key tiles the f32 count allowed (fai.attention with tile=, 9 interleaved
+ * rounds, 1 and 2 threads). */
 static int64_t hot_bytes(const fai_plan *plan, int64_t tile_kv) {
     const int64_t width = plan->cntx->simd_width;
-    return (plan->pb.head_dim * 2 * width + tile_kv * 4 * width) * (int64_t)sizeof(float);
+    const int64_t element = fai__bf16_pv_serves(plan) && !fai__mx_serves(plan) ? 2 : 4;
+    return (plan->pb.head_dim * 2 * width + tile_kv * 4 * width) * element;
 }
 
 /* Decode: the K and V rows of two kv tiles (computed and prefetched) in bytes. */
@@ -77,8 +88,9 @@ static tile_policy policy_of(const fai_plan *plan) {
 static int fits_caches(const fai_plan *plan, int decode, int64_t rows, int64_t tile_kv) {
     const fai_cache_sizes *caches = fai__cache_sizes();
     if (decode) return stream_bytes(plan, tile_kv) <= caches->l2 / 4;
+    const int small_enough = tile_kv <= MIN_PREFILL_TILE_KV && !fai__mx_serves(plan);
     return slice_bytes(plan, rows, tile_kv) <= caches->l2 / 2 &&
-           hot_bytes(plan, tile_kv) <= policy_of(plan).hot_budget;
+           (small_enough || hot_bytes(plan, tile_kv) <= policy_of(plan).hot_budget);
 }
 
 void fai__choose_tile(fai_plan *plan) {

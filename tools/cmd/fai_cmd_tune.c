@@ -1,6 +1,8 @@
-/* fai tune: the seed's tuning method on this CPU. List the candidate tiles, keep those that fit
- * the core's cache budgets (the planner's own check), measure them, pick the fastest, and store
- * it in the tuning cache, which every later plan of the same CPU and shape class uses.
+/* fai tune: the seed's tuning method on this CPU. List the candidate tiles, keep those whose
+ * slice fits the core's L2 budget (the planner's L1d budget is a rule of thumb that measurement
+ * may overrule: a tile past it can be faster on a core whose L2 feeds L1d well), measure them,
+ * pick the fastest, and store it in the tuning cache, which every later plan of the same CPU and
+ * shape class uses.
  *
  * Measuring on a shared machine is noisy: every candidate gets a short first round; then the
  * few fastest and the planner's own choice meet again in interleaved rounds, so that a burst of
@@ -41,7 +43,8 @@ static void print_usage(FILE *out) {
         "                [--json]\n"
         "(no shape: P1)\n"
         "Measures every candidate tile (tile_q in 1..128, tile_kv in 16..512, powers of two)\n"
-        "that fits this core's L1d and L2 budgets, then the %d fastest and the planner's own\n"
+        "whose slice fits half of this core's L2 (the planner's L1d budget is not applied),\n"
+        "then the %d fastest and the planner's own\n"
         "choice again in %d interleaved rounds, and stores the fastest in the tuning cache for\n"
         "this CPU and the shape's class; later plans of that class use it (`fai plan` shows\n"
         "tile_source tuned). Prints the planner's choice and the tuned one with their times.\n"
@@ -138,7 +141,14 @@ static int plan_tile(const ft_shape_data *data, const tune_options *opt, int64_t
     return 0;
 }
 
-/* The planner's choice first, then every candidate that fits, each tile once. A tile longer than
+/* Whether a tile's slice is within the planner's L2 budget, half of L2 (fai_tile.c, fai_plan.c):
+ * for prefill tiles (those with an L1d count) whatever their L1d bytes, for decode tiles (K and
+ * V read in place, bounded by L2 alone) the planner's answer. */
+static int fits_l2(const fai_plan_info *info) {
+    return info->tile_fits || (info->l1d_bytes > 0 && info->l2_bytes <= info->l2_capacity / 2);
+}
+
+/* The planner's choice first, then every candidate that fits L2, each tile once. A tile longer than
  * the sequences is measured as the sequences' length, the tile a tuned plan of this shape gets
  * (the tuning cache's tiles are clamped to the lengths; a tile given by the caller is not). */
 static int list_candidates(const ft_shape_data *data, const tune_options *opt, tile_timing *list) {
@@ -151,7 +161,7 @@ static int list_candidates(const ft_shape_data *data, const tune_options *opt, t
         for (size_t kv = 0; kv < sizeof candidate_kv / sizeof *candidate_kv; kv++) {
             const int64_t tile_q = candidate_q[q] < max_q ? candidate_q[q] : max_q;
             const int64_t tile_kv = candidate_kv[kv] < max_kv ? candidate_kv[kv] : max_kv;
-            if (plan_tile(data, opt, tile_q, tile_kv, &info) || !info.tile_fits) continue;
+            if (plan_tile(data, opt, tile_q, tile_kv, &info) || !fits_l2(&info)) continue;
             int seen = 0;
             for (int c = 0; c < count; c++)
                 seen |= list[c].tile_q == info.tile_q && list[c].tile_kv == info.tile_kv;
@@ -233,7 +243,7 @@ static void print_report(const ft_shape *shape, const tile_timing *list, int mea
         ft_json_end(&json);
         return;
     }
-    printf("shape %s on %lld threads: %d candidate tiles fit the caches, %d measured\n",
+    printf("shape %s on %lld threads: %d candidate tiles fit L2, %d measured\n",
            shape->name, (long long)opt->threads, listed, measured);
     printf("  tile        first round ms   final rounds ms\n");
     for (int c = 0; c < measured; c++) {
