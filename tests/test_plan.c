@@ -638,6 +638,46 @@ TEST(cpu_cache_bytes_are_the_planners) {
           fai_cpu_cache_bytes(-1) == 0);
 }
 
+/* An all-bf16 or f32 prefill problem like P1 (128 rows a tile, D 128), planned by the rule
+ * (tuning cache ignored) or with a tile given. */
+static fai_plan_info prefill_tile_info(fai_dtype dtype, int64_t tile_q, int64_t tile_kv) {
+    fai_problem pb;
+    fai_problem_init(&pb);
+    pb.batch = 1, pb.heads_q = 32, pb.heads_kv = 8, pb.seq_q = pb.seq_kv = 2048;
+    pb.head_dim = 128, pb.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    pb.q_dtype = pb.o_dtype = dtype == FAI_DTYPE_BF16 ? dtype : FAI_DTYPE_F32;
+    pb.k_dtype = pb.v_dtype = dtype;
+    pb.tile_q = tile_q, pb.tile_kv = tile_kv;
+    pb.ignore_tuning = 1;
+    fai_plan_info info;
+    memset(&info, 0, sizeof info);
+    fai_plan *plan = NULL;
+    if (fai_plan_create(&pb, &plan) == FAI_OK) fai_plan_get_info(plan, &info);
+    fai_plan_free(plan);
+    return info;
+}
+
+/* The tile rule: a 64-key prefill tile is taken whenever L2 holds its slice, whatever L1d holds
+ * (the hot-set budget alone gave 32-key tiles on a 32 KiB L1d, measured slower); where QK and PV
+ * multiply bf16 pairs (p_parts set, off the matrix engine), the hot set counts half the bytes of
+ * the f32 one for the same tile. */
+TEST(tile_rule_takes_64_keys_and_counts_bf16_pairs_at_half) {
+    const fai_plan_info given = prefill_tile_info(FAI_DTYPE_F16, 32, 64);
+    REQUIRE(given.tile_kv == 64 && given.l2_bytes > 0);
+    const fai_plan_info chosen = prefill_tile_info(FAI_DTYPE_F16, 0, 0);
+    REQUIRE(chosen.tile_kv > 0);
+    if (strncmp(chosen.isa, "amx", 3) != 0 && given.l2_bytes <= given.l2_capacity / 2)
+        CHECK(chosen.tile_kv >= 64);
+    const fai_plan_info f32_tile = prefill_tile_info(FAI_DTYPE_F32, 32, 64);
+    const fai_plan_info bf16_tile = prefill_tile_info(FAI_DTYPE_BF16, 32, 64);
+    REQUIRE(f32_tile.l1d_bytes > 0 && bf16_tile.l1d_bytes > 0);
+    const int matrix_engine = strncmp(bf16_tile.isa, "amx", 3) == 0; /* its own budget */
+    if (bf16_tile.p_parts != 0 && !matrix_engine)
+        CHECK(2 * bf16_tile.l1d_bytes == f32_tile.l1d_bytes);
+    else if (!matrix_engine)
+        CHECK(bf16_tile.l1d_bytes == f32_tile.l1d_bytes);
+}
+
 TEST(plan_inspection_errors) {
     case_desc c;
     fixed_case(&c, 1, 8, 8, FAI_CAUSAL_NONE, -1, -1, 4, 4);

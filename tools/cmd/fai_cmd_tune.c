@@ -243,8 +243,8 @@ static void print_report(const ft_shape *shape, const tile_timing *list, int mea
         ft_json_end(&json);
         return;
     }
-    printf("shape %s on %lld threads: %d candidate tiles fit L2, %d measured\n",
-           shape->name, (long long)opt->threads, listed, measured);
+    printf("shape %s on %lld threads: %d candidate tiles fit L2, %d measured\n", shape->name,
+           (long long)opt->threads, listed, measured);
     printf("  tile        first round ms   final rounds ms\n");
     for (int c = 0; c < measured; c++) {
         printf("  %4lldx%-4lld  %14.3f", (long long)list[c].tile_q, (long long)list[c].tile_kv,
