@@ -13,7 +13,7 @@
  *     ... fill pb ...
  *     fai_plan *plan;
  *     if (fai_plan_create(&pb, &plan) != FAI_OK) puts(fai_last_error());
- *     void *ws = aligned_alloc(64, fai_plan_workspace_size(plan));   // may be 0 bytes
+ *     void *ws = malloc(fai_plan_workspace_size(plan));              // any alignment
  *     fai_tensors t = {...};                                         // pointers and strides
  *     fai_run(plan, &t, ws, fai_plan_workspace_size(plan));          // allocates nothing
  *     fai_plan_free(plan);
@@ -209,8 +209,8 @@ typedef struct fai_problem {
     /* Sliding window measured from the causal diagonal (bottom-right unless causal is TOP_LEFT):
      * query i sees keys j with  diag(i) - window_left <= j <= diag(i) + window_right.
      * FAI_WINDOW_UNBOUNDED (-1, the default) leaves that side unbounded; other negative values
-     * are refused. With causal, window_right is 0 whatever is given. With
-     * q_positions / kv_positions (below) the diagonal is where the global positions meet. */
+     * and values above INT32_MAX are refused. With causal, window_right is 0 whatever is given.
+     * With q_positions / kv_positions (below) the diagonal is where the global positions meet. */
     int64_t window_left, window_right;
 
     fai_mask_kind mask_kind; /* the mask data and strides come with the tensors at run time */
@@ -241,6 +241,7 @@ typedef struct fai_problem {
 
     /* Global positions, for a shard of a longer sequence (sequence-parallel attention across
      * processes, ring attention): int32 [batch], both set or both NULL; the plan copies them.
+     * Each in [0, INT32_MAX] (refused otherwise, naming the sequence and the value).
      * Query i of sequence b stands at position q_positions[b] + i and key j at
      * kv_positions[b] + j, and causal and window masks compare these positions: the query at
      * position p sees keys at positions  p - window_left .. p + window_right,  and with causal
@@ -391,8 +392,10 @@ typedef struct fai_tensors {
      * a quantized K's scale, past 3.4e38) is +-Inf and follows these rules. f16 output
      * saturates finite values at +-65504 and keeps +-Inf and NaN. */
     fai_tensor lse;
-    fai_mask mask;              /* used when the plan's mask_kind is not NONE */
-    const int32_t *block_table; /* paged only: [batch, pages_per_seq] */
+    /* Used when the plan's mask_kind is not NONE, and refused (data not NULL) when it is. */
+    fai_mask mask;
+    /* Paged only: [batch, pages_per_seq], refused (not NULL) for dense K/V. */
+    const int32_t *block_table;
     int64_t block_table_stride; /* elements between rows; 0 means pages_per_seq */
     /* ALiBi slopes, f32 [heads_q], finite: required when the problem has alibi, and refused
      * (not silently ignored) when it has not. */
@@ -408,7 +411,8 @@ typedef struct fai_tensors {
     fai_channel_scale k_channel_scale;
 } fai_tensors;
 
-/* Strides of a contiguous [B, S, H, Dlast] tensor (the default BSHD layout). */
+/* Strides of a contiguous [B, S, H, Dlast] tensor (the default BSHD layout). A stride whose
+ * product passes int64 is INT64_MAX, which fai_run refuses (FAI_ERR_OVERFLOW). */
 FAI_API fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t heads,
                                    int64_t dim);
 
@@ -687,8 +691,9 @@ FAI_API fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts,
  * h, LSE' = log(exp(LSE) + exp(sinks[h])) and O' = O exp(LSE - LSE'). This is the sink of
  * fai_problem.sinks counted once, so the parts of a split computation (shards, cascades) are
  * computed without sinks, merged by fai_merge_states, and then given their sinks here. A row
- * with LSE = -inf (it saw nothing) gets LSE' = sinks[h] and keeps O = 0; a NaN LSE stays NaN; a
- * sink of -inf changes nothing. o and lse are laid out as for fai_merge_states (lse is required:
+ * with LSE = -inf (it saw nothing) gets LSE' = sinks[h] and keeps O = 0; a NaN LSE stays NaN and
+ * a +inf LSE stays +inf with O kept (the sink weighs nothing beside it); a sink of -inf changes
+ * nothing. o and lse are laid out as for fai_merge_states (lse is required:
  * the rescaling needs it); sinks is f32 [heads], finite or -inf. Nothing is written on failure.
  * Thread-safe. */
 FAI_API fai_status fai_apply_sinks(const float *sinks, int64_t batch, int64_t seq, int64_t heads,

@@ -20,9 +20,13 @@ fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t hea
     fai_tensor tensor;
     tensor.data = data;
     tensor.dtype = dtype;
+    /* a product past int64 saturates (fai_run then refuses the strides) instead of wrapping */
+    int64_t row, batch;
+    if (!fai__mul_ok(heads, dim, &row)) row = INT64_MAX;
+    if (!fai__mul_ok(seq, row, &batch)) batch = INT64_MAX;
     tensor.stride_head = dim;
-    tensor.stride_seq = heads * dim;
-    tensor.stride_batch = seq * heads * dim;
+    tensor.stride_seq = row;
+    tensor.stride_batch = batch;
     tensor.stride_dim = 1;
     return tensor;
 }
@@ -142,6 +146,15 @@ static fai_status name_bad_scale(const fai_plan *plan, const fai_tensors *t, con
     return FAI_OK;
 }
 
+static fai_status check_scale_strides(const char *name, const fai_scale *scale) {
+    if (scale->stride_batch < 0 || scale->stride_seq < 0 || scale->stride_head < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
+                         ") must not be negative",
+                         name, scale->stride_batch, scale->stride_seq, scale->stride_head);
+    return FAI_OK;
+}
+
 /* A quantized K's or V's scales (fai_scale): given exactly when the dtype is quantized, strides
  * not negative, and every scale some query reads finite and > 0, read through the block table
  * (checked before, unless the plan trusts it) as the kernel will read them. Keys whose scales
@@ -162,11 +175,7 @@ static fai_status check_scales(const fai_plan *plan, const fai_tensors *t, const
     if (!scale->data)
         return fai__fail(FAI_ERR_INVALID_ARG, "%s.data = NULL: a %s K/V needs its scales", name,
                          fai_dtype_name(dtype));
-    if (scale->stride_batch < 0 || scale->stride_seq < 0 || scale->stride_head < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
-                         ") must not be negative",
-                         name, scale->stride_batch, scale->stride_seq, scale->stride_head);
+    FAI_TRY(check_scale_strides(name, scale));
     if (!check_values) return FAI_OK;
     const int64_t heads = pb->heads_kv;
     /* the heads of a key, and the keys of a run, follow each other in memory */
@@ -278,6 +287,32 @@ static fai_status check_tensor_reach(const char *name, const int64_t counts[3], 
                             fai_dtype_size(x->dtype));
 }
 
+/* The mask tensor of a plan with a mask_kind: given, strides not negative, and every element a
+ * run reads (rows up to the longest query length, keys up to the longest key length: bytes of
+ * them for KEEP_BITS) addressable. */
+static fai_status check_mask(const fai_plan *plan, const fai_tensors *t) {
+    const fai_problem *pb = &plan->pb;
+    const fai_mask *mask = &t->mask;
+    if (!mask->data)
+        return fai__fail(FAI_ERR_INVALID_ARG, "mask.data = NULL with mask_kind = %d",
+                         (int)pb->mask_kind);
+    if (mask->stride_batch < 0 || mask->stride_head < 0 || mask->stride_q < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "mask strides (batch %" PRId64 ", head %" PRId64 ", q %" PRId64
+                         ") must not be negative",
+                         mask->stride_batch, mask->stride_head, mask->stride_q);
+    int64_t max_q = 0, max_kv = 0;
+    for (int64_t b = 0; b < pb->batch; b++) {
+        if (plan->seqs[b].q_len > max_q) max_q = plan->seqs[b].q_len;
+        if (plan->seqs[b].kv_len > max_kv) max_kv = plan->seqs[b].kv_len;
+    }
+    const int bits = pb->mask_kind == FAI_MASK_KEEP_BITS;
+    const int64_t counts[3] = {pb->batch, max_q, pb->heads_q};
+    const int64_t row = bits ? max_kv / 8 + (max_kv % 8 != 0) : max_kv;
+    return fai__check_reach("mask", counts, mask->stride_batch, mask->stride_q, mask->stride_head,
+                            row, pb->mask_kind == FAI_MASK_ADD ? sizeof(float) : 1);
+}
+
 /* check_table, check_scales_too: whether the block table's entries and the quantized K/V's
  * scales are read and checked (fai_run skips what the problem trusts). */
 static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table,
@@ -311,29 +346,44 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
                                  t->lse.stride_head, 1, sizeof(float)));
     const fai_scale *scales[2] = {&t->k_scale, &t->v_scale};
     for (int i = 0; i < 2 && kv_rows > 0; i++)
-        if (scales[i]->data)
+        if (scales[i]->data) {
+            FAI_TRY(check_scale_strides(i ? "v_scale" : "k_scale", scales[i]));
             FAI_TRY(fai__check_reach(i ? "v_scale" : "k_scale", kv_side, scales[i]->stride_batch,
                                      scales[i]->stride_seq, scales[i]->stride_head, 1,
                                      sizeof(float)));
-    if (pb->mask_kind != FAI_MASK_NONE && q_rows > 0 && kv_rows > 0) {
-        if (!t->mask.data)
-            return fai__fail(FAI_ERR_INVALID_ARG, "mask.data = NULL with mask_kind = %d",
-                             (int)pb->mask_kind);
-        if (t->mask.stride_batch < 0 || t->mask.stride_head < 0 || t->mask.stride_q < 0)
+        }
+    if (pb->k_channel_scales && kv_rows > 0 && t->k_channel_scale.data) {
+        const int64_t heads[3] = {1, 1, pb->heads_kv};
+        if (t->k_channel_scale.stride_head < 0)
             return fai__fail(FAI_ERR_INVALID_ARG,
-                             "mask strides (batch %" PRId64 ", head %" PRId64 ", q %" PRId64
-                             ") must not be negative",
-                             t->mask.stride_batch, t->mask.stride_head, t->mask.stride_q);
+                             "k_channel_scale.stride_head = %" PRId64 " must not be negative",
+                             t->k_channel_scale.stride_head);
+        FAI_TRY(fai__check_reach("k_channel_scale", heads, 0, 0, t->k_channel_scale.stride_head,
+                                 pb->head_dim, sizeof(float)));
     }
+    if (pb->mask_kind == FAI_MASK_NONE && t->mask.data)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "mask.data is set but the problem's mask_kind is NONE: set it to use "
+                         "the mask");
+    if (pb->mask_kind != FAI_MASK_NONE && q_rows > 0 && kv_rows > 0) FAI_TRY(check_mask(plan, t));
     FAI_TRY(check_head_values("alibi_slopes", t->alibi_slopes, pb->alibi, pb->heads_q, 0));
     FAI_TRY(check_head_values("sinks", t->sinks, pb->sinks, pb->heads_q, 1));
     if (plan->paged && kv_rows > 0 && !t->block_table)
         return fai__fail(FAI_ERR_INVALID_ARG, "block_table = NULL");
+    if (!plan->paged && t->block_table)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "block_table is set but the problem's K/V are dense (page_size = 0)");
     /* a table that is given is checked whole (every entry a length reaches), also when no query
      * reads it in this run: a caller checks a table once and then runs it trusted */
-    if (plan->paged && t->block_table && t->block_table_stride < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG, "block_table_stride = %" PRId64 " is negative",
-                         t->block_table_stride);
+    if (plan->paged && t->block_table) {
+        if (t->block_table_stride < 0)
+            return fai__fail(FAI_ERR_INVALID_ARG, "block_table_stride = %" PRId64 " is negative",
+                             t->block_table_stride);
+        const int64_t rows[3] = {pb->batch, 1, 1};
+        const int64_t stride = t->block_table_stride ? t->block_table_stride : pb->pages_per_seq;
+        FAI_TRY(fai__check_reach("block_table", rows, stride, 0, 0, pb->pages_per_seq,
+                                 sizeof(int32_t)));
+    }
     if (plan->paged && t->block_table && check_table) FAI_TRY(check_block_table(plan, t));
     FAI_TRY(check_scales(plan, t, "k_scale", &t->k_scale, pb->k_dtype, kv_rows, check_scales_too));
     FAI_TRY(check_scales(plan, t, "v_scale", &t->v_scale, pb->v_dtype, kv_rows, check_scales_too));

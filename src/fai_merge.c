@@ -9,22 +9,28 @@
 #define MAX_MERGE_PARTS (INT64_C(1) << 20)
 
 /* A part or an output of rows [batch, seq, heads] (of head_dim elements, or one LSE each). */
+/* index < 0: a single tensor (an output, or apply_sinks' o and lse), named without an index. */
 static fai_status check_part(const char *name, int64_t index, const fai_tensor *t, int lse,
                              const int64_t counts[3], int64_t head_dim) {
-    if (!t->data) return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "].data = NULL", name, index);
+    char label[64];
+    if (index < 0)
+        snprintf(label, sizeof label, "%s", name);
+    else
+        snprintf(label, sizeof label, "%s[%" PRId64 "]", name, index);
+    if (!t->data) return fai__fail(FAI_ERR_INVALID_ARG, "%s.data = NULL", label);
     if (lse ? t->dtype != FAI_DTYPE_F32
             : t->dtype != FAI_DTYPE_F32 && t->dtype != FAI_DTYPE_F16 && t->dtype != FAI_DTYPE_BF16)
-        return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "].dtype = %d is not %s", name, index,
-                         (int)t->dtype, lse ? "f32" : "f32, f16 or bf16");
+        return fai__fail(FAI_ERR_INVALID_ARG, "%s.dtype = %s (%d) is not %s", label,
+                         fai_dtype_name(t->dtype), (int)t->dtype, lse ? "f32" : "f32, f16 or bf16");
     if (!lse && t->stride_dim != 0 && t->stride_dim != 1)
         return fai__fail(FAI_ERR_INVALID_ARG,
-                         "%s[%" PRId64 "].stride_dim = %" PRId64 ": the head dimension must be "
-                         "contiguous (1)",
-                         name, index, t->stride_dim);
+                         "%s.stride_dim = %" PRId64 ": the head dimension must be contiguous (1)",
+                         label, t->stride_dim);
     if (t->stride_batch < 0 || t->stride_seq < 0 || t->stride_head < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG, "%s[%" PRId64 "] has a negative stride", name, index);
-    char label[64];
-    snprintf(label, sizeof label, "%s[%" PRId64 "]", name, index);
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
+                         ") must not be negative",
+                         label, t->stride_batch, t->stride_seq, t->stride_head);
     return fai__check_reach(label, counts, t->stride_batch, t->stride_seq, t->stride_head,
                             lse ? 1 : head_dim, fai_dtype_size(t->dtype));
 }
@@ -88,9 +94,9 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
             status = check_part("lse_parts", p, &lse_parts[p], 1, counts, head_dim);
         if (status != FAI_OK) return status;
     }
-    fai_status status = check_part("o_out", 0, o_out, 0, counts, head_dim);
+    fai_status status = check_part("o_out", -1, o_out, 0, counts, head_dim);
     if (status == FAI_OK && lse_out && lse_out->data)
-        status = check_part("lse_out", 0, lse_out, 1, counts, head_dim);
+        status = check_part("lse_out", -1, lse_out, 1, counts, head_dim);
     if (status != FAI_OK) return status;
 
     for (int64_t b = 0; b < batch; b++)
@@ -156,9 +162,9 @@ fai_status fai_apply_sinks(const float *sinks, int64_t batch, int64_t seq, int64
                              (double)sinks[h]);
     if (rows == 0) return FAI_OK;
     const int64_t counts[3] = {batch, seq, heads};
-    FAI_TRY(check_part("o", 0, o, 0, counts, head_dim));
+    FAI_TRY(check_part("o", -1, o, 0, counts, head_dim));
     if (!lse->data) return fai__fail(FAI_ERR_INVALID_ARG, "lse.data = NULL");
-    FAI_TRY(check_part("lse", 0, lse, 1, counts, head_dim));
+    FAI_TRY(check_part("lse", -1, lse, 1, counts, head_dim));
 
     for (int64_t b = 0; b < batch; b++)
         for (int64_t i = 0; i < seq; i++)
@@ -167,7 +173,8 @@ fai_status fai_apply_sinks(const float *sinks, int64_t batch, int64_t seq, int64
                 float *lse_row = (float *)lse->data + b * lse->stride_batch + i * lse->stride_seq +
                                  h * lse->stride_head;
                 const double value = *lse_row;
-                if (sink == -INFINITY || isnan(value)) continue;
+                /* +inf: the sink weighs nothing beside it (LSE' = +inf, O kept) */
+                if (sink == -INFINITY || isnan(value) || value == INFINITY) continue;
                 if (value == -INFINITY) { /* O is 0: only the LSE moves */
                     *lse_row = (float)sink;
                     continue;
@@ -199,7 +206,7 @@ fai_status fai_alibi_slopes(int64_t heads, float *slopes) {
         return fai__fail(FAI_ERR_INVALID_ARG, "heads = %" PRId64 " must be at least 1", heads);
     if (!slopes) return fai__fail(FAI_ERR_INVALID_ARG, "slopes = NULL");
     int64_t n = 1;
-    while (n * 2 <= heads)
+    while (n <= heads / 2) /* (n * 2 <= heads would overflow past 2^62 heads) */
         n *= 2;
     geometric_slopes(n, slopes);
     /* the rest: the odd-numbered slopes of 2n heads, 2^(-8 (2k + 1) / 2n) */

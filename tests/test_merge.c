@@ -200,11 +200,15 @@ TEST(merge_errors_name_the_field) {
     fai_tensor far = fai_tensor_bshd(out2, FAI_DTYPE_F32, 2, 1, 4);
     far.stride_seq = INT64_C(1) << 62;
     CHECK(fai_merge_states(1, &o_two, &lse_two, 1, 2, 1, 4, &far, NULL) == FAI_ERR_OVERFLOW);
-    CHECK(strstr(fai_last_error(), "o_out[0] strides") != NULL);
+    CHECK(strstr(fai_last_error(), "o_out strides") != NULL);
     CHECK(fai_merge_states(1, &far, &lse_two, 1, 2, 1, 4, &o_two, NULL) == FAI_ERR_OVERFLOW);
     CHECK(strstr(fai_last_error(), "o_parts[0] strides") != NULL);
     const float sink = 0.0f;
     CHECK(fai_apply_sinks(&sink, 1, 2, 1, 4, &far, &lse_two) == FAI_ERR_OVERFLOW);
+    CHECK(strstr(fai_last_error(), "o strides (batch") != NULL);
+    far.stride_seq = -4; /* a negative stride: refused with the strides named */
+    CHECK(fai_apply_sinks(&sink, 1, 2, 1, 4, &far, &lse_two) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "o strides (batch 8, seq -4, head 4) must not be negative"));
     for (int x = 0; x < 8; x++)
         CHECK(out2[x] == 7.0f);
 }

@@ -330,14 +330,32 @@ TEST(run_mask) {
     t = fx.t;
     t.mask.stride_batch = -80;
     CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "mask", "-80", NULL));
+    /* strides whose rows lie past 2^63 bytes (their offsets would overflow): refused */
+    t = fx.t;
+    t.mask.stride_q = t.mask.stride_batch = INT64_MAX / 2;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_OVERFLOW, "mask strides", "2^63", NULL));
+    t = fx.t;
+    t.mask.stride_head = INT64_MAX / 3;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_OVERFLOW, "mask strides", NULL));
+    CHECK(fai_check_tensors(fx.plan, &t) == FAI_ERR_OVERFLOW);
     fixture_free(&fx);
 
-    /* without a mask kind the mask is not read */
+    /* an additive mask's rows are floats: a stride that reaches 2^63 only in bytes is refused */
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_ADD));
+    t = fx.t;
+    t.mask.stride_q = INT64_MAX / 8;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_OVERFLOW, "mask strides", NULL));
+    fixture_free(&fx);
+
+    /* without a mask kind the mask is not read, and one that is given is refused, not ignored */
     REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
     t = fx.t;
     t.mask.data = NULL;
     t.mask.stride_q = -1;
     CHECK(run_succeeds(&fx, &t));
+    t.mask.data = fx.mask;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "mask.data is set",
+                    "mask_kind is NONE", NULL));
     fixture_free(&fx);
 }
 
@@ -376,6 +394,23 @@ TEST(run_paged_block_table) {
     t.block_table_stride = -3;
     CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "block_table_stride", "-3",
                     NULL));
+    /* a stride whose second row lies past 2^63 bytes: refused, trusted or not */
+    t = fx.t;
+    t.block_table_stride = INT64_MAX / 2;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_OVERFLOW, "block_table strides",
+                    "4611686018427387903", NULL));
+    fai_plan_free(fx.plan);
+    fx.pb.trust_block_table = 1;
+    REQUIRE(fai_plan_create(&fx.pb, &fx.plan) == FAI_OK);
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_OVERFLOW, "block_table strides", NULL));
+    fixture_free(&fx);
+
+    /* a block table given to dense K/V: refused, not ignored */
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    t = fx.t;
+    t.block_table = fx.block_table;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "block_table is set",
+                    "page_size = 0", NULL));
     fixture_free(&fx);
 }
 
@@ -464,6 +499,11 @@ TEST(run_quantized_scales) {
         t.v_scale.stride_seq = -1;
         CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "v_scale strides", "-1",
                         NULL));
+        /* a large negative stride is negative first (not an address past 2^63) */
+        t = fx.t;
+        t.k_scale.stride_seq = INT64_MIN / 2;
+        CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "k_scale strides",
+                        "-4611686018427387904", "must not be negative", NULL));
         /* a bad scale where a key that some query reads has it: sequence 1, key 5, head 1 (the
          * paged fixture's block table puts key 5 of sequence 1 on page 4, slot 1) */
         const size_t at = paged ? (size_t)((4 * 4 + 1) * 2 + 1) : (size_t)((7 + 5) * 2 + 1);
@@ -554,6 +594,8 @@ TEST(run_channel_scales) {
     t.k_channel_scale.stride_head = -1;
     CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "k_channel_scale.stride_head",
                     "-1", NULL));
+    t.k_channel_scale.stride_head = INT64_MAX / 2 + 7; /* head 1 past 2^63 bytes */
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_OVERFLOW, "k_channel_scale strides", NULL));
     const float bad[] = {NAN, 0.0f, -1.0f, INFINITY};
     const char *text[] = {"nan", "= 0", "-1", "inf"};
     for (int i = 0; i < 4; i++) {
@@ -591,6 +633,23 @@ TEST(run_channel_scales) {
     fixture_free(&fx);
 }
 
+/* fai_tensor_bshd saturates a stride whose product passes int64, and a run refuses it. */
+TEST(tensor_bshd_saturates) {
+    float x = 0.0f;
+    const fai_tensor big = fai_tensor_bshd(&x, FAI_DTYPE_F32, INT64_C(1) << 40, 1 << 20, 1 << 10);
+    CHECK(big.stride_head == 1 << 10 && big.stride_seq == INT64_C(1) << 30);
+    CHECK(big.stride_batch == INT64_MAX);
+    const fai_tensor wide =
+        fai_tensor_bshd(&x, FAI_DTYPE_F32, 2, INT64_C(1) << 40, INT64_C(1) << 40);
+    CHECK(wide.stride_seq == INT64_MAX && wide.stride_batch == INT64_MAX);
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    fai_tensors t = fx.t;
+    t.q.stride_batch = fai_tensor_bshd(fx.q, FAI_DTYPE_F32, INT64_MAX / 2, 4, 8).stride_batch;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_OVERFLOW, "q strides", NULL));
+    fixture_free(&fx);
+}
+
 TEST(apply_sinks_and_slopes_errors) {
     float o[2 * 3 * 4] = {0}, lse[2 * 3] = {0};
     const float sinks[3] = {0.0f, 1.0f, NAN};
@@ -614,6 +673,12 @@ TEST(apply_sinks_and_slopes_errors) {
     CHECK(strstr(fai_last_error(), "lse") != NULL);
     CHECK(fai_apply_sinks(sinks, 1, 2, 2, 4, &to, &tl) == FAI_OK);
     CHECK(fai_last_error()[0] == '\0');
+    /* an LSE of +inf: the sink weighs nothing beside it, so the row stays as it was (no NaN) */
+    for (int x = 0; x < 4; x++)
+        o[x] = 2.0f;
+    lse[0] = INFINITY;
+    CHECK(fai_apply_sinks(sinks, 1, 2, 2, 4, &to, &tl) == FAI_OK);
+    CHECK(lse[0] == INFINITY && o[0] == 2.0f && o[3] == 2.0f);
 
     float slopes[3];
     CHECK(fai_alibi_slopes(0, slopes) == FAI_ERR_INVALID_ARG);
