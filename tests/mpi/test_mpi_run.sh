@@ -187,7 +187,7 @@ cases = [
     (["--q", bad_q, "--k", bad_k3, "--v", bad_k3], "does not divide"),
     (["--q", bad_q, "--k", good_k, "--v", good_k, "--ring", "--mask", keep], "--ring with --mask"),
     (["--q", bad_q, "--k", short_k, "--v", short_k, "--ring"], "Sq = 8 and k has Skv = 6"),
-    (["--q", bad_q, "--k", good_k, "--v", good_k, "--seqlens-kv", neg], "seqlens_kv[0] = -1"),
+    (["--q", bad_q, "--k", good_k, "--v", good_k, "--seqlens-kv", neg], "entry [0] = -1 is negative"),
     (["--q", bad_q, "--k", good_k, "--v", good_k, "--workers", "-1"], "--workers -1"),
     (["--q", bad_q, "--k", good_k, "--v", good_k, "--bogus"], "unknown option '--bogus'"),
     (["--q", bad_q, "--k", save("bad_k8.npy", codes((1, 8, 2, 8), "i8")), "--v", good_k,

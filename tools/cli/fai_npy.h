@@ -64,15 +64,28 @@ void ft_npy_format_shape(char *buf, size_t buflen, int rank, const int64_t *shap
 int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
                       const void *data, char *tmp_path, size_t tmp_len, char *err, size_t errlen);
 
-/* Whether ft_npy_write_temp would take `path` as an output (the rules above), before anything
- * is computed: 0, or -1 with the reason in err. */
+/* Whether ft_npy_write_temp would take `path` as an output (the rules above) and ft_npy_commit
+ * could then replace it, before anything is computed: 0, or -1 with the reason in err. Also
+ * refused: a directory the user cannot make a file in, and an existing file in a sticky directory
+ * that belongs neither to the user nor to the directory's owner (unless the user is root). */
 int ft_npy_check_output(const char *path, char *err, size_t errlen);
 
 /* Renames the temporary file over path (atomic on POSIX file systems). On failure the temporary
  * file is removed and path is untouched. Returns 0 or -1. */
 int ft_npy_commit(const char *tmp_path, const char *path, char *err, size_t errlen);
 
-/* Removes a temporary file made by ft_npy_write_temp. */
+/* Keeps the file that path names (through a link: the file it leads to) under a second,
+ * temporary name in its directory (a hard link), so that a commit over it can be undone. Returns
+ * 1 with that name in kept_path, 0 when there is no file to keep, -1 when it could not be kept
+ * (kept_path then ""). Finish with ft_npy_undo_commit or ft_npy_discard(kept_path). */
+int ft_npy_keep(const char *path, char *kept_path, size_t kept_len);
+
+/* Undoes ft_npy_commit over path, given what ft_npy_keep returned before it: puts the kept file
+ * back (1), or removes the committed file when there was none before (0). Returns 0, or -1 when
+ * nothing was kept or that failed. */
+int ft_npy_undo_commit(const char *path, const char *kept_path, int kept);
+
+/* Removes a temporary file made by ft_npy_write_temp or ft_npy_keep. */
 void ft_npy_discard(const char *tmp_path);
 
 /* write_temp + commit: path is either replaced whole or left untouched. Returns 0 or -1. */

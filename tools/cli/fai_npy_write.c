@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,11 +63,37 @@ static int output_target(const char *path, const char *where, char *target, size
     return 0;
 }
 
+/* Whether a commit could rename a new file over `target`: the directory must let the user make
+ * a file in it, and in a sticky directory (such as /tmp) only the owner of a file, the owner of
+ * the directory or root may replace the file. Caught here, before anything is computed, rather
+ * than by a rename that fails after another output has been put in place. */
+static int check_replaceable(const char *target, int exists, const char *where, char *err,
+                             size_t errlen) {
+    char copy[PATH_MAX];
+    if (snprintf(copy, sizeof copy, "%s", target) >= (int)sizeof copy)
+        return ft_npy_fail(err, errlen, "%s: path too long", where);
+    const char *dir = dirname(copy);
+    if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) != 0)
+        return ft_npy_fail(err, errlen, "%s: cannot create a file in its directory: %s", where,
+                           strerror(errno));
+    const uid_t user = geteuid();
+    struct stat dir_st, file_st;
+    if (!exists || user == 0 || stat(dir, &dir_st) != 0 || lstat(target, &file_st) != 0)
+        return 0; /* nothing to replace, or root, or gone: the rename will tell */
+    if ((dir_st.st_mode & S_ISVTX) && file_st.st_uid != user && dir_st.st_uid != user)
+        return ft_npy_fail(err, errlen,
+                           "%s: belongs to another user (uid %u) in a sticky directory, where "
+                           "only its owner may replace it",
+                           where, (unsigned)file_st.st_uid);
+    return 0;
+}
+
 int ft_npy_check_output(const char *path, char *err, size_t errlen) {
     char where[SHOWN_PATH + 1], target[PATH_MAX];
     ft_npy_show(where, sizeof where, path, strlen(path));
     int mode;
-    return output_target(path, where, target, sizeof target, &mode, err, errlen);
+    if (output_target(path, where, target, sizeof target, &mode, err, errlen)) return -1;
+    return check_replaceable(target, mode >= 0, where, err, errlen);
 }
 
 int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
@@ -167,6 +194,41 @@ int ft_npy_commit(const char *tmp_path, const char *path, char *err, size_t errl
         return ft_npy_fail(err, errlen, "%s: cannot replace: %s", where, strerror(e));
     }
     return 0;
+}
+
+int ft_npy_keep(const char *path, char *kept_path, size_t kept_len) {
+    char where[SHOWN_PATH + 1], target[PATH_MAX], err[SHOWN_PATH + 64];
+    ft_npy_show(where, sizeof where, path, strlen(path));
+    if (kept_len) kept_path[0] = '\0';
+    int mode;
+    if (output_target(path, where, target, sizeof target, &mode, err, sizeof err)) return -1;
+    if (mode < 0) return 0;
+    const char *slash = strrchr(target, '/');
+    const size_t dirlen = slash ? (size_t)(slash - target) + 1 : 0;
+    static const char temp_name[] = ".fai-XXXXXX";
+    if (kept_len < dirlen + sizeof temp_name) return -1;
+    /* mkstemp finds a free name; link wants it free again, and retries if another took it */
+    for (int attempt = 0; attempt < 16; attempt++) {
+        memcpy(kept_path, target, dirlen);
+        memcpy(kept_path + dirlen, temp_name, sizeof temp_name);
+        const int fd = mkstemp(kept_path);
+        if (fd < 0) break;
+        close(fd);
+        unlink(kept_path);
+        if (link(target, kept_path) == 0) return 1;
+        if (errno != EEXIST) break;
+    }
+    kept_path[0] = '\0';
+    return -1;
+}
+
+int ft_npy_undo_commit(const char *path, const char *kept_path, int kept) {
+    if (kept < 0) return -1;
+    char where[SHOWN_PATH + 1], target[PATH_MAX], err[SHOWN_PATH + 64];
+    ft_npy_show(where, sizeof where, path, strlen(path));
+    int mode;
+    if (output_target(path, where, target, sizeof target, &mode, err, sizeof err)) return -1;
+    return kept ? rename(kept_path, target) : unlink(target);
 }
 
 void ft_npy_discard(const char *tmp_path) {

@@ -155,30 +155,58 @@ static int parse_masking(ft_run_args *a) {
     return 0;
 }
 
+typedef enum number_status {
+    NUMBER_OK,
+    NUMBER_INVALID,       /* not a finite decimal number */
+    NUMBER_BEYOND_FLOAT,  /* finite, but beyond the float32 range */
+    NUMBER_ROUNDS_TO_ZERO /* nonzero, but too small for float32 */
+} number_status;
+
+/* A whole decimal number for a float32 option, nothing before or after it: strtod would skip
+ * any leading white space (a newline or a form feed too), so the first character must be a
+ * digit, a sign or a point. */
+static number_status parse_float32(const char *s, double *d, float *f) {
+    *d = 0.0, *f = 0.0f;
+    if (!((*s >= '0' && *s <= '9') || *s == '-' || *s == '+' || *s == '.')) return NUMBER_INVALID;
+    errno = 0;
+    char *end = NULL;
+    *d = strtod(s, &end);
+    const int out_of_range = errno == ERANGE;
+    if (end == s || *end || isnan(*d)) return NUMBER_INVALID;
+    if (isinf(*d)) return out_of_range ? NUMBER_BEYOND_FLOAT : NUMBER_INVALID; /* 1e999 or inf */
+    *f = (float)*d;
+    if (!isfinite(*f)) return NUMBER_BEYOND_FLOAT;
+    /* an underflow (1e-400) may come back as 0 with ERANGE */
+    if (*f == 0.0f && (*d != 0.0 || out_of_range)) return NUMBER_ROUNDS_TO_ZERO;
+    return NUMBER_OK;
+}
+
+static int parse_scale(ft_run_args *a, const char *s) {
+    double d;
+    const number_status status = parse_float32(s, &d, &a->scale);
+    if (status == NUMBER_INVALID) return ft_run_fail(a, "--scale %s: not a finite number", s);
+    if (status == NUMBER_BEYOND_FLOAT)
+        return ft_run_fail(a, "--scale %s: beyond the float32 range", s);
+    if (status == NUMBER_ROUNDS_TO_ZERO) /* it would weigh every key alike: not what was given */
+        return ft_run_fail(a, "--scale %s: rounds to 0 in float32 (0 weighs every key alike)", s);
+    return 0;
+}
+
+static int parse_softcap(ft_run_args *a, const char *s) {
+    double d;
+    const number_status status = parse_float32(s, &d, &a->softcap);
+    if (status == NUMBER_INVALID || !(d >= 0.0))
+        return ft_run_fail(a, "--softcap %s: expected a finite number >= 0 (0: off)", s);
+    if (status == NUMBER_BEYOND_FLOAT)
+        return ft_run_fail(a, "--softcap %s: beyond the float32 range", s);
+    if (status == NUMBER_ROUNDS_TO_ZERO) /* 0 means off: a cap given must not turn into that */
+        return ft_run_fail(a, "--softcap %s: rounds to 0 in float32, which means off", s);
+    return 0;
+}
+
 static int parse_numbers(ft_run_args *a) {
-    if (a->value[FT_RUN_OPT_SCALE]) {
-        const char *s = a->value[FT_RUN_OPT_SCALE];
-        errno = 0;
-        char *end = NULL;
-        const double d = strtod(s, &end);
-        const float f = (float)d;
-        if (end == s || *end || *s == ' ' || *s == '\t' || !isfinite(d))
-            return ft_run_fail(a, "--scale %s: not a finite number", s);
-        if (!isfinite(f)) return ft_run_fail(a, "--scale %s: beyond the float32 range", s);
-        a->scale = f;
-    }
-    if (a->value[FT_RUN_OPT_SOFTCAP]) {
-        const char *s = a->value[FT_RUN_OPT_SOFTCAP];
-        char *end = NULL;
-        const double d = strtod(s, &end);
-        const float f = (float)d;
-        if (end == s || *end || *s == ' ' || *s == '\t' || !isfinite(d) || !(d >= 0.0))
-            return ft_run_fail(a, "--softcap %s: expected a finite number >= 0 (0: off)", s);
-        if (!isfinite(f)) return ft_run_fail(a, "--softcap %s: beyond the float32 range", s);
-        if (f == 0.0f && d != 0.0) /* 0 means off: a cap given must not turn into that */
-            return ft_run_fail(a, "--softcap %s: rounds to 0 in float32, which means off", s);
-        a->softcap = f;
-    }
+    if (a->value[FT_RUN_OPT_SCALE] && parse_scale(a, a->value[FT_RUN_OPT_SCALE])) return 2;
+    if (a->value[FT_RUN_OPT_SOFTCAP] && parse_softcap(a, a->value[FT_RUN_OPT_SOFTCAP])) return 2;
 
     if (a->value[FT_RUN_OPT_OUT_DTYPE]) {
         const char *t = a->value[FT_RUN_OPT_OUT_DTYPE];
@@ -295,7 +323,7 @@ int ft_run_parse_args(int argc, char **argv, const char *command, int with_ring,
     a->command = command;
     a->with_ring = with_ring;
     a->window_left = a->window_right = FAI_WINDOW_UNBOUNDED;
-    a->scale = FAI_SCALE_DEFAULT; /* --scale replaces it with any finite value, 0 included */
+    a->scale = FAI_SCALE_DEFAULT; /* --scale replaces it with a finite value, 0 included */
     a->out_dtype = FAI_DTYPE_F32;
     a->mask_opt = -1;
     const int rc = collect_values(argc, argv, a);
@@ -352,6 +380,34 @@ fai_tensor ft_run_lse_tensor(float *lse, int64_t heads, int64_t seq) {
     return t;
 }
 
+static int commit_one(ft_run_args *a, int opt, const char *tmp) {
+    char err[FT_RUN_ERROR_LEN / 2];
+    if (ft_npy_commit(tmp, a->value[opt], err, sizeof err))
+        return ft_run_fail(a, "%s %s", options[opt].name, err);
+    return 0;
+}
+
+/* O is renamed into place, then LSE. Should the second rename still fail (check_files has ruled
+ * out what it can foresee), O is put back as it was from a hard link kept of it. */
+static int commit_both(ft_run_args *a, const char *o_tmp, const char *lse_tmp) {
+    const char *out = a->value[FT_RUN_OPT_OUT];
+    char kept[4096], err[FT_RUN_ERROR_LEN / 2];
+    const int kept_state = ft_npy_keep(out, kept, sizeof kept);
+    if (commit_one(a, FT_RUN_OPT_OUT, o_tmp)) {
+        ft_npy_discard(lse_tmp);
+        ft_npy_discard(kept);
+        return 2;
+    }
+    if (ft_npy_commit(lse_tmp, a->value[FT_RUN_OPT_LSE], err, sizeof err)) {
+        const int undone = ft_npy_undo_commit(out, kept, kept_state) == 0;
+        if (!undone) ft_npy_discard(kept);
+        if (undone) return ft_run_fail(a, "--lse %s (--out left as it was)", err);
+        return ft_run_fail(a, "--lse %s (--out %s was written all the same)", err, out);
+    }
+    ft_npy_discard(kept);
+    return 0;
+}
+
 int ft_run_write_outputs(ft_run_args *a, const ft_run_problem *p, const void *o, const float *lse) {
     const ft_npy_dtype o_file_dt = a->out_dtype == FAI_DTYPE_F32   ? FT_NPY_F32
                                    : a->out_dtype == FAI_DTYPE_F16 ? FT_NPY_F16
@@ -370,13 +426,7 @@ int ft_run_write_outputs(ft_run_args *a, const ft_run_problem *p, const void *o,
         ft_npy_discard(o_tmp);
         return ft_run_fail(a, "--lse %s", err);
     }
-    if (ft_npy_commit(o_tmp, out, err, sizeof err)) {
-        if (want_lse) ft_npy_discard(lse_tmp);
-        return ft_run_fail(a, "--out %s", err);
-    }
-    if (want_lse && ft_npy_commit(lse_tmp, lse_path, err, sizeof err))
-        return ft_run_fail(a, "--lse %s", err);
-    return 0;
+    return want_lse ? commit_both(a, o_tmp, lse_tmp) : commit_one(a, FT_RUN_OPT_OUT, o_tmp);
 }
 
 void *ft_run_alloc(size_t bytes) {

@@ -3,6 +3,7 @@
 #include "fai_run_args.h"
 #include "fai_shape.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +114,32 @@ static int check_lengths(ft_run_args *a, int opt, const ft_npy *arr, int64_t bat
     return 0;
 }
 
+/* Every length of an int32 [B] array in 0..limit, `limit` told as `what` ("q's seq_q 4"). The
+ * library checks them too; this names the option, the file and the entry before planning. */
+static int check_length_values(ft_run_args *a, int opt, const ft_npy *arr, int64_t limit,
+                               const char *what) {
+    const int32_t *len = arr->data;
+    for (int64_t b = 0; b < arr->shape[0]; b++) {
+        if (len[b] < 0)
+            return ft_run_fail(a, "%s %s: entry [%lld] = %d is negative", ft_run_option_name(opt),
+                               a->value[opt], (long long)b, (int)len[b]);
+        if (len[b] > limit)
+            return ft_run_fail(a, "%s %s: entry [%lld] = %d is above %s", ft_run_option_name(opt),
+                               a->value[opt], (long long)b, (int)len[b], what);
+    }
+    return 0;
+}
+
+/* A size of the page pool or the block table that the library takes: at most INT32_MAX, as the
+ * lengths it bounds are int32. */
+static int check_page_count(ft_run_args *a, int opt, const ft_npy *arr, const char *name,
+                            int64_t value) {
+    if (value <= INT32_MAX) return 0;
+    char head[FT_RUN_ERROR_LEN / 2];
+    return ft_run_fail(a, "%s: %s %lld is above %d (lengths are int32)",
+                       shape_of(a, opt, arr, head, sizeof head), name, (long long)value, INT32_MAX);
+}
+
 /* -- Step 1: Q, K, V and their shapes -- */
 static int load_qkv(ft_run_args *a, ft_run_inputs *in, ft_run_problem *p) {
     char head[FT_RUN_ERROR_LEN / 2];
@@ -161,42 +188,60 @@ static int load_qkv(ft_run_args *a, ft_run_inputs *in, ft_run_problem *p) {
 }
 
 /* -- Step 2: lengths and the block table -- */
-static int load_lengths(ft_run_args *a, ft_run_inputs *in, ft_run_problem *p, int64_t *seq_kv) {
+
+/* The block table, for paged K and V: *seq_kv gets the keys it holds per sequence. */
+static int load_block_table(ft_run_args *a, ft_run_inputs *in, ft_run_problem *p, int64_t *seq_kv) {
     char head[FT_RUN_ERROR_LEN / 2];
-    const int64_t B = p->batch;
-    if (a->value[FT_RUN_OPT_SEQLENS_Q] &&
-        (load_input(a, FT_RUN_OPT_SEQLENS_Q, &in->seqlens_q) ||
-         check_lengths(a, FT_RUN_OPT_SEQLENS_Q, &in->seqlens_q, B)))
-        return 2;
-    if (a->value[FT_RUN_OPT_SEQLENS_KV] &&
-        (load_input(a, FT_RUN_OPT_SEQLENS_KV, &in->seqlens_kv) ||
-         check_lengths(a, FT_RUN_OPT_SEQLENS_KV, &in->seqlens_kv, B)))
-        return 2;
-    *seq_kv = p->k_rows;
-    if (!p->paged) return 0;
     if (load_input(a, FT_RUN_OPT_BLOCK_TABLE, &in->block_table)) return 2;
     const ft_npy *bt = &in->block_table;
     if (bt->dtype != FT_NPY_I32)
         return ft_run_fail(a, "--block-table %s: dtype %s is not int32",
                            a->value[FT_RUN_OPT_BLOCK_TABLE], ft_npy_dtype_name(bt->dtype));
-    if (bt->rank != 2 || bt->shape[0] != B)
+    if (bt->rank != 2 || bt->shape[0] != p->batch)
         return ft_run_fail(a, "%s is not [B, max_pages] with q's batch %lld",
                            shape_of(a, FT_RUN_OPT_BLOCK_TABLE, bt, head, sizeof head),
-                           (long long)B);
+                           (long long)p->batch);
     fai_problem *pb = &p->problem;
     pb->num_pages = in->k.shape[0];
     pb->page_size = in->k.shape[1];
     pb->pages_per_seq = bt->shape[1];
-    *seq_kv = 0;
     if (pb->page_size == 0)
         return ft_run_fail(a, "%s: page_size 0: a page pool holds at least one key per page",
                            shape_of(a, FT_RUN_OPT_K, &in->k, head, sizeof head));
-    if (pb->pages_per_seq > INT64_MAX / pb->page_size)
-        return ft_run_fail(a, "%s: pages_per_seq %lld * page_size %lld overflows",
-                           shape_of(a, FT_RUN_OPT_BLOCK_TABLE, bt, head, sizeof head),
-                           (long long)pb->pages_per_seq, (long long)pb->page_size);
-    *seq_kv = pb->pages_per_seq * pb->page_size;
+    if (check_page_count(a, FT_RUN_OPT_K, &in->k, "num_pages", pb->num_pages) ||
+        check_page_count(a, FT_RUN_OPT_K, &in->k, "page_size", pb->page_size) ||
+        check_page_count(a, FT_RUN_OPT_BLOCK_TABLE, bt, "pages_per_seq", pb->pages_per_seq))
+        return 2;
+    *seq_kv = pb->pages_per_seq * pb->page_size; /* both below 2^31 */
     return 0;
+}
+
+static int load_lengths(ft_run_args *a, ft_run_inputs *in, ft_run_problem *p, int64_t *seq_kv) {
+    char what[192];
+    const int64_t B = p->batch;
+    *seq_kv = p->paged ? 0 : p->k_rows;
+    if (a->value[FT_RUN_OPT_SEQLENS_Q]) {
+        snprintf(what, sizeof what, "q's seq_q %lld", (long long)p->seq_q);
+        if (load_input(a, FT_RUN_OPT_SEQLENS_Q, &in->seqlens_q) ||
+            check_lengths(a, FT_RUN_OPT_SEQLENS_Q, &in->seqlens_q, B) ||
+            check_length_values(a, FT_RUN_OPT_SEQLENS_Q, &in->seqlens_q, p->seq_q, what))
+            return 2;
+    }
+    if (a->value[FT_RUN_OPT_SEQLENS_KV] &&
+        (load_input(a, FT_RUN_OPT_SEQLENS_KV, &in->seqlens_kv) ||
+         check_lengths(a, FT_RUN_OPT_SEQLENS_KV, &in->seqlens_kv, B)))
+        return 2;
+    if (p->paged && load_block_table(a, in, p, seq_kv)) return 2;
+    if (!a->value[FT_RUN_OPT_SEQLENS_KV]) return 0;
+    if (p->paged)
+        snprintf(what, sizeof what,
+                 "the %lld keys a sequence's pages hold (block table's "
+                 "pages_per_seq %lld x k's page_size %lld)",
+                 (long long)*seq_kv, (long long)p->problem.pages_per_seq,
+                 (long long)p->problem.page_size);
+    else
+        snprintf(what, sizeof what, "k's seq_kv %lld", (long long)*seq_kv);
+    return check_length_values(a, FT_RUN_OPT_SEQLENS_KV, &in->seqlens_kv, *seq_kv, what);
 }
 
 /* -- Step 2b: the scales of a quantized K and V -- */
@@ -307,7 +352,7 @@ static int load_mask(ft_run_args *a, ft_run_inputs *in, ft_run_problem *p, int64
         for (int64_t b = 0; b < B; b++)
             if (len[b] > need_kv) need_kv = len[b];
     }
-    if (bits) need_kv = (need_kv + 7) / 8; /* bytes of 8 keys */
+    if (bits) need_kv = need_kv / 8 + (need_kv % 8 != 0); /* bytes of 8 keys, Skv up to INT64_MAX */
     int ok = m->shape[m->rank - 2] == Sq && (p->paged ? mk >= need_kv : mk == need_kv);
     if (m->rank >= 3) ok = ok && m->shape[0] == B;
     if (m->rank == 4) ok = ok && m->shape[1] == Hq;

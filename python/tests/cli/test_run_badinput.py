@@ -310,6 +310,39 @@ CASES = [
     ("k-scale nan per token", dict(QUANT, **{"ks.npy": npy("<f4", (2, 6, 1), payload=struct.pack(
         "<12f", *([1.0] * 8 + [float("nan")] + [1.0] * 3)))}), QUANT_ARGS,
      "k_scale of sequence 1, key 2, kv head 0 = nan"),
+    # numbers: float32 values, written as numbers from their first character
+    ("scale rounds to 0", {}, BASE + ["--scale", "1e-50"], "--scale 1e-50: rounds to 0"),
+    ("scale underflows a double", {}, BASE + ["--scale", "1e-400"],
+     "--scale 1e-400: rounds to 0"),
+    ("scale overflows a double", {}, BASE + ["--scale", "1e400"], "beyond the float32 range"),
+] + [
+    ("%s after %r" % (opt, blank), {}, BASE + [opt, blank + "0.5"], "%s ?0.5: " % opt)
+    for opt in ("--scale", "--softcap") for blank in ("\n", "\r", "\v", "\f")
+] + [
+    # lengths and page pools named by their option and file, before planning
+    ("seqlens-q past seq_q, named", {"s.npy": i32((2,), [4, 5])},
+     BASE + ["--seqlens-q", "s.npy"], "--seqlens-q s.npy: entry [1] = 5 is above q's seq_q 4"),
+    ("seqlens-kv past seq_kv, named", {"s.npy": i32((2,), [7, 6])},
+     BASE + ["--seqlens-kv", "s.npy"], "--seqlens-kv s.npy: entry [0] = 7 is above k's seq_kv 6"),
+    ("seqlens-q negative, named", {"s.npy": i32((2,), [1, -3])},
+     BASE + ["--seqlens-q", "s.npy"], "--seqlens-q s.npy: entry [1] = -3 is negative"),
+    ("seqlens-kv past the pages, named", dict(PAGED, **{"bt.npy": i32((2, 2), [0, 1, 2, 0]),
+                                                        "skv.npy": i32((2,), [6, 9])}),
+     PAGED_ARGS + ["--block-table", "bt.npy"],
+     "--seqlens-kv skv.npy: entry [1] = 9 is above the 8 keys"),
+    ("page size past int32", dict(PAGED, **{"bt.npy": i32((2, 2), [0, 1, 2, 0]),
+                                            "kp.npy": f32((0, 2147483648, 1, 8)),
+                                            "vp.npy": f32((0, 2147483648, 1, 8))}),
+     PAGED_ARGS + ["--block-table", "bt.npy"],
+     "--k kp.npy: shape (0, 2147483648, 1, 8): page_size 2147483648 is above 2147483647"),
+    # ceil(Skv / 8) of the largest Skv a file can give, without overflowing
+    ("bit mask of the longest keys", {"q.npy": f32((0, 4, 2, 0)),
+                                      "k.npy": npy("|i1", (0, 9223372036854775807, 1, 0)),
+                                      "v.npy": npy("|i1", (0, 9223372036854775807, 1, 0)),
+                                      "ks.npy": f32(()), "vs.npy": f32(()),
+                                      "m.npy": npy("|u1", (4, 1))},
+     BASE + ["--k-scale", "ks.npy", "--v-scale", "vs.npy", "--mask-bits", "m.npy"],
+     "= (4, 1152921504606846976)"),
 ]
 
 OLD_O = b"previous output, must survive\n"
@@ -505,6 +538,70 @@ def special_outputs(fai):
     return problems
 
 
+def unreplaceable_outputs(fai):
+    """An output the user could not replace is refused before anything is computed or written:
+    an existing file of another user in a sticky directory (such as /tmp), and a directory the
+    user cannot make a file in. Root may do both, so as root the tool runs as nobody; without
+    root no file of another user can be made, and that case is skipped. Returns (problems,
+    skipped cases with the reason)."""
+    problems, skipped = [], []
+    as_root = os.geteuid() == 0
+    if as_root and sys.version_info < (3, 9):
+        return problems, ["unreplaceable outputs: running as another user needs Python 3.9"]
+    nobody = {"user": 65534, "group": 65534, "extra_groups": []} if as_root else {}
+
+    def refused(label, d, args, needle, outputs):
+        """args run in d must exit 2 naming needle, leaving `outputs` (name: old bytes or None
+        for absent) as they were and no temporary file."""
+        before = sorted(os.listdir(d))
+        r = subprocess.run([fai, "run"] + args, cwd=d, capture_output=True, timeout=120,
+                           **nobody)
+        err = r.stderr.decode("utf-8", "replace")
+        if r.returncode != 2 or needle not in err or err.count("\n") != 1:
+            problems.append("%s: exit %d, stderr %r (expected 2 and %r)" % (
+                label, r.returncode, err, needle))
+        for fname, data in outputs.items():
+            path = os.path.join(d, fname)
+            if data is None and os.path.exists(path):
+                problems.append("%s: %s was written" % (label, fname))
+            elif data is not None and open(path, "rb").read() != data:
+                problems.append("%s: %s was changed" % (label, fname))
+        if sorted(os.listdir(d)) != before:
+            problems.append("%s: directory changed: %s -> %s" % (
+                label, before, sorted(os.listdir(d))))
+
+    d = tempfile.mkdtemp(prefix="fai_unreplaceable_")
+    try:
+        write_files(d, GOOD)
+        if as_root:  # another user's sticky directory, like /tmp, holding root's LSE
+            os.chmod(d, 0o1777)
+            write_files(d, {"lse.npy": OLD_LSE})
+            refused("--lse of another user in a sticky directory", d,
+                    BASE + ["--lse", "lse.npy"], "--lse lse.npy: belongs to another user",
+                    {"o.npy": None, "lse.npy": OLD_LSE})
+        else:
+            skipped.append("--lse of another user in a sticky directory: needs root to make "
+                           "that user's file (the tool then runs as nobody)")
+        os.chmod(d, 0o777 if as_root else 0o755)  # --out there is writable, for nobody too
+        ro = os.path.join(d, "ro")
+        os.mkdir(ro)
+        write_files(ro, {"lse.npy": OLD_LSE})
+        os.chmod(ro, 0o555)
+        # a --q that is missing: refused for the output first, so before reading any input
+        refused("--lse in a directory without write permission", d,
+                with_arg(BASE, "--q", "missing.npy") + ["--lse", "ro/lse.npy"],
+                "--lse ro/lse.npy: cannot create a file in its directory",
+                {"o.npy": None})
+        if open(os.path.join(ro, "lse.npy"), "rb").read() != OLD_LSE:
+            problems.append("ro/lse.npy was changed")
+    finally:
+        for root, dirs, _ in os.walk(d):
+            for sub in dirs:
+                os.chmod(os.path.join(root, sub), 0o755)
+        shutil.rmtree(d, ignore_errors=True)
+    return problems, skipped
+
+
 def main():
     fai = fai_from_argv("test_run_badinput")
     passed = failed = 0
@@ -514,6 +611,16 @@ def main():
     if not failed:
         print("ok   sanity (good inputs succeed, quantized too, --help, inputs from pipes, "
               "outputs through links, long names)")
+        passed += 1
+    problems, skipped = unreplaceable_outputs(fai)
+    for why in skipped:
+        print("skip %s" % why)
+    for why in problems:
+        print("FAIL unreplaceable outputs: %s" % why)
+    if problems:
+        failed += 1
+    else:
+        print("ok   unreplaceable outputs refused before running")
         passed += 1
     for name, files, args, needle in CASES:
         reasons = []
