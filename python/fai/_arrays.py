@@ -1,6 +1,8 @@
 """Array interop: numpy arrays, torch CPU tensors and anything with __array__ or __dlpack__ as
 views (pointer, dtype, shape, element strides) that libfai reads in place, and the outputs fai
 allocates."""
+import sys
+
 import numpy as np
 
 from . import _lib
@@ -24,7 +26,10 @@ _ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
 def _is_torch(obj):
-    return type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "data_ptr")
+    # torch is only asked for once the caller has imported it (a tensor cannot exist before);
+    # isinstance takes subclasses of torch.Tensor too
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
 
 
 def _dtype_name(dt, what="dtype"):
@@ -63,14 +68,17 @@ def _fai_dtype(name, what, quantized=False):
 # -- array views ------------------------------------------------------------------------------------
 
 class _View:
-    """A pointer, dtype name, shape and element strides of a numpy array or torch tensor, and the
-    object that owns the memory (kept alive while the view is used)."""
+    """A pointer, dtype name, shape and element strides of a numpy array or torch tensor, the
+    bytes per element, the object that owns the memory (kept alive while the view is used), and
+    the dtype the caller gave (`given`: dtype unless the view is a converted copy)."""
 
-    __slots__ = ("ptr", "dtype", "shape", "strides", "owner", "torch")
+    __slots__ = ("ptr", "dtype", "shape", "strides", "owner", "torch", "itemsize", "given")
 
-    def __init__(self, ptr, dtype, shape, strides, owner, is_torch):
+    def __init__(self, ptr, dtype, shape, strides, owner, is_torch, itemsize, given):
         self.ptr = ptr
         self.dtype = dtype
+        self.itemsize = itemsize
+        self.given = given
         # torch sizes and strides are ints already (a run converts four of them: decode calls are
         # short enough for this to show)
         self.shape = tuple(shape) if is_torch else tuple(int(s) for s in shape)
@@ -88,6 +96,44 @@ class _View:
 
     def describe(self):
         return f"shape {list(self.shape)} {self.dtype}"
+
+    def byte_range(self):
+        """(first, end): the addresses of the lowest byte the view reaches and one past its
+        highest; None when it has no elements (it reaches nothing)."""
+        low = high = 0  # element offsets
+        for extent, st in zip(self.shape, self.strides):
+            if extent == 0:
+                return None
+            if st < 0:
+                low += st * (extent - 1)
+            else:
+                high += st * (extent - 1)
+        return self.ptr + low * self.itemsize, self.ptr + (high + 1) * self.itemsize
+
+
+def _byte_range(obj):
+    """The byte range of a _View, or of a C-contiguous numpy array (the copies fai makes of
+    per-head values and channel scales)."""
+    if isinstance(obj, _View):
+        return obj.byte_range()
+    if obj.size == 0:
+        return None
+    return obj.ctypes.data, obj.ctypes.data + obj.nbytes
+
+
+def _check_apart(name, view, inputs):
+    """Refuses an output whose bytes overlap those of an input (name, view or array), by the
+    ranges each reaches: fai would read values it has already overwritten."""
+    mine = view.byte_range()
+    if mine is None:
+        return
+    for other, obj in inputs:
+        theirs = _byte_range(obj) if obj is not None else None
+        if theirs is not None and mine[0] < theirs[1] and theirs[0] < mine[1]:
+            what = (obj.describe() if isinstance(obj, _View)
+                    else f"shape {list(obj.shape)} {obj.dtype.name}")
+            _fail(f"{name} ({view.describe()}) shares memory with {other} ({what}): fai reads "
+                  f"{other} while it writes {name}, which must share memory with no input")
 
 
 def _layout_ok(shape, strides, need_last_contiguous, writable=False):
@@ -171,13 +217,38 @@ def _resolved_torch(t, name, writable):
     return t
 
 
+def _check_strided(t, name):
+    """Refuses a sparse (or other non-strided) tensor: it has no pointer and strides to read."""
+    if t.layout is not sys.modules["torch"].strided:
+        layout = str(t.layout).replace("torch.", "")
+        _fail(f"{name} has layout {layout}; fai reads strided (dense) tensors: pass "
+              f"{name}.to_dense()")
+
+
+def _check_no_grad(t, name):
+    """Refuses a destination autograd tracks (a view of a tensor that requires grad requires
+    grad too): fai's writes would bypass it, and gradients through the tensor would be wrong."""
+    if t.requires_grad:
+        _fail(f"{name} requires grad: fai writes in place, behind autograd; pass a tensor "
+              "autograd does not track")
+
+
+# what a view of no elements points to when torch gives it no memory (data_ptr() 0): like
+# numpy's empty arrays, a valid address that nothing is read from or written to
+_NOWHERE = np.zeros(64, dtype=np.uint8)
+
+
 def _from_torch(t, name, want, last_contiguous, writable, nonzero):
     if t.device.type != "cpu":
         _fail(f"{name} is on device {t.device}; fai computes on CPU tensors")
+    _check_strided(t, name)
+    if writable:
+        _check_no_grad(t, name)
     t = _resolved_torch(t, name, writable)
-    dtype = _TORCH_DTYPE_NAMES.get(t.dtype)
+    dtype = given = _TORCH_DTYPE_NAMES.get(t.dtype)
     if dtype is None:
-        dtype = _TORCH_DTYPE_NAMES.setdefault(t.dtype, str(t.dtype).replace("torch.", ""))
+        dtype = given = _TORCH_DTYPE_NAMES.setdefault(t.dtype,
+                                                      str(t.dtype).replace("torch.", ""))
     convert = want(dtype)
     if convert is not None and convert != dtype:
         if writable:
@@ -195,7 +266,8 @@ def _from_torch(t, name, want, last_contiguous, writable, nonzero):
         t = t.contiguous()
     if writable:
         _check_destination(name, t.shape, t.stride())
-    return _View(t.data_ptr(), dtype, t.shape, t.stride(), t, True)
+    ptr = t.data_ptr() or _NOWHERE.ctypes.data
+    return _View(ptr, dtype, t.shape, t.stride(), t, True, t.element_size(), given)
 
 
 def _from_numpy(a, name, want, last_contiguous, writable, nonzero):
@@ -205,7 +277,12 @@ def _from_numpy(a, name, want, last_contiguous, writable, nonzero):
         if writable:
             _fail(f"{name} is not in native byte order")
         a = a.astype(a.dtype.newbyteorder("="))
-    dtype = a.dtype.name
+    if not a.flags.aligned:  # C reads elements at addresses that are multiples of their size
+        if writable:
+            _fail(f"{name} is not aligned: its address or strides are not multiples of its "
+                  f"{a.dtype.name} elements' size ({a.itemsize} bytes)")
+        a = a.copy()
+    dtype = given = a.dtype.name
     convert = want(dtype)
     if convert is not None and convert != dtype:
         if writable:
@@ -233,7 +310,8 @@ def _from_numpy(a, name, want, last_contiguous, writable, nonzero):
         strides = [st // item if n > 1 else 0 for n, st in zip(a.shape, a.strides)]
     if writable:
         _check_destination(name, a.shape, strides)
-    return _View(a.__array_interface__["data"][0], dtype, a.shape, strides, a, False)
+    return _View(a.__array_interface__["data"][0], dtype, a.shape, strides, a, False, a.itemsize,
+                 given)
 
 
 def _view(obj, name, want, last_contiguous=True, writable=False, nonzero=False):
@@ -345,12 +423,13 @@ def _lengths(obj, name, count):
         want = f"[{count}]" if count is not None else "one-dimensional"
         _fail(f"{name} has shape {list(arr.shape)}; expected {want}")
     _check_int_range(name, arr, "int32")
-    return np.ascontiguousarray(arr, dtype=np.int32)
+    return np.require(arr, np.int32, ["C", "A"])  # contiguous and aligned: C reads it
 
 
 def _torch_integers(t, name):
     """A torch tensor of integers as a numpy array (floats are refused by their torch name:
     bfloat16 has no numpy counterpart)."""
+    _check_strided(t, name)
     t = t.detach().cpu().resolve_neg()
     if t.is_floating_point() or t.is_complex() or str(t.dtype) == "torch.bool":
         _fail(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected integers "

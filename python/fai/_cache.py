@@ -1,5 +1,7 @@
 """KV caches: new tokens' K or V rows written into a cache (fai_cache_write), and cache memory on
 2 MiB-aligned huge pages (fai_cache_alloc), as numpy arrays freed with their last view."""
+import collections
+import contextlib
 import ctypes
 import math
 import threading
@@ -8,8 +10,8 @@ import weakref
 import numpy as np
 
 from . import _lib
-from ._arrays import (_dtype_name, _fill_tensor, _numpy_dtype, _scales_view, _view, _want_exact,
-                      _want_float)
+from ._arrays import (_ALIASES, _FAI_DTYPES, _check_apart, _dtype_name, _fill_tensor,
+                      _numpy_dtype, _scales_view, _view, _want_exact, _want_float)
 from ._errors import _check, _fail
 from ._scalars import INT64_MAX, _flag, _integer, _is_integer
 
@@ -30,22 +32,69 @@ def _require(fn, name):
 
 # -- thread pools -----------------------------------------------------------------------------------
 
-_pools = {}
+# Pools by thread count, the most recently used last. Making a pool starts its threads and
+# freeing one joins them, which would cost each cache_write of a decode step more than the write
+# itself: the pools of the last few counts are kept (their threads sleep when idle), and one
+# pushed out is freed by the last call still using it. A program uses one count or two; a few
+# kept bounds the threads a program that tries many counts is left with.
+_POOLS_KEPT = 4
+_pools = collections.OrderedDict()
 _pools_lock = threading.Lock()
 
 
-def _pool(threads):
-    """The fai_pool to write or touch memory with: None (NULL) is libfai's default pool; a count
-    gets a pool of that many threads, made on first use and kept (its threads sleep when idle)."""
-    if threads is None:
-        return None
-    count = _integer(threads, "threads", 1, note=" (None: libfai's default pool)")
+class _Pool:
+    """A fai_pool, the calls using it, and whether it has been pushed out of _pools."""
+
+    __slots__ = ("handle", "users", "evicted")
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.users = 0
+        self.evicted = False
+
+
+def _checkout(count):
+    """The pool of `count` threads, made if need be, counted as in use; returns it and the pools
+    pushed out that no call uses (to free outside the lock)."""
     with _pools_lock:
-        if count not in _pools:
+        pool = _pools.get(count)
+        if pool is None:
             handle = ctypes.c_void_p()
             _check(_lib.pool_create(count, ctypes.byref(handle)))
-            _pools[count] = handle.value
-        return _pools[count]
+            pool = _pools[count] = _Pool(handle.value)
+        _pools.move_to_end(count)
+        pool.users += 1
+        idle = []
+        while len(_pools) > _POOLS_KEPT:
+            _, old = _pools.popitem(last=False)
+            old.evicted = True
+            if not old.users:
+                idle.append(old)
+        return pool, idle
+
+
+def _checkin(pool):
+    with _pools_lock:
+        pool.users -= 1
+        return pool.evicted and not pool.users
+
+
+@contextlib.contextmanager
+def _pool(threads):
+    """The fai_pool to write or touch memory with, for the duration of a with block: None (NULL)
+    is libfai's default pool; a count gets a pool of that many threads (see _POOLS_KEPT)."""
+    if threads is None:
+        yield None
+        return
+    count = _integer(threads, "threads", 1, note=" (None: libfai's default pool)")
+    pool, idle = _checkout(count)
+    for old in idle:
+        _lib.pool_free(old.handle)
+    try:
+        yield pool.handle
+    finally:
+        if _checkin(pool):
+            _lib.pool_free(pool.handle)
 
 
 # -- cache_write ------------------------------------------------------------------------------------
@@ -120,6 +169,14 @@ def _scale_struct(scale, cache_dtype, cv, geometry):
     return struct, sv
 
 
+def _check_outputs_apart(cv, sv, slot_view, scale_view, scale_written):
+    """The cache (and per-token scales, written too) share no memory with what is read or with
+    each other: a row written could change one still to be read."""
+    _check_apart("cache", cv, [("src", sv), ("slots", slot_view), ("scale", scale_view)])
+    if scale_written:
+        _check_apart("scale", scale_view, [("src", sv), ("slots", slot_view)])
+
+
 def cache_write(src, cache, slots, *, scale=None, block_rows=None, threads=None):
     """Writes the K (or V) rows of new tokens into a cache, in place (fai_cache_write).
 
@@ -152,16 +209,17 @@ def cache_write(src, cache, slots, *, scale=None, block_rows=None, threads=None)
     if slot_view.shape != (tokens,):
         _fail(f"slots has shape {list(slot_view.shape)}; expected [{tokens}] (one per token)")
     scale_struct, scale_view = _scale_struct(scale, cv.dtype, cv, geometry)
+    _check_outputs_apart(cv, sv, slot_view, scale_view, np.ndim(scale) >= 2)
 
     src_tensor = _lib.Tensor()
     _fill_tensor(src_tensor, sv, 0, sv.stride(0), sv.stride(1))
     cache_tensor = _lib.Tensor(cv.ptr, _CACHE_DTYPES[cv.dtype], strides[0], strides[1],
                                strides[2], 1)
     slot_ptr = ctypes.cast(ctypes.c_void_p(slot_view.ptr), ctypes.POINTER(ctypes.c_int64))
-    _check(write(tokens, heads, dim, ctypes.byref(src_tensor), slot_ptr, blocks, rows,
-                 ctypes.byref(cache_tensor),
-                 ctypes.byref(scale_struct) if scale_view is not None else None,
-                 _pool(threads)))
+    with _pool(threads) as pool:
+        _check(write(tokens, heads, dim, ctypes.byref(src_tensor), slot_ptr, blocks, rows,
+                     ctypes.byref(cache_tensor),
+                     ctypes.byref(scale_struct) if scale_view is not None else None, pool))
     del sv, slot_view, scale_view  # the arrays (and any copies) lived until the write finished
 
 
@@ -185,8 +243,10 @@ def empty_cache(shape, dtype, *, threads=None, torch=False):
     """A zeroed numpy array of `shape` and `dtype` on memory from fai_cache_alloc: aligned to
     2 MiB, transparent huge pages asked for, first touched by the threads of libfai's default
     pool (threads: a pool of that many). dtype: a numeric numpy dtype (bool, integers, floats,
-    complex, ml_dtypes' bfloat16 and float8), or a name as numpy reads it or one of fai's:
-    "float16", "bfloat16", "int8", "float8_e4m3fn" / "e4m3", "float8_e5m2" / "e5m2", ...
+    complex, ml_dtypes' bfloat16 and float8) in the machine's byte order, given as a dtype, as
+    one of fai's names, read as fai reads them everywhere ("float16", "bfloat16", "int8",
+    "float8_e4m3fn", "float8_e5m2", and the short "f32", "f16", "bf16", "i8", "e4m3", "e5m2",
+    "float" = float32), or as any other name numpy reads, read as numpy reads it.
     The memory is released when the array and every view of it are gone. torch=True: a torch
     tensor over the same memory (of the torch dtype of the same name), which keeps it alive
     likewise."""
@@ -215,16 +275,32 @@ def _is_numeric(dt):
 
 def _cache_dtype(dtype):
     """The numpy dtype of a cache: a numeric one (Python objects, strings, dates and records are
-    not what a cache holds)."""
-    name = _dtype_name(dtype, "dtype")
-    try:
-        dt = _numpy_dtype(name)
-    except TypeError:  # a name numpy gives but does not read back ("str128", "void64")
-        dt = None
-    if dt is None or not _is_numeric(dt):
-        _fail(f"dtype = {dtype!r} ({name}): expected a numeric dtype (bool, integers, floats, "
+    not what a cache holds), in the machine's byte order (what fai reads and writes)."""
+    dt = _read_dtype(dtype)
+    if not _is_numeric(dt):
+        _fail(f"dtype = {dtype!r} ({dt.name}): expected a numeric dtype (bool, integers, floats, "
               "complex, or ml_dtypes' bfloat16 and float8)")
+    if not dt.isnative:
+        order = "big" if dt.byteorder == ">" else "little"
+        _fail(f"dtype = {dtype!r}: {order}-endian, not the machine's byte order; fai reads and "
+              f"writes native {dt.name}")
     return dt
+
+
+def _read_dtype(dtype):
+    """A dtype as the caller means it: fai's names mean what they mean everywhere in fai (its
+    full names, float16, bfloat16, float8_e4m3fn, ..., and its short ones as fai's tools print
+    them: "f16" is float16, "i8" int8, "float" float32, as in C), torch's dtypes by name, and
+    anything else as numpy reads it ("d" is float64)."""
+    if dtype is None:
+        _fail("dtype = None: expected a dtype")
+    if (isinstance(dtype, str) and (dtype in _FAI_DTYPES or dtype in _ALIASES)) or \
+            type(dtype).__module__.split(".")[0] == "torch":
+        return _numpy_dtype(_dtype_name(dtype, "dtype"))
+    try:
+        return np.dtype(dtype)
+    except (TypeError, ValueError):
+        _fail(f"dtype = {dtype!r}: not a dtype")
 
 
 def _torch_dtype(dt):
@@ -255,6 +331,7 @@ def _empty_cache_array(shape, dt, threads):
     if nbytes == 0:
         return np.zeros(shape, dtype=dt)  # nothing to allocate
     address = ctypes.c_void_p()
-    _check(alloc(nbytes, _pool(threads), ctypes.byref(address)))
+    with _pool(threads) as pool:
+        _check(alloc(nbytes, pool, ctypes.byref(address)))
     memory = _CacheMemory(address.value, nbytes)
     return np.asarray(memory).view(dt).reshape(shape)

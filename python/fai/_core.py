@@ -9,9 +9,9 @@ import weakref
 import numpy as np
 
 from . import _lib
-from ._arrays import (_BYTE_MASK, _alloc, _dtype_name, _expect, _fai_dtype, _fill_tensor,
-                      _lengths, _view, _want_add_mask, _want_exact, _want_f32, _want_float,
-                      _want_int32, _want_kv)
+from ._arrays import (_BYTE_MASK, _FLOAT_DTYPES, _FLOAT_NAMES, _alloc, _check_apart,
+                      _dtype_name, _expect, _fill_tensor, _lengths, _view, _want_add_mask,
+                      _want_exact, _want_f32, _want_float, _want_int32, _want_kv)
 from ._errors import FaiError, _check, _fail
 from ._options import (_KIND_NAMES, _MASK_ARGS, _channel_scale_values, _head_values, _kv_scale,
                        _mask_kind_of, _mask_kind_value, _set_dtypes, _set_execution,
@@ -41,10 +41,16 @@ def library_path():
 # -- dtypes -----------------------------------------------------------------------------------------
 
 
+# the most query heads a plan takes (fai_problem.heads_q): slopes for more serve no plan
+_MAX_HEADS = 1 << 16
+
+
 def alibi_slopes(heads):
-    """The standard ALiBi slopes of `heads` query heads (fai_alibi_slopes), float32 [heads]."""
-    heads = _integer(heads, "heads")
-    out = np.empty(max(heads, 1), dtype=np.float32)
+    """The standard ALiBi slopes of `heads` query heads (fai_alibi_slopes), float32 [heads];
+    heads at most 65536, a plan's limit."""
+    # checked before the array is allocated: a huge count would fail in numpy, not by its name
+    heads = _integer(heads, "heads", 1, _MAX_HEADS, note=" (a plan's limit of query heads)")
+    out = np.empty(heads, dtype=np.float32)
     _check(_lib.alibi_slopes(heads, out.ctypes.data))
     return out
 
@@ -73,7 +79,7 @@ class Plan:
     With cu_seqlens_q (cu_seqlens_kv) the queries (keys) are packed: seq_q (seq_kv) is the number
     of rows of the packed tensor [rows, H, D]. With page_size > 0, K and V are page pools
     [num_pages, page_size, Hkv, D] read through a block table given to run(); seqlens_kv is then
-    required and seq_kv may be None.
+    required and seq_kv is None or pages_per_seq x page_size (libfai reads no other).
     Options as in attention(), plus mask_kind (None, 'keep', 'drop', 'add': the mask itself is
     given to run()), q_dtype, k_dtype, v_dtype (None: k_dtype), out_dtype, split ('auto',
     'units', 'greedy'), trust_block_table (True: runs do not check the block-table entries
@@ -124,6 +130,11 @@ class Plan:
         self._ws_size = int(_lib.plan_workspace_size(handle))
         self._ws = None  # allocated by the first run (attention() lends its own)
         self._ws_lock = threading.Lock()
+        # calls into libfai in progress (ctypes lets other threads run meanwhile): close()
+        # waits for them before it frees the plan, and refuses new ones once it has begun
+        self._uses = 0
+        self._closing = False
+        self._uses_changed = threading.Condition(threading.Lock())
 
         # what run() checks the arrays against
         self._packed_q = lens["cu_seqlens_q"] is not None
@@ -178,10 +189,19 @@ class Plan:
 
     # -- inspection --
 
-    def _require(self):
-        if self._handle is None or not self._finalizer.alive:
-            _fail("the plan is closed")
+    def _acquire(self):
+        """The C plan for a call, counted as in use until _release(); refused once closed."""
+        with self._uses_changed:
+            if self._handle is None or self._closing or not self._finalizer.alive:
+                _fail("the plan is closed")
+            self._uses += 1
         return self._handle
+
+    def _release(self):
+        with self._uses_changed:
+            self._uses -= 1
+            if not self._uses:
+                self._uses_changed.notify_all()
 
     @property
     def info(self):
@@ -193,8 +213,11 @@ class Plan:
         unit: 1 or 2 on the matrix engine, 1 elsewhere)."""
         size = ctypes.sizeof(_lib.PlanInfo)
         buf = (ctypes.c_ubyte * (size + 64))(*([0xA5] * (size + 64)))  # a tail to check
-        _check(_lib.plan_get_info(self._require(),
-                                  ctypes.cast(buf, ctypes.POINTER(_lib.PlanInfo))))
+        handle = self._acquire()
+        try:
+            _check(_lib.plan_get_info(handle, ctypes.cast(buf, ctypes.POINTER(_lib.PlanInfo))))
+        finally:
+            self._release()
         if bytes(buf[size:]) != bytes([0xA5] * 64):
             _fail("libfai's fai_plan_info is larger than this package's: the library and the "
                   "package come from different versions of fai.h")
@@ -209,18 +232,27 @@ class Plan:
 
     def worker_ranges(self):
         """Each worker's unit range, weight and line range (fai_plan_get_worker), as dicts."""
-        handle = self._require()
+        workers = self.info["workers"]
         ranges = []
-        for w in range(self.info["workers"]):
-            r = _lib.WorkerRange()
-            _check(_lib.plan_get_worker(handle, w, ctypes.byref(r)))
-            ranges.append({name: getattr(r, name) for name, _ in _lib.WorkerRange._fields_})
+        handle = self._acquire()
+        try:
+            for w in range(workers):
+                r = _lib.WorkerRange()
+                _check(_lib.plan_get_worker(handle, w, ctypes.byref(r)))
+                ranges.append({name: getattr(r, name) for name, _ in _lib.WorkerRange._fields_})
+        finally:
+            self._release()
         return ranges
 
     def unit(self, index):
         """Unit `index` (fai_plan_get_unit) as a dict."""
         u = _lib.UnitInfo()
-        _check(_lib.plan_get_unit(self._require(), _integer(index, "index"), ctypes.byref(u)))
+        index = _integer(index, "index")
+        handle = self._acquire()
+        try:
+            _check(_lib.plan_get_unit(handle, index, ctypes.byref(u)))
+        finally:
+            self._release()
         return {name: getattr(u, name) for name, _ in _lib.UnitInfo._fields_}
 
     @property
@@ -228,9 +260,15 @@ class Plan:
         return self._ws_size
 
     def close(self):
-        """Frees the plan now (it is freed with the object otherwise)."""
-        if self._handle is not None:
-            self._finalizer()
+        """Frees the plan now (it is freed with the object otherwise). Runs in progress on other
+        threads finish first; runs started after close() raise FaiError."""
+        if self._handle is None:
+            return
+        with self._uses_changed:
+            self._closing = True
+            while self._uses:
+                self._uses_changed.wait()
+        self._finalizer()
 
     def __enter__(self):
         return self
@@ -254,29 +292,35 @@ class Plan:
         mask_drop, mask_add or mask_bits must be the plan's mask_kind; block_table is int32
         [B, pages]; alibi_slopes and sinks (float32 [Hq]) exactly when the plan has them;
         k_scale and v_scale (float32) exactly when k and v are quantized, k_channel_scale exactly
-        when the plan has k_channel_scales (as in attention())."""
-        handle = self._require()
-        return_lse = _flag(return_lse, "return_lse")
-        if _lib.plan_wake:  # the pool's threads wake while the arguments below are converted
-            _lib.plan_wake(handle)
-        qv = _view(q, "q", _want_float("q"))
-        kv = _view(k, "k", _want_kv("k"))
-        vv = _view(v, "v", _want_kv("v"))
-        for name, view in (("q", qv), ("k", kv), ("v", vv)):
-            if view.dtype != self._dtypes[name]:
-                _fail(f"{name} has dtype {view.dtype}; the plan's is {self._dtypes[name]}")
-        t = _lib.Tensors()
-        self._fill_inputs(t, qv, kv, vv)
-        # the arrays (and copies) that must live until the run has finished
-        alive = [self._fill_scales(t, kv, vv, k_scale, v_scale),
-                 self._fill_head_arrays(t, alibi_slopes, sinks),
-                 self._fill_channel_scales(t, k_channel_scale),
-                 self._fill_mask_of(t, mask, mask_drop, mask_add, mask_bits),
-                 self._fill_block_table(t, block_table)]
-        out, lse = self._fill_outputs(t, qv, out, return_lse)
-        self._execute(handle, t)
-        del alive
-        return (out, lse) if return_lse else out
+        when the plan has k_channel_scales (as in attention()); out shares no memory with any of
+        them. Runs may overlap on several threads; close() waits for those in progress."""
+        handle = self._acquire()
+        try:
+            return_lse = _flag(return_lse, "return_lse")
+            if _lib.plan_wake:  # the pool's threads wake while the arguments below are converted
+                _lib.plan_wake(handle)
+            qv = _view(q, "q", _want_float("q"))
+            kv = _view(k, "k", _want_kv("k"))
+            vv = _view(v, "v", _want_kv("v"))
+            for name, view in (("q", qv), ("k", kv), ("v", vv)):
+                if view.dtype != self._dtypes[name]:
+                    _fail(f"{name} has dtype {view.given}; the plan's is {self._dtypes[name]}")
+            t = _lib.Tensors()
+            self._fill_inputs(t, qv, kv, vv)
+            # what C reads, by the caller's names: the arrays (and copies) must live until the
+            # run has finished, and out may share memory with none of them
+            inputs = [("q", qv), ("k", kv), ("v", vv),
+                      *self._fill_scales(t, kv, vv, k_scale, v_scale),
+                      *self._fill_head_arrays(t, alibi_slopes, sinks),
+                      ("k_channel_scale", self._fill_channel_scales(t, k_channel_scale)),
+                      self._fill_mask_of(t, mask, mask_drop, mask_add, mask_bits),
+                      ("block_table", self._fill_block_table(t, block_table))]
+            out, lse = self._fill_outputs(t, qv, out, return_lse, inputs)
+            self._execute(handle, t)
+            del inputs
+            return (out, lse) if return_lse else out
+        finally:
+            self._release()
 
     def _fill_inputs(self, t, qv, kv, vv):
         """Q, K and V into t, checked against the plan's shapes and layouts."""
@@ -307,13 +351,13 @@ class Plan:
                 _fill_tensor(tensor, view, view.stride(0), view.stride(1), view.stride(2))
 
     def _fill_scales(self, t, kv, vv, k_scale, v_scale):
-        """The scales of a quantized K and V into t; returns their views."""
+        """The scales of a quantized K and V into t; returns their views by name."""
         views = []
         for name, view, given in (("k_scale", kv, k_scale), ("v_scale", vv, v_scale)):
             got = _kv_scale(given, name, view, *self._scale_layout(view))
             if got is not None:
                 sv, strides = got
-                views.append(sv)
+                views.append((name, sv))
                 dst = getattr(t, name)
                 dst.data = sv.ptr
                 dst.stride_batch, dst.stride_seq, dst.stride_head = strides
@@ -335,7 +379,8 @@ class Plan:
         return arr
 
     def _fill_head_arrays(self, t, alibi_slopes, sinks):
-        """The modifiers' per-head arrays into t, exactly those the plan has; returns them."""
+        """The modifiers' per-head arrays into t, exactly those the plan has; returns them by
+        name."""
         arrays = []
         for name, wanted, values in (("alibi_slopes", self._alibi, alibi_slopes),
                                      ("sinks", self._sinks, sinks)):
@@ -346,12 +391,13 @@ class Plan:
                       f"{name.split('_')[0]} (Plan(..., {name.split('_')[0]}=True))")
             if values is not None:
                 arr = _head_values(values, name, self._shape["heads_q"])
-                arrays.append(arr)
+                arrays.append((name, arr))
                 setattr(t, name, arr.ctypes.data)
         return arrays
 
     def _fill_mask_of(self, t, mask, mask_drop, mask_add, mask_bits):
-        """The mask the plan was made for into t; returns its view (None without one)."""
+        """The mask the plan was made for into t; returns its name and view (None without
+        one)."""
         kind, m = _mask_kind_of(mask, mask_drop, mask_add, mask_bits)
         if kind != self._mask_kind:
             if self._mask_kind == _lib.MASK_NONE:
@@ -359,13 +405,13 @@ class Plan:
             _fail(f"the plan's mask is {_MASK_ARGS[self._mask_kind]}, which is missing"
                   + (f" ({_MASK_ARGS[kind]} given)" if kind != _lib.MASK_NONE else ""))
         if m is None:
-            return None
+            return "mask", None
         name = _MASK_ARGS[kind]
         mv = _view(m, name, _want_add_mask if kind == _lib.MASK_ADD
                    else _want_exact(name, ("uint8",)) if kind == _lib.MASK_KEEP_BITS
                    else _want_exact(name, _BYTE_MASK))
         self._fill_mask(t.mask, mv, name)
-        return mv
+        return name, mv
 
     def _fill_block_table(self, t, block_table):
         """A paged plan's block table into t; returns its view (None when not paged)."""
@@ -388,8 +434,9 @@ class Plan:
         t.block_table_stride = bt.stride(0) if bt.shape[0] > 1 else s["pages_per_seq"]
         return bt
 
-    def _fill_outputs(self, t, qv, out, return_lse):
-        """O (given, or allocated like q) and, with return_lse, LSE into t; returns both."""
+    def _fill_outputs(self, t, qv, out, return_lse, inputs):
+        """O (given, or allocated like q) and, with return_lse, LSE into t; returns both. A given
+        out must share no memory with the inputs (name, view or array); LSE is fai's own."""
         s = self._shape
         B, Hq, Sq, Dv = s["batch"], s["heads_q"], s["seq_q"], s["head_dim_v"]
         o_shape = [Sq, Hq, Dv] if self._packed_q else [B, Sq, Hq, Dv]
@@ -397,6 +444,7 @@ class Plan:
             out = _alloc(qv.torch, o_shape, self._dtypes["o"])
         ov = _view(out, "out", _want_exact("out", (self._dtypes["o"],)), writable=True)
         _expect(ov, "out", o_shape, "the shape of O")
+        _check_apart("out", ov, inputs)
         if self._packed_q:
             _fill_tensor(t.o, ov, 0, ov.stride(0), ov.stride(1))
         else:
@@ -553,7 +601,8 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (numpy arrays, torch CPU tensors or
     anything with __array__ / __dlpack__; float32, float16 or bfloat16, each its own). Strided
     layouts (BHSD views, slices of a bigger cache) are read in place when the last dimension is
-    contiguous. Returns O [B, Sq, Hq, Dv] in q's dtype (or out_dtype, or into `out`), and with
+    contiguous. Returns O [B, Sq, Hq, Dv] in q's dtype (or out_dtype, or into `out`, which may
+    share no memory with an input, nor be a torch tensor that requires grad), and with
     return_lse also LSE float32 [B, Hq, Sq]; torch tensors in give torch tensors out.
 
     scale: the logit scale, used as given (0, or a value that rounds to 0 in float32, weighs
@@ -690,7 +739,8 @@ def merge_states(o_parts, lse_parts, *, out_dtype=None, sinks=None):
             _fill_tensor(tensors_l[i], x, x.stride(0), x.stride(2), x.stride(1))
         tensors_l[i].dtype = _lib.DTYPE_F32
     o_dtype = _dtype_name(out_dtype, "out_dtype") if out_dtype is not None else ov[0].dtype
-    _fai_dtype(o_dtype, "out")
+    if o_dtype not in _FLOAT_DTYPES:
+        _fail(f"out_dtype = {out_dtype!r} ({o_dtype}): expected {_FLOAT_NAMES}")
     out = _alloc(ov[0].torch, list(shape), o_dtype)
     lse = _alloc(ov[0].torch, lse_shape, "float32")
     oo = _view(out, "out", _want_exact("out", (o_dtype,)), writable=True)

@@ -4,8 +4,8 @@ import math
 import numpy as np
 
 from . import _lib
-from ._arrays import (_QUANT_DTYPES, _check_float_rounding, _dtype_name, _fai_dtype, _int32_ptr,
-                      _is_torch, _lengths, _scales_view)
+from ._arrays import (_QUANT_DTYPES, _check_float_rounding, _check_strided, _dtype_name,
+                      _fai_dtype, _int32_ptr, _is_torch, _lengths, _scales_view)
 from ._errors import _fail
 from ._scalars import INT64_MAX, INT64_MIN, _flag, _float32_scalar, _integer, _is_integer, _real
 
@@ -111,6 +111,7 @@ def _real_array(values, name, expected):
     """values (numpy, torch or a sequence) as a numpy array of real numbers; `expected` names
     the dtype and shapes wanted, for the message."""
     if _is_torch(values):
+        _check_strided(values, name)
         values = values.detach().cpu().resolve_neg()
         if str(values.dtype) == "torch.bfloat16":
             values = values.float()  # exact, and numpy cannot take torch's bfloat16
@@ -125,7 +126,7 @@ def _float32_values(arr, name):
     """A real array of scales or per-head values as a contiguous float32 array; a finite value
     that float32 turns into inf, or a nonzero one it turns into 0, is refused."""
     with np.errstate(over="ignore", under="ignore"):
-        converted = np.ascontiguousarray(arr, dtype=np.float32)
+        converted = np.require(arr, np.float32, ["C", "A"])  # contiguous and aligned for C
     _check_float_rounding(name, arr, arr.dtype.name, converted, nonzero=True)
     return converted
 
@@ -194,11 +195,12 @@ def _set_shape(pb, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v
         ("batch", batch), ("heads_q", heads_q), ("heads_kv", heads_kv), ("seq_q", seq_q),
         ("head_dim", head_dim), ("page_size", page_size), ("num_pages", num_pages),
         ("pages_per_seq", pages_per_seq))}
-    if seq_kv is None:
-        if ints["page_size"] <= 0:
-            _fail("seq_kv = None: expected an integer (only a paged plan may leave it out)")
-        seq_kv = ints["pages_per_seq"] * ints["page_size"]
-    ints["seq_kv"] = _integer(seq_kv, "seq_kv")
+    if ints["page_size"] > 0:
+        ints["seq_kv"] = _paged_seq_kv(seq_kv, ints["pages_per_seq"], ints["page_size"])
+    elif seq_kv is None:
+        _fail("seq_kv = None: expected an integer (only a paged plan may leave it out)")
+    else:
+        ints["seq_kv"] = _integer(seq_kv, "seq_kv")
     ints["head_dim_v"] = _integer(ints["head_dim"] if head_dim_v is None else head_dim_v,
                                   "head_dim_v")
     if ints["head_dim_v"] < 1:  # libfai reads -1 as "head_dim": never pass a computed one on
@@ -208,6 +210,20 @@ def _set_shape(pb, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v
                  "page_size", "num_pages", "pages_per_seq"):
         setattr(pb, name, ints[name])
     return ints
+
+
+def _paged_seq_kv(seq_kv, pages_per_seq, page_size):
+    """A paged plan's seq_kv: libfai does not read it (a sequence's keys are its pages, at most
+    pages_per_seq x page_size, its length given by seqlens_kv), so a value given must be that
+    product; one that is not would be ignored without a word."""
+    span = pages_per_seq * page_size
+    if seq_kv is not None and (not _is_integer(seq_kv) or int(seq_kv) != span):
+        _fail(f"seq_kv = {seq_kv!r}: a paged plan's keys are its pages, pages_per_seq x "
+              f"page_size = {pages_per_seq} x {page_size} = {span}; give that or None")
+    if not INT64_MIN <= span <= INT64_MAX:  # the problem's field would wrap it
+        _fail(f"pages_per_seq x page_size = {pages_per_seq} x {page_size} = {span} is past "
+              "int64")
+    return span
 
 
 def _set_dtypes(pb, q_dtype, k_dtype, v_dtype, out_dtype):

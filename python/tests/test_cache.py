@@ -3,6 +3,8 @@ and fixed scales, read back with numpy's (and ml_dtypes') own conversions; rows 
 their bytes; errors name the field and write nothing; cache memory is 2 MiB-aligned, zeroed and
 freed with its last view."""
 import gc
+import os
+import threading
 
 import numpy as np
 import pytest
@@ -315,7 +317,9 @@ def test_empty_cache_is_aligned_and_zeroed(dtype):
 
 def test_empty_cache_dtype_names():
     assert fai.empty_cache(3, np.float32).dtype == np.float32
-    assert fai.empty_cache([2, 2], "f16").dtype == np.float16
+    assert fai.empty_cache([2, 2], "f16").dtype == np.float16  # fai's name, not numpy's float128
+    assert fai.empty_cache([2, 2], "half").dtype == np.float16
+    assert fai.empty_cache([2, 2], "fp16").dtype == np.float16
     if ml_dtypes is not None:
         assert fai.empty_cache([4], "e5m2").dtype == np.dtype(ml_dtypes.float8_e5m2)
         assert fai.empty_cache([4], ml_dtypes.float8_e4m3fn).dtype == \
@@ -331,6 +335,24 @@ def test_empty_cache_dtype_names():
                                          ("i1", np.int8)])
 def test_empty_cache_reads_dtype_names_as_numpy_does(name, dtype):
     assert fai.empty_cache(3, name).dtype == dtype
+
+
+@pytest.mark.parametrize("name, dtype", [("float", np.float32), ("f16", np.float16),
+                                         ("i8", np.int8), ("d", np.float64),
+                                         ("complex", np.complex128), ("u2", np.uint16)])
+def test_empty_cache_reads_fais_names_as_fai_others_as_numpy(name, dtype):
+    # fai's short names mean what they mean in the rest of fai; other names what numpy reads
+    assert fai.empty_cache(3, name).dtype == dtype
+
+
+@pytest.mark.parametrize("dtype, match", [
+    (">f4", "dtype = '>f4': big-endian, not the machine's byte order; fai reads and writes "
+            "native float32"),
+    (np.dtype(">i2"), r"dtype = dtype\('>i2'\): big-endian"),
+])
+def test_empty_cache_refuses_a_foreign_byte_order(dtype, match):
+    with pytest.raises(fai.FaiError, match=match):
+        fai.empty_cache(3, dtype)
 
 
 @pytest.mark.parametrize("dtype, match", [
@@ -374,6 +396,73 @@ def test_empty_cache_is_freed_with_its_last_view():
     del page
     gc.collect()
     assert not finalizer.alive
+
+
+def test_cache_sharing_memory_with_what_is_read_is_refused():
+    cache = np.arange(4 * 8 * 2 * 16, dtype=np.float32).reshape(4, 8, 2, 16)
+    before = cache.copy()
+    slots = np.array([9, 20], np.int64)
+    with pytest.raises(fai.FaiError, match=r"cache \(shape \[4, 8, 2, 16\] float32\) shares "
+                       r"memory with src \(shape \[2, 2, 16\] float32\): fai reads src while "
+                       "it writes cache"):
+        fai.cache_write(cache[0, :2], cache, slots)  # rows 0 and 1 copied into 9 and 20
+    int8 = np.zeros((4, 8, 2, 16), np.int8)
+    scale = np.zeros((4, 8, 2), np.float32)
+    with pytest.raises(fai.FaiError, match="scale .* shares memory with src"):
+        fai.cache_write(scale.reshape(-1)[:64].reshape(2, 2, 16), int8, slots, scale=scale)
+    assert np.array_equal(cache, before) and not int8.any() and not scale.any()
+    fai.cache_write(cache[0, :2].copy(), cache, slots)  # a copy of the rows: accepted
+    assert np.array_equal(cache.reshape(32, 2, 16)[slots], before[0, :2])
+
+
+def _process_threads():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="counts threads in /proc")
+def test_pools_of_many_thread_counts_are_not_all_kept():
+    rng = np.random.default_rng(8)
+    cache = np.zeros((4, 8, 2, 16), np.float32)
+    src, slots = new_rows(rng, 6, 2, 16), distinct_slots(rng, 6, 32)
+    fai.cache_write(src, cache, slots)  # the default pool's threads exist before counting
+    before = _process_threads()
+    counts = range(2, 12)
+    for count in counts:
+        fai.cache_write(src, cache, slots, threads=count)
+        fai.empty_cache(16, "int8", threads=count)
+    # a pool of `count` threads starts count - 1 of its own: not one pool kept per count, at
+    # most those of the last few
+    grown = _process_threads() - before
+    assert grown < sum(count - 1 for count in counts)
+    assert grown <= sum(count - 1 for count in counts[-_cache._POOLS_KEPT:])
+
+
+def test_pools_in_use_on_other_threads_are_not_freed():
+    # calls on four threads, each cycling through more counts than are kept: a pool pushed out
+    # while another thread writes with it is freed after that write, never during it
+    rng = np.random.default_rng(9)
+    src = new_rows(rng, 6, 2, 16)
+    errors = []
+
+    def work(seed):
+        local = np.random.default_rng(seed)
+        cache = np.zeros((4, 8, 2, 16), np.float32)
+        try:
+            for step in range(24):
+                slots = distinct_slots(local, 6, 32)
+                fai.cache_write(src, cache, slots, threads=1 + (seed + step) % 7)
+                written = slots >= 0
+                assert np.array_equal(cache.reshape(32, 2, 16)[slots[written]], src[written])
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not errors, errors
 
 
 def test_cache_write_into_empty_cache():

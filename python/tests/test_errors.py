@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fai
-from fai import _lib
+from fai import _arrays, _lib
 from cases import check, paginate, qkv
 from reference import assert_close, attention_ref, cast, values
 
@@ -225,6 +225,116 @@ def test_out_with_overlapping_elements_is_refused():
     with pytest.raises(fai.FaiError, match="out has elements that overlap"):
         fai.attention(q, k, k, out=out)
     assert np.all(base == 7.0)
+
+
+SHAPES = {"q": (1, 4, 2, 8), "k": (1, 4, 2, 8), "v": (1, 4, 2, 8), "mask_add": (4, 4),
+          "alibi_slopes": (2,), "sinks": (2,)}
+
+
+def _carved(name, overlap):
+    """float32 q, k, v, mask_add, alibi_slopes and sinks, and an out [1, 4, 2, 8] in one buffer
+    with the input `name`: starting at its second element (overlap) or right after it."""
+    rng = np.random.default_rng(30)
+    arrays = {n: rng.uniform(-1, 1, shape).astype(np.float32) for n, shape in SHAPES.items()}
+    size = arrays[name].size
+    base = np.zeros(size + 64, np.float32)
+    base[:size] = arrays[name].reshape(-1)
+    arrays[name] = base[:size].reshape(SHAPES[name])
+    at = 1 if overlap else size
+    return arrays, base[at:at + 64].reshape(1, 4, 2, 8)
+
+
+NAMED = tuple(SHAPES)
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_out_sharing_memory_with_an_input_is_refused(name):
+    arrays, out = _carved(name, overlap=True)
+    before = out.copy()
+    with pytest.raises(fai.FaiError, match=rf"out \(shape \[1, 4, 2, 8\] float32\) shares "
+                       rf"memory with {name} \(shape \[.*\] float32\): fai reads {name} while "
+                       "it writes out"):
+        fai.attention(**arrays, out=out)
+    assert np.array_equal(out, before)  # nothing written
+    plan = fai.Plan.like(**arrays)
+    with pytest.raises(fai.FaiError, match=f"shares memory with {name}"):
+        plan.run(**arrays, out=out)
+
+
+def test_out_sharing_memory_with_the_block_table_is_refused():
+    q, k = np.zeros((1, 2, 2, 8), np.float32), np.zeros((2, 4, 2, 8), np.float32)
+    raw = np.zeros(64 * 4 + 8, np.uint8)
+    out = raw[:128].view(np.float32).reshape(1, 2, 2, 8)
+    table = raw[120:128].view(np.int32).reshape(1, 2)
+    with pytest.raises(fai.FaiError, match="out .* shares memory with block_table"):
+        fai.attention(q, k, k, block_table=table, seqlens_kv=[8], out=out)
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_out_next_to_an_input_in_one_buffer(name):
+    # ranges that touch but do not overlap: accepted, and the result is the one of copies
+    arrays, out = _carved(name, overlap=False)
+    want = fai.attention(**{n: a.copy() for n, a in arrays.items()})
+    assert fai.attention(**arrays, out=out) is out
+    assert np.array_equal(out, want)
+
+
+def test_out_is_the_key_tensor():
+    q, k = _small()
+    k = k.astype(np.float32)
+    with pytest.raises(fai.FaiError, match="out .* shares memory with q"):
+        fai.attention(q, q, q, out=q)
+    kq = np.zeros((1, 2, 2, 8), np.float32)
+    with pytest.raises(fai.FaiError, match="out .* shares memory with k"):
+        fai.attention(q, kq, kq[:, :, :1].repeat(2, 2), out=kq)
+
+
+@pytest.mark.parametrize("heads", [2**62, 65537, 0, -1])
+def test_alibi_slopes_past_a_plans_heads_are_refused_by_heads(heads):
+    # refused before the array is allocated: 2**62 would fail in numpy, not by its name
+    with pytest.raises(fai.FaiError, match=rf"heads = {heads}: expected an integer from 1 to "
+                       r"65536 \(a plan's limit of query heads\)"):
+        fai.alibi_slopes(heads)
+    assert fai.alibi_slopes(65536).shape == (65536,)
+
+
+def test_merge_states_names_out_dtype():
+    o, lse = np.zeros((1, 3, 2, 4), np.float32), np.zeros((1, 2, 3), np.float32)
+    with pytest.raises(fai.FaiError, match=r"out_dtype = 'int8' \(int8\): expected float32, "
+                       "float16 or bfloat16"):
+        fai.merge_states([o], [lse], out_dtype="int8")
+
+
+def _unaligned(shape, dtype):
+    """A numpy array whose address is not a multiple of its elements' size."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    raw = np.zeros(count * dtype.itemsize + 1, np.uint8)
+    array = np.frombuffer(raw.data, dtype, count, offset=1).reshape(shape)
+    assert not array.flags.aligned
+    return array
+
+
+def test_unaligned_inputs_are_copied_and_outputs_refused():
+    rng = np.random.default_rng(31)
+    q = rng.uniform(-1, 1, (1, 3, 2, 8)).astype(np.float32)
+    k = rng.uniform(-1, 1, (1, 5, 2, 8)).astype(np.float32)
+    q_odd, k_odd = _unaligned(q.shape, np.float32), _unaligned(k.shape, np.float32)
+    q_odd[...], k_odd[...] = q, k
+    view = _arrays._view(q_odd, "q", _arrays._want_float("q"))
+    assert view.ptr % 4 == 0 and np.array_equal(view.owner, q)  # an aligned copy reaches C
+    lengths = _unaligned((1,), np.int32)
+    lengths[0] = 4
+    slopes = _unaligned((2,), np.float32)
+    slopes[...] = [0.5, 0.25]
+    want = fai.attention(q, k, k, seqlens_kv=[4], alibi_slopes=np.array([0.5, 0.25], np.float32))
+    got = fai.attention(q_odd, k_odd, k_odd, seqlens_kv=lengths, alibi_slopes=slopes)
+    assert np.array_equal(got, want)
+    out = _unaligned((1, 3, 2, 8), np.float32)
+    with pytest.raises(fai.FaiError, match=r"out is not aligned: its address or strides are not "
+                       r"multiples of its float32 elements' size \(4 bytes\)"):
+        fai.attention(q, k, k, out=out)
+    assert not out.any()
 
 
 def test_float64_values_beyond_float32_are_refused():

@@ -1,6 +1,7 @@
 """fai.Plan (reuse, info, shapes checked at run time, threads, concurrent runs, empty
 problems) and fai.merge_states."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -104,6 +105,60 @@ def test_concurrent_runs_of_one_plan():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_close_during_a_run_waits_for_it():
+    # ctypes lets other threads run while libfai works: close() on one must not free the plan
+    # under a run on another (a run of ~0.1 s on one thread, close() called 30 ms into it)
+    rng = np.random.default_rng(26)
+    q = rng.standard_normal((1, 2048, 8, 64), dtype=np.float32)
+    k = rng.standard_normal((1, 2048, 8, 64), dtype=np.float32)
+    want = fai.attention(q, k, k, threads=1)
+    plan = fai.Plan.like(q, k, k, threads=1)
+    got = {}
+
+    def run():
+        try:
+            got["out"] = plan.run(q, k, k)
+        except fai.FaiError as exc:
+            got["error"] = exc
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    time.sleep(0.03)
+    plan.close()
+    runner.join()
+    if "error" in got:  # close() came first after all: the run was refused, nothing ran
+        assert "the plan is closed" in str(got["error"])
+    else:
+        assert np.array_equal(got["out"], want)
+    with pytest.raises(fai.FaiError, match="the plan is closed"):
+        plan.run(q, k, k)
+    with pytest.raises(fai.FaiError, match="the plan is closed"):
+        plan.info
+
+
+def test_paged_plan_refuses_a_seq_kv_it_would_ignore():
+    # libfai reads a paged plan's keys from its pages: a seq_kv other than pages_per_seq x
+    # page_size would change nothing, so it is refused rather than ignored
+    pages = dict(page_size=16, num_pages=8, pages_per_seq=4, seqlens_kv=[40])
+    with pytest.raises(fai.FaiError, match=r"seq_kv = 40: a paged plan's keys are its pages, "
+                       r"pages_per_seq x page_size = 4 x 16 = 64; give that or None"):
+        fai.Plan(1, 2, 2, 1, 40, 8, **pages)
+    with pytest.raises(fai.FaiError, match="seq_kv = 64.0"):
+        fai.Plan(1, 2, 2, 1, 64.0, 8, **pages)
+    for seq_kv in (None, 64, np.int64(64)):
+        with fai.Plan(1, 2, 2, 1, seq_kv, 8, **pages) as plan:
+            assert "seq_kv=64" in repr(plan)
+
+
+def test_plan_run_names_the_dtype_given():
+    # a float64 q is read as float32; refused by a float16 plan, it is named as given
+    q = np.zeros((1, 2, 2, 8))
+    k = np.zeros((1, 3, 2, 8), np.float16)
+    plan = fai.Plan(1, 2, 2, 2, 3, 8, q_dtype="float16")
+    with pytest.raises(fai.FaiError, match="q has dtype float64; the plan's is float16"):
+        plan.run(q, k, k)
 
 
 def test_empty_problems():

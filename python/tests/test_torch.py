@@ -282,3 +282,77 @@ def test_float64_tensors_beyond_float32_are_refused():
     q[0, 1, 1, 5] = -1e39
     with pytest.raises(fai.FaiError, match=r"q\[0, 1, 1, 5\] = -1e\+39 is outside float32's"):
         fai.attention(q, k, v)
+
+
+def test_out_sharing_memory_with_an_input_is_refused():
+    q, k, v = make(1, 4, 4, 2, 2, 16, kv_dtype=torch.float32)
+    shifted = torch.zeros(129)  # k, and an out one element further on
+    shifted[:128] = k.reshape(-1)
+    k_view, out_view = shifted[:128].view(1, 4, 2, 16), shifted[1:].view(1, 4, 2, 16)
+    for name, out, k_given in (("q", q, k), ("k", k, k), ("v", v[:, :, :, :], k),
+                               ("k", out_view, k_view)):
+        before = out.clone()
+        with pytest.raises(fai.FaiError, match=f"out .* shares memory with {name} .*: fai "
+                           f"reads {name} while it writes out"):
+            fai.attention(q, k_given, v, out=out)
+        assert torch.equal(out, before)
+    buffer = torch.zeros(2, 4, 2, 16)  # k and out side by side in one tensor
+    buffer[0] = k[0]
+    out = fai.attention(q, buffer[:1], v, out=buffer[1:])
+    assert torch.equal(out, fai.attention(q, k, v))
+    assert out.data_ptr() == buffer[1:].data_ptr()
+
+
+def test_outputs_autograd_tracks_are_refused():
+    q, k, v = make(1, 4, 5, 2, 1, 16, kv_dtype=torch.float32)
+    out = torch.zeros(1, 4, 2, 16, requires_grad=True)
+    with pytest.raises(fai.FaiError, match="out requires grad: fai writes in place, behind "
+                       "autograd"):
+        fai.attention(q, k, v, out=out)
+    base = torch.zeros(2, 4, 2, 16)
+    view = base[1:]
+    base.requires_grad_()  # its views, made before or after, require grad with it
+    with pytest.raises(fai.FaiError, match="out requires grad"):
+        fai.attention(q, k, v, out=view)
+    cache = torch.zeros(1, 4, 1, 16, requires_grad=True)
+    with pytest.raises(fai.FaiError, match="cache requires grad"):
+        fai.cache_write(torch.ones(2, 1, 16), cache, torch.tensor([0, 1]))
+    assert not out.detach().any() and not base.detach().any() and not cache.detach().any()
+    # inputs that require grad are read as their values
+    qg = q.clone().requires_grad_()
+    assert torch.equal(fai.attention(qg, k, v), fai.attention(q, k, v))
+
+
+class _Subclass(torch.Tensor):
+    """A torch.Tensor subclass defined outside torch."""
+
+
+def test_tensor_subclasses_are_torch_tensors():
+    q, k, v = make(1, 4, 5, 2, 1, 16, kv_dtype=torch.float32)
+    sq, sk, sv = (t.as_subclass(_Subclass) for t in (q, k, v))
+    o = fai.attention(sq, sk, sv)
+    assert isinstance(o, torch.Tensor)  # torch in, torch out
+    out = torch.zeros(1, 4, 2, 16).as_subclass(_Subclass)
+    assert fai.attention(sq, sk, sv, out=out) is out
+    assert torch.equal(torch.Tensor(out), fai.attention(q, k, v))
+
+
+def test_sparse_tensors_are_refused_by_name_and_layout():
+    q, k, v = make(1, 4, 5, 2, 1, 16, kv_dtype=torch.float32)
+    with pytest.raises(fai.FaiError, match=r"q has layout sparse_coo; fai reads strided \(dense\) "
+                       r"tensors: pass q.to_dense\(\)"):
+        fai.attention(q.to_sparse(), k, v)
+    with pytest.raises(fai.FaiError, match="out has layout sparse_coo"):
+        fai.attention(q, k, v, out=torch.zeros(1, 4, 2, 16).to_sparse())
+    with pytest.raises(fai.FaiError, match="seqlens_kv has layout sparse_coo"):
+        fai.attention(q, k, v, seqlens_kv=torch.tensor([3]).to_sparse())
+    with pytest.raises(fai.FaiError, match="alibi_slopes has layout sparse_coo"):
+        fai.attention(q, k, v, alibi_slopes=torch.tensor([0.5, 0.25]).to_sparse())
+
+
+def test_cache_write_into_an_empty_tensor_is_like_numpy():
+    # torch gives an empty tensor no memory (data_ptr() 0); numpy an address nothing is read at
+    src, slots = torch.zeros(0, 2, 8), torch.zeros(0, dtype=torch.int64)
+    for cache in (torch.zeros(0, 4, 2, 8), torch.zeros(0, 2, 8)):
+        assert fai.cache_write(src.numpy(), cache.numpy(), slots.numpy()) is None
+        assert fai.cache_write(src, cache, slots) is None
