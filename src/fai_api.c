@@ -31,17 +31,23 @@ fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t hea
     return tensor;
 }
 
+fai_status fai__check_not_negative(const char *name, int64_t stride_batch, int64_t stride_seq,
+                                   int64_t stride_head) {
+    if (stride_batch < 0 || stride_seq < 0 || stride_head < 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
+                         ") must not be negative",
+                         name, stride_batch, stride_seq, stride_head);
+    return FAI_OK;
+}
+
 fai_status fai__check_strides(const char *name, const fai_tensor *tensor) {
     if (tensor->stride_dim != 0 && tensor->stride_dim != 1)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "%s.stride_dim = %" PRId64 ": the head dimension must be contiguous (1)",
                          name, tensor->stride_dim);
-    if (tensor->stride_batch < 0 || tensor->stride_seq < 0 || tensor->stride_head < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
-                         ") must not be negative",
-                         name, tensor->stride_batch, tensor->stride_seq, tensor->stride_head);
-    return FAI_OK;
+    return fai__check_not_negative(name, tensor->stride_batch, tensor->stride_seq,
+                                   tensor->stride_head);
 }
 
 static fai_status check_tensor(const char *name, const fai_tensor *tensor, fai_dtype dtype,
@@ -147,12 +153,8 @@ static fai_status name_bad_scale(const fai_plan *plan, const fai_tensors *t, con
 }
 
 static fai_status check_scale_strides(const char *name, const fai_scale *scale) {
-    if (scale->stride_batch < 0 || scale->stride_seq < 0 || scale->stride_head < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
-                         ") must not be negative",
-                         name, scale->stride_batch, scale->stride_seq, scale->stride_head);
-    return FAI_OK;
+    return fai__check_not_negative(name, scale->stride_batch, scale->stride_seq,
+                                   scale->stride_head);
 }
 
 /* A quantized K's or V's scales (fai_scale): given exactly when the dtype is quantized, strides
@@ -229,6 +231,9 @@ static fai_status check_channel_scales(const fai_plan *plan, const fai_channel_s
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "k_channel_scale.stride_head = %" PRId64 " must not be negative",
                          scale->stride_head);
+    const int64_t heads_reached[3] = {1, 1, pb->heads_kv};
+    FAI_TRY(fai__check_reach("k_channel_scale", heads_reached, 0, 0, scale->stride_head,
+                             pb->head_dim, sizeof(float)));
     if (!check_values) return FAI_OK;
     const int64_t heads = scale->stride_head == 0 ? 1 : pb->heads_kv;
     for (int64_t h = 0; h < heads; h++) {
@@ -352,15 +357,6 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
                                      scales[i]->stride_seq, scales[i]->stride_head, 1,
                                      sizeof(float)));
         }
-    if (pb->k_channel_scales && kv_rows > 0 && t->k_channel_scale.data) {
-        const int64_t heads[3] = {1, 1, pb->heads_kv};
-        if (t->k_channel_scale.stride_head < 0)
-            return fai__fail(FAI_ERR_INVALID_ARG,
-                             "k_channel_scale.stride_head = %" PRId64 " must not be negative",
-                             t->k_channel_scale.stride_head);
-        FAI_TRY(fai__check_reach("k_channel_scale", heads, 0, 0, t->k_channel_scale.stride_head,
-                                 pb->head_dim, sizeof(float)));
-    }
     if (pb->mask_kind == FAI_MASK_NONE && t->mask.data)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "mask.data is set but the problem's mask_kind is NONE: set it to use "

@@ -251,6 +251,9 @@ fai_status fai__split_units(fai_plan *plan);
 fai_status fai__check_reach(const char *name, const int64_t counts[3], int64_t stride_batch,
                             int64_t stride_seq, int64_t stride_head, int64_t tail, size_t element);
 
+/* Batch, sequence and head strides none of them negative; the error names `name` and all three. */
+fai_status fai__check_not_negative(const char *name, int64_t stride_batch, int64_t stride_seq,
+                                   int64_t stride_head);
 /* A tensor's strides: none negative, and the head dimension contiguous (stride_dim 0 or 1);
  * the error names `name`. */
 fai_status fai__check_strides(const char *name, const fai_tensor *tensor);

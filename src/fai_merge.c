@@ -26,11 +26,7 @@ static fai_status check_part(const char *name, int64_t index, const fai_tensor *
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "%s.stride_dim = %" PRId64 ": the head dimension must be contiguous (1)",
                          label, t->stride_dim);
-    if (t->stride_batch < 0 || t->stride_seq < 0 || t->stride_head < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
-                         ") must not be negative",
-                         label, t->stride_batch, t->stride_seq, t->stride_head);
+    FAI_TRY(fai__check_not_negative(label, t->stride_batch, t->stride_seq, t->stride_head));
     return fai__check_reach(label, counts, t->stride_batch, t->stride_seq, t->stride_head,
                             lse ? 1 : head_dim, fai_dtype_size(t->dtype));
 }

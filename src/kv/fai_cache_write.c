@@ -175,11 +175,8 @@ static fai_status check_scale(const fai_tensor *cache, const fai_scale *scale, s
     if (!given)
         return fai__fail(FAI_ERR_INVALID_ARG, "scale%s = NULL: an %s cache needs its scales",
                          scale ? "->data" : "", fai_dtype_name(cache->dtype));
-    if (scale->stride_batch < 0 || scale->stride_seq < 0 || scale->stride_head < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "scale strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
-                         ") must not be negative",
-                         scale->stride_batch, scale->stride_seq, scale->stride_head);
+    FAI_TRY(fai__check_not_negative("scale", scale->stride_batch, scale->stride_seq,
+                                    scale->stride_head));
     if (scale->stride_seq == 0 && scale->stride_batch != 0)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "scale strides (batch %" PRId64 ", seq 0, head %" PRId64
