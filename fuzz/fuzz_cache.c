@@ -41,10 +41,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    if (fai_pool_create(1, &pools[0]) != FAI_OK || fai_pool_create(2, &pools[1]) != FAI_OK) {
-        fprintf(stderr, "fuzz_cache: fai_pool_create: %s\n", fai_last_error());
-        abort();
-    }
+    fuzz_pools_create(pools, "fuzz_cache");
     return 0;
 }
 
@@ -685,8 +682,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_input in = {data, size, 0};
     uint8_t f[F_COUNT];
-    for (int i = 0; i < F_COUNT; i++)
-        f[i] = fuzz_u8(&in);
+    fuzz_fields(&in, f, F_COUNT);
     uint64_t rng = fuzz_u64(&in);
 
     cache_call c;

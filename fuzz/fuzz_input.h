@@ -1,8 +1,10 @@
 /* fuzz_input.h - a byte reader for the fuzz harnesses: values are taken from the front of the
- * input, and an exhausted input reads as zeros, so every input decodes to something; and the
- * harnesses' CHECK. */
+ * input, and an exhausted input reads as zeros, so every input decodes to something; and what
+ * the harnesses share: their CHECK and their pools. */
 #ifndef FAI_FUZZ_INPUT_H
 #define FAI_FUZZ_INPUT_H
+
+#include "fai.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +51,21 @@ static inline int64_t fuzz_range(fuzz_input *in, int64_t lo, int64_t hi) {
     const uint64_t span = (uint64_t)(hi - lo) + 1;
     const uint64_t raw = span <= 256 ? fuzz_u8(in) : fuzz_u32(in);
     return lo + (int64_t)(raw % span);
+}
+
+/* `count` one-byte fields from the front of the input (the harnesses' layouts start so). */
+static inline void fuzz_fields(fuzz_input *in, uint8_t *fields, int count) {
+    for (int i = 0; i < count; i++)
+        fields[i] = fuzz_u8(in);
+}
+
+/* The pools of 1 and 2 threads a harness runs its calls on (NULL, the default pool, being the
+ * third choice), made once by LLVMFuzzerInitialize; a harness that cannot have them stops. */
+static inline void fuzz_pools_create(fai_pool *pools[2], const char *harness) {
+    if (fai_pool_create(1, &pools[0]) != FAI_OK || fai_pool_create(2, &pools[1]) != FAI_OK) {
+        fprintf(stderr, "%s: fai_pool_create: %s\n", harness, fai_last_error());
+        abort();
+    }
 }
 
 #endif

@@ -668,8 +668,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_input in = {data, size, 0};
     uint8_t f[F_COUNT];
-    for (int i = 0; i < F_COUNT; i++)
-        f[i] = fuzz_u8(&in);
+    fuzz_fields(&in, f, F_COUNT);
     uint64_t rng = fuzz_u64(&in);
 
     merge_call *c = calloc(1, sizeof *c);

@@ -46,10 +46,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     for (int i = 0; i < ISA_COUNT; i++)
         isa_ok[i] = isa_available(isas[i]);
     unsetenv("FAI_ISA");
-    if (fai_pool_create(1, &pools[0]) != FAI_OK || fai_pool_create(2, &pools[1]) != FAI_OK) {
-        fprintf(stderr, "fuzz_run: fai_pool_create: %s\n", fai_last_error());
-        abort();
-    }
+    fuzz_pools_create(pools, "fuzz_run");
     return 0;
 }
 
@@ -218,8 +215,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_input in = {data, size, 0};
     uint8_t f[F_COUNT];
-    for (int i = 0; i < F_COUNT; i++)
-        f[i] = fuzz_u8(&in);
+    fuzz_fields(&in, f, F_COUNT);
     const uint64_t seed = fuzz_u64(&in);
     fai_case_spec s;
     fai_case_spec_any(&s);
