@@ -66,8 +66,10 @@ extern "C" {
 #define FAI_HEAD_DIM_V_DEFAULT INT64_C(-1)
 /* FAI_WINDOW_UNBOUNDED: no limit on that side of the sliding window (FlashAttention's -1). */
 #define FAI_WINDOW_UNBOUNDED INT64_C(-1)
-/* FAI_AUTO: workers, threads, tile_q and tile_kv chosen by fai. These fields decide only how the
- * work is run, never what is computed. */
+/* FAI_AUTO: workers, threads, tile_q and tile_kv chosen by fai. threads never changes a bit of
+ * the result; workers and tiles decide which units are split and merged and how keys are
+ * grouped, so they may change the last bits (always within the documented bound): a plan that
+ * must give the same bits on machines with other core counts sets workers (and tiles). */
 #define FAI_AUTO 0
 
 /* ---------------------------------------------------------------------------------------------
@@ -717,7 +719,10 @@ FAI_API fai_status fai_alibi_slopes(int64_t heads, float *slopes);
  * are started; 0 means one per online CPU). Threads sleep when idle. */
 FAI_API fai_status fai_pool_create(int64_t threads, fai_pool **pool);
 
-/* Stops and joins the pool's threads. No run may be using it. NULL is a no-op. */
+/* Stops and joins the pool's threads. No run may be using it. NULL is a no-op.
+ * After fork, a child has none of the threads of the pools its parent made (the default one
+ * included): its runs on them are done by the calling thread alone, with the same results, and
+ * fai_pool_free there only releases the memory. */
 FAI_API void fai_pool_free(fai_pool *pool);
 
 /* Makes the plan run on `pool` (NULL: the process-wide default pool, created on first use with

@@ -1,9 +1,11 @@
 /* fai_cache_alloc / fai_cache_free: memory for K/V caches on 2 MiB-aligned anonymous mappings
  * with transparent huge pages asked for. Decode streams the whole cache once per step, and on
  * 4 KiB pages that is a TLB miss every few rows; an aligned mapping lets the kernel back it with
- * huge pages from the first touch. The first touch is made by the pool's threads, each its own
- * contiguous share, so that on a NUMA machine the pages are spread over the nodes of the threads
- * that will read them instead of all landing on the caller's. */
+ * huge pages from the first touch. The first touch is made by the pool's threads, contiguous
+ * shares of whole huge pages taken from a counter (a helper that wakes late takes fewer), so the
+ * faulting is divided among them and on a NUMA machine the pages spread over their nodes instead
+ * of all landing on the caller's. It spreads, it does not place: which thread reads a page later
+ * is not fixed, since fai_run hands workers to threads as they come. */
 /* MAP_ANONYMOUS and madvise(MADV_HUGEPAGE) are outside POSIX */
 #define _DEFAULT_SOURCE
 #include "fai_internal.h"

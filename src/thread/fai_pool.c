@@ -7,7 +7,12 @@
  * Helpers join a run as they wake, and the caller waits only for those that joined: once the
  * caller has done its own share it closes the run, and a helper that wakes after that leaves the
  * run alone. The task takes its work from a shared counter, so a run whose helpers are still
- * asleep is simply done by the threads that are awake, never held up by a wake-up. */
+ * asleep is simply done by the threads that are awake, never held up by a wake-up.
+ *
+ * fork copies only the thread that called it: a child has none of the helpers, and a lock a
+ * parent's thread held at that moment stays held for ever. A pool knows the process that
+ * started it; in any other, its runs are done by the caller alone, its locks untouched, and
+ * fai_pool_free releases its memory without joining anything. */
 #include "fai_internal.h"
 
 #include <pthread.h>
@@ -25,6 +30,7 @@
 
 struct fai_pool {
     int64_t size; /* threads in all, the caller included */
+    pid_t owner;  /* the process whose threads these are */
     pthread_t *threads;
 
     pthread_mutex_t run_lock; /* held for the whole of one run */
@@ -146,6 +152,7 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
     fai_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return fai__fail(FAI_ERR_NO_MEMORY, "no memory for a pool");
     pool->size = threads;
+    pool->owner = getpid();
     pool->threads = calloc((size_t)threads, sizeof *pool->threads);
     if (!pool->threads) {
         free(pool);
@@ -176,8 +183,16 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
     return FAI_OK;
 }
 
+/* Whether the pool's helpers live in this process (not a child forked after it started). */
+static int helpers_here(const fai_pool *pool) { return pool->owner == getpid(); }
+
 void fai_pool_free(fai_pool *pool) {
     if (!pool) return;
+    if (!helpers_here(pool)) { /* nothing to stop or join; its locks may be held for ever */
+        free(pool->threads);
+        free(pool);
+        return;
+    }
     pthread_mutex_lock(&pool->lock);
     atomic_store(&pool->stopping, 1);
     pthread_cond_broadcast(&pool->wake);
@@ -195,7 +210,7 @@ void fai_pool_free(fai_pool *pool) {
 int64_t fai__pool_size(const fai_pool *pool) { return pool->size; }
 
 void fai__pool_wake(fai_pool *pool) {
-    if (pool->size <= 1) return;
+    if (pool->size <= 1 || !helpers_here(pool)) return;
     atomic_store(&pool->awake_until, now_nanoseconds() + WAKE_NANOSECONDS);
     atomic_fetch_add(&pool->wakes, 1);
     if (atomic_load(&pool->sleepers) > 0) {
@@ -207,7 +222,7 @@ void fai__pool_wake(fai_pool *pool) {
 
 void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *arg) {
     if (threads > pool->size) threads = pool->size;
-    if (threads <= 1) {
+    if (threads <= 1 || !helpers_here(pool)) { /* the tasks take their work from a counter */
         fn(arg, 0);
         return;
     }
