@@ -1122,7 +1122,7 @@ void fai_case_free(fai_case *c) {
 
 double fai_case_tolerance(fai_dtype q, fai_dtype k, fai_dtype v, fai_dtype o) {
     const int all_f32 = q == FAI_DTYPE_F32 && k == FAI_DTYPE_F32 && v == FAI_DTYPE_F32;
-    double tol = all_f32 ? 0.0 : 2e-3;
+    double tol = all_f32 ? 0.0 : 0x1.0p-14;
     if (o == FAI_DTYPE_F16) tol += 0x1.0p-11;
     if (o == FAI_DTYPE_BF16) tol += 0x1.0p-8;
     return tol;

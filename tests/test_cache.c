@@ -142,20 +142,22 @@ static void rows_free(test_rows *r) {
 /* -- checks ------------------------------------------------------------------------------------ */
 
 /* Whether q (decoded, the quantized cache's own value) stands for source value x at scale s:
- * saturated at +-qmax where |x / s| reaches it, else within half a step: s / 2 for int8, half
- * an ulp of the fp8 at |x| (2^-4 |x| for e4m3, 2^-3 |x| for e5m2) or half the smallest
- * subnormal step times s. The small factor covers the rounding of x / s in f32. */
+ * saturated at +-qmax where |x / s| reaches it, else within half a step of x / s: 1/2 for int8;
+ * for fp8 half an ulp of the binade x / s lies in (2^(e - 4) for e4m3's 3 mantissa bits, 2^(e -
+ * 3) for e5m2's 2, |x / s| in [2^e, 2^(e+1))), or half the subnormal step (2^-10, 2^-17) below
+ * the normal range. The small factor covers the rounding of x / s in f32. */
 static int quantized_ok(fai_dtype dtype, double x, double s, double q) {
     const double y = x / s, qmax = quant_max(dtype);
     if (fabs(y) >= qmax) return q == copysign(qmax, y);
-    double tol;
-    if (dtype == FAI_DTYPE_I8)
-        tol = 0.5 * s;
-    else if (dtype == FAI_DTYPE_E4M3)
-        tol = fmax(fabs(x) * 0x1.0p-4, s * 0x1.0p-10);
-    else
-        tol = fmax(fabs(x) * 0x1.0p-3, s * 0x1.0p-17);
-    return fabs(x - s * q) <= tol * (1.0 + 1e-5) + 1e-30;
+    double half_step = 0.5;
+    if (dtype != FAI_DTYPE_I8) {
+        const int mantissa_bits = dtype == FAI_DTYPE_E4M3 ? 3 : 2;
+        const double subnormal_half = dtype == FAI_DTYPE_E4M3 ? 0x1.0p-10 : 0x1.0p-17;
+        int exponent = 0;
+        frexp(y, &exponent); /* |y| in [2^(exponent - 1), 2^exponent) */
+        half_step = fmax(ldexp(1.0, exponent - 1 - mantissa_bits - 1), subnormal_half);
+    }
+    return fabs(y - q) <= half_step * (1.0 + 1e-5) + 1e-30;
 }
 
 /* Whether the cache element at `at` holds source value x (unquantized: rounded to nearest even

@@ -113,13 +113,20 @@ TEST(defaults_head_dim_v_zero_is_refused) {
     /* the default is D: V and O of width 4 */
     small_case_init(&c);
     c.pb.head_dim_v = FAI_HEAD_DIM_V_DEFAULT;
-    float v4[5 * 4], o4[4];
+    float v4[5 * 4], o4[5];
     for (int i = 0; i < 20; i++)
         v4[i] = (float)i;
+    for (int x = 0; x < 5; x++)
+        o4[x] = NAN;
     c.t.v = fai_tensor_bshd(v4, FAI_DTYPE_F32, 5, 1, 4);
     c.t.o = fai_tensor_bshd(o4, FAI_DTYPE_F32, 1, 1, 4);
     REQUIRE(plan_and_run(&c.pb, &c.t) == FAI_OK);
-    CHECK(o4[3] > o4[2] && o4[3] <= 19.0f);
+    /* V[j][x] = 4 j + x, so O[x] = 4 sum_j p_j j + x: columns 1 apart, column 0 within [0, 16],
+     * and exactly 4 columns written */
+    CHECK(o4[0] >= 0.0f && o4[0] <= 16.0f);
+    for (int x = 1; x < 4; x++)
+        CHECK(fabsf(o4[x] - o4[0] - (float)x) <= 1e-5f);
+    CHECK(isnan(o4[4]));
 }
 
 TEST(defaults_wide_block_table) {
@@ -215,6 +222,10 @@ TEST(defaults_zero_extents_run) {
             CHECK(o[i] == 0.0f);
         for (int64_t i = 0; i < rows; i++)
             CHECK(lse[i] == -INFINITY);
+        for (int64_t i = rows * 8; i < 2 * 3 * 2 * 8; i++) /* past the rows: not written */
+            CHECK(isnan(o[i]));
+        for (int64_t i = rows; i < 2 * 2 * 3; i++)
+            CHECK(isnan(lse[i]));
     }
 }
 

@@ -17,7 +17,7 @@ static void profile_case(int *test_failed_, int64_t seq_q, int64_t workers, int 
     spec.batch = 2, spec.heads_q = 4, spec.heads_kv = 2, spec.seq_q = seq_q, spec.seq_kv = 700;
     spec.head_dim = spec.head_dim_v = 32, spec.q_lens = spec.kv_lens = 0;
     spec.mask_kind = 0, spec.workers = workers, spec.threads = 2, spec.split = FAI_SPLIT_AUTO;
-    spec.positions = 0;
+    spec.positions = 0, spec.lse = 1;
     fai_case c;
     REQUIRE(fai_case_build(&c, &spec, 41) == 0);
     fai_plan *plan;
@@ -25,11 +25,14 @@ static void profile_case(int *test_failed_, int64_t seq_q, int64_t workers, int 
     const size_t bytes = fai_plan_workspace_size(plan);
     void *ws = malloc(bytes + 1);
     const size_t o_bytes = c.bytes[FAI_CASE_BUF_O];
-    void *plain = malloc(o_bytes);
-    REQUIRE(ws && plain);
+    const size_t lse_bytes = c.bytes[FAI_CASE_BUF_LSE];
+    void *plain = malloc(o_bytes), *plain_lse = malloc(lse_bytes);
+    REQUIRE(ws && plain && plain_lse && c.buf[FAI_CASE_BUF_LSE]);
     REQUIRE(fai_run(plan, &c.tensors, ws, bytes) == FAI_OK);
     memcpy(plain, c.buf[FAI_CASE_BUF_O], o_bytes);
+    memcpy(plain_lse, c.buf[FAI_CASE_BUF_LSE], lse_bytes);
     memset(c.buf[FAI_CASE_BUF_O], 0xFF, o_bytes);
+    memset(c.buf[FAI_CASE_BUF_LSE], 0xFF, lse_bytes);
     static fai_profile profile;
     REQUIRE(fai_run_profiled(plan, &c.tensors, ws, bytes, &profile) == FAI_OK);
     /* every element of O, by its strides (the buffer has guard bytes nobody writes) */
@@ -46,6 +49,19 @@ static void profile_case(int *test_failed_, int64_t seq_q, int64_t workers, int 
                                      element) != 0;
                 }
     CHECK(differ == 0);
+    /* and every LSE, (b, i, h) by the LSE's strides */
+    const fai_tensor *lse = &c.tensors.lse;
+    int64_t lse_differ = 0;
+    for (int64_t b = 0; b < c.problem.batch; b++)
+        for (int64_t i = 0; i < c.problem.seq_q; i++)
+            for (int64_t h = 0; h < c.problem.heads_q; h++) {
+                const size_t at =
+                    sizeof(float) *
+                    (size_t)(b * lse->stride_batch + i * lse->stride_seq + h * lse->stride_head);
+                lse_differ += memcmp((char *)plain_lse + at, (char *)c.buf[FAI_CASE_BUF_LSE] + at,
+                                     sizeof(float)) != 0;
+            }
+    CHECK(lse_differ == 0);
 
     fai_plan_info info;
     fai_plan_get_info(plan, &info);
@@ -71,6 +87,7 @@ static void profile_case(int *test_failed_, int64_t seq_q, int64_t workers, int 
     CHECK((profile.stage_seconds[FAI_STAGE_MERGE] > 0.0) == expect_merge);
     CHECK(info.split_kv == expect_merge);
     free(plain);
+    free(plain_lse);
     free(ws);
     fai_plan_free(plan);
     fai_case_free(&c);

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import fai
-from reference import BF16, FP8, assert_close, attention_ref, cast, tolerance
+from reference import BF16, FP8, Ref, assert_close, attention_ref, cast, tolerance
 
 needs_bf16 = pytest.mark.skipif(BF16 is None, reason="ml_dtypes is not installed: no bfloat16 "
                                 "numpy arrays (pip install ml_dtypes)")
@@ -38,6 +38,16 @@ def check(arrays, refs, dts=("float32", "float16", "float16"), out_dtype="float3
 def pack(x, lengths):
     """The rows of each sequence below its length, one sequence after another (a packed batch)."""
     return np.concatenate([x[b, :n] for b, n in enumerate(lengths)], axis=0)
+
+
+def pack_ref(ref, lengths):
+    """A Ref of a padded batch as its packed batch's, with the bound's scales and rounding
+    terms packed alike: O [rows, Hq, Dv] and LSE [Hq, rows]."""
+    def rows_last(x):  # [B, Hq, Sq] -> packed [Hq, rows]
+        return pack(np.transpose(x, (0, 2, 1)), lengths).T
+
+    return Ref(pack(ref[0], lengths), rows_last(ref[1]), pack(ref.o_scale, lengths),
+               pack(ref.o_slack, lengths), rows_last(ref.lse_slack))
 
 
 def paginate(rng, k, v, lengths, page_size, extra_pages=3, head_major=False):

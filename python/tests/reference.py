@@ -18,8 +18,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 # largest finite code of the quantized K/V dtypes
 QMAX = {"int8": 127.0, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 
-# error bound of one rounding step of a 16-bit output, relative to the value
-OUT_STEP = {"float32": 0.0, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+# error bound of rounding a 16-bit output to nearest, relative to the value: half an ulp
+OUT_STEP = {"float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 # the f32 rounding term of the tolerance (README, "Tolerances"): ROUNDING x eps x (L + sqrt(n))
 EPS_F32 = 2.0**-23
@@ -199,5 +199,5 @@ def assert_close(out, ref, in_tol, out_dtype="float32", what="O"):
 
 def tolerance(*dtypes):
     """The dtype term of the tolerance: 0 with f32 inputs (the rounding term of a Ref covers
-    them), 2e-3 as soon as one input is 16-bit."""
-    return 0.0 if all(d == "float32" for d in dtypes) else 2e-3
+    them), 2^-14 as soon as one input is 16-bit or quantized."""
+    return 0.0 if all(d == "float32" for d in dtypes) else 2.0 ** -14

@@ -55,8 +55,8 @@ int test_reference(const fai_problem *whole, const fai_tensors *tensors, float *
                    float *lse_ref);
 
 /* Largest error of O (dtype, `count` elements) against the f32 reference, relative to
- * max(1, |ref|) less the tolerance: <= 0 passes. f32 inputs and output: 1e-5; f16/bf16 inputs:
- * 2e-3; a 16-bit output adds one rounding step of its type. */
+ * max(1, |ref|) less the tolerance: <= 0 passes. f32 inputs and output: 1e-5; 16-bit or
+ * quantized inputs: 2^-14; a 16-bit output adds half a step of its type (round to nearest). */
 double test_o_excess(const void *o, fai_dtype o_dtype, int low_precision_inputs, const float *ref,
                      int64_t count);
 /* The same for LSE values (f32); -inf must match exactly. */
