@@ -186,8 +186,8 @@ uint64_t fai_case_seed(uint64_t base, uint64_t index);
  *     (t + FAI_CASE_ROUNDING x eps_f32 x (L + sqrt(n))) x max(1, o_mag)
  * and its LSE by the same factor times max(1, |LSE|), where L is the row's logit_mag, n its
  * visible keys and o_mag the O of |V| (fai_oracle_out). The dtype term t: 0 for f32 Q, K and
- * V, 2e-3 when any is f16 or bf16, plus one rounding step of a 16-bit output (2^-11 for f16,
- * 2^-8 for bf16). */
+ * V, 2^-14 when any is f16, bf16 or quantized, plus the rounding of a 16-bit output (2^-11 for
+ * f16, 2^-8 for bf16). */
 #define FAI_CASE_EPS_F32 0x1.0p-23
 #define FAI_CASE_ROUNDING 2.0
 double fai_case_tolerance(fai_dtype q, fai_dtype k, fai_dtype v, fai_dtype o);
