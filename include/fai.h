@@ -720,9 +720,9 @@ FAI_API fai_status fai_alibi_slopes(int64_t heads, float *slopes);
 FAI_API fai_status fai_pool_create(int64_t threads, fai_pool **pool);
 
 /* Stops and joins the pool's threads. No run may be using it. NULL is a no-op.
- * After fork, a child has none of the threads of the pools its parent made (the default one
- * included): its runs on them are done by the calling thread alone, with the same results, and
- * fai_pool_free there only releases the memory. */
+ * After fork, a child has none of the threads of the pools its parent made: its runs on them
+ * are done by the calling thread alone, with the same results, and fai_pool_free there only
+ * releases the memory. The default pool is started anew in the child on first use. */
 FAI_API void fai_pool_free(fai_pool *pool);
 
 /* Makes the plan run on `pool` (NULL: the process-wide default pool, created on first use with

@@ -8,8 +8,8 @@
 
 #define MAX_MERGE_PARTS (INT64_C(1) << 20)
 
-/* A part or an output of rows [batch, seq, heads] (of head_dim elements, or one LSE each). */
-/* index < 0: a single tensor (an output, or apply_sinks' o and lse), named without an index. */
+/* A part or an output of rows [batch, seq, heads] (of head_dim elements, or one LSE each), named
+ * name[index], or name alone for index < 0 (an output, or apply_sinks' o and lse). */
 static fai_status check_part(const char *name, int64_t index, const fai_tensor *t, int lse,
                              const int64_t counts[3], int64_t head_dim) {
     char label[64];

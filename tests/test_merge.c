@@ -208,7 +208,8 @@ TEST(merge_errors_name_the_field) {
     CHECK(strstr(fai_last_error(), "o strides (batch") != NULL);
     far.stride_seq = -4; /* a negative stride: refused with the strides named */
     CHECK(fai_apply_sinks(&sink, 1, 2, 1, 4, &far, &lse_two) == FAI_ERR_INVALID_ARG);
-    CHECK(strstr(fai_last_error(), "o strides (batch 8, seq -4, head 4) must not be negative"));
+    CHECK(strstr(fai_last_error(), "o strides (batch 8, seq -4, head 4) must not be negative") !=
+          NULL);
     for (int x = 0; x < 8; x++)
         CHECK(out2[x] == 7.0f);
 }

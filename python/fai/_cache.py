@@ -4,6 +4,7 @@ import collections
 import contextlib
 import ctypes
 import math
+import os
 import threading
 import weakref
 
@@ -40,6 +41,18 @@ def _require(fn, name):
 _POOLS_KEPT = 4
 _pools = collections.OrderedDict()
 _pools_lock = threading.Lock()
+
+
+def _forget_pools_after_fork():
+    """A child forked from a process with pools has none of their threads (libfai would run
+    them on the caller alone) and may inherit the lock held: it starts a cache of its own, and
+    the parent's pools are left to the parent."""
+    global _pools, _pools_lock
+    _pools = collections.OrderedDict()
+    _pools_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools_after_fork)
 
 
 class _Pool:

@@ -168,8 +168,8 @@ def attention_ref(q, k, v, *, causal=None, window=None, keep=None, add=None, sca
 
 def assert_close(out, ref, in_tol, out_dtype="float32", what="O"):
     """The tolerance of the README: max |err| <= (in_tol + ROUNDING eps (L + sqrt(n))) x
-    max(1, sum_j p_j |v_j|) for O (x max(1, |LSE|) for the LSE), plus one output rounding step,
-    when ref is a Ref (in_tol: the dtype term of tolerance()). A plain array ref is compared
+    max(1, sum_j p_j |v_j|) for O (x max(1, |LSE|) for the LSE), plus the output's rounding to
+    nearest (half a step of its type), when ref is a Ref (in_tol: the dtype term of tolerance()). A plain array ref is compared
     with in_tol x max(1, |ref|) alone: stricter than the bound wherever |V| <= 1 and in_tol
     covers the logits' rounding (16-bit inputs, small logits)."""
     slack = 0.0

@@ -442,6 +442,28 @@ def test_pools_of_many_thread_counts_are_not_all_kept():
     assert grown <= sum(count - 1 for count in counts[-_cache._POOLS_KEPT:])
 
 
+def test_a_forked_child_writes_on_pools_of_its_own():
+    # the parent's pools have no threads in a child: the child's cache of pools starts empty,
+    # and its writes (on new pools) put the rows where the parent's would
+    rng = np.random.default_rng(10)
+    src, slots = new_rows(rng, 6, 2, 16), distinct_slots(rng, 6, 32)
+    want = np.zeros((4, 8, 2, 16), np.float32)
+    fai.cache_write(src, want, slots, threads=2)
+    assert _cache._pools
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            fresh = not _cache._pools
+            got = np.zeros_like(want)
+            fai.cache_write(src, got, slots, threads=2)
+            ok = fresh and np.array_equal(got, want) and len(_cache._pools) == 1
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 def test_pools_in_use_on_other_threads_are_not_freed():
     # calls on four threads, each cycling through more counts than are kept: a pool pushed out
     # while another thread writes with it is freed after that write, never during it

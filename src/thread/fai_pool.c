@@ -267,18 +267,30 @@ void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *a
 /* The process-wide pool, started on first use with one thread per online CPU and kept for the
  * life of the process. Where the system will not start that many (a container's pids limit,
  * RLIMIT_NPROC), half as many, and so on: a pool of one (the caller alone) needs no thread. The
- * message of a count refused does not outlive the call that succeeds. */
-static fai_pool *default_pool;
+ * message of a count refused does not outlive the call that succeeds. A child forked after it
+ * started gets one of its own on first use (its parent's is left alone: its memory is the
+ * parent's image, and its locks may be held). */
+static _Atomic(fai_pool *) default_pool;
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 
-static void create_default_pool(void) {
+static fai_pool *start_default_pool(void) {
     int64_t threads = fai_cpu_count() < FAI_MAX_WORKERS ? fai_cpu_count() : FAI_MAX_WORKERS;
-    while (fai_pool_create(threads, &default_pool) != FAI_OK && threads > 1)
+    fai_pool *pool = NULL;
+    while (fai_pool_create(threads, &pool) != FAI_OK && threads > 1)
         threads /= 2;
     fai__clear_error();
+    return pool;
 }
+
+static void create_default_pool(void) { atomic_store(&default_pool, start_default_pool()); }
 
 fai_pool *fai__default_pool(void) {
     pthread_once(&default_once, create_default_pool);
-    return default_pool;
+    fai_pool *pool = atomic_load(&default_pool);
+    if (pool && !helpers_here(pool)) {
+        fai_pool *own = start_default_pool();
+        if (own && atomic_compare_exchange_strong(&default_pool, &pool, own)) return own;
+        fai_pool_free(own); /* another thread of the child was first: `pool` is its pool */
+    }
+    return pool;
 }

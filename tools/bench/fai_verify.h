@@ -16,8 +16,8 @@
 double ft_verify_rows(const ft_shape *shape, const ft_shape_data *data, int rows, uint64_t seed,
                       double *tolerance);
 
-/* The dtype term t of the tolerance: 0 with f32 inputs, 2e-3 with f16 or bf16 inputs, plus one
- * step of the output type at 1.0 when the output is f16 or bf16. */
+/* The dtype term t of the tolerance: 0 with f32 inputs, 2^-14 with 16-bit or quantized inputs,
+ * 2^-8 more with --round-p-bf16, plus half a step of a 16-bit output type (at 1.0). */
 double ft_verify_tolerance(const ft_shape *shape);
 
 #endif

@@ -391,7 +391,7 @@ static int commit_one(ft_run_args *a, int opt, const char *tmp) {
  * out what it can foresee), O is put back as it was from a hard link kept of it. */
 static int commit_both(ft_run_args *a, const char *o_tmp, const char *lse_tmp) {
     const char *out = a->value[FT_RUN_OPT_OUT];
-    char kept[4096], err[FT_RUN_ERROR_LEN / 2];
+    char kept[PATH_MAX], err[FT_RUN_ERROR_LEN / 2];
     const int kept_state = ft_npy_keep(out, kept, sizeof kept);
     if (commit_one(a, FT_RUN_OPT_OUT, o_tmp)) {
         ft_npy_discard(lse_tmp);

@@ -12,8 +12,8 @@ masks in all three shapes, bit-packed keep masks, the score modifiers (--softcap
 reference is computed from the same rounded inputs the tool reads, and compared with the
 tolerance of the design: |err| <= (t + 2 eps_f32 (L + sqrt(n))) x max(1, sum_j p_j |v_j|) for O
 (x max(1, |LSE|) for the LSE), L a row's largest |scale| sum_d |q_d k_d| (+ |mask|) and n its
-visible keys; t is 0 for f32 inputs, 2e-3 for f16/bf16 ones, plus one rounding step of a 16-bit
-output type.
+visible keys; t is 0 for f32 inputs, 2^-14 for 16-bit or quantized ones, plus the rounding of a
+16-bit output type (2^-11 f16, 2^-8 bf16).
 """
 import os
 import subprocess
@@ -241,12 +241,12 @@ CASES = [
 def tolerance(c):
     """The dtype terms t of O and of LSE (the rounding term comes from the reference)."""
     low = any(c[t] != "f32" for t in ("q", "k", "v"))
-    tol = 2e-3 if low else 0.0
+    tol = 2.0 ** -14 if low else 0.0
     if c["out"] == "f16":
         tol += 2.0 ** -11
     elif c["out"] == "bf16":
         tol += 2.0 ** -8
-    return tol, (2e-3 if low else 0.0)
+    return tol, (2.0 ** -14 if low else 0.0)
 
 
 def build(c, rng, d):
