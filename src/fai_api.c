@@ -301,18 +301,11 @@ static fai_status check_mask(const fai_plan *plan, const fai_tensors *t) {
     if (!mask->data)
         return fai__fail(FAI_ERR_INVALID_ARG, "mask.data = NULL with mask_kind = %d",
                          (int)pb->mask_kind);
-    if (mask->stride_batch < 0 || mask->stride_head < 0 || mask->stride_q < 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "mask strides (batch %" PRId64 ", head %" PRId64 ", q %" PRId64
-                         ") must not be negative",
-                         mask->stride_batch, mask->stride_head, mask->stride_q);
-    int64_t max_q = 0, max_kv = 0;
-    for (int64_t b = 0; b < pb->batch; b++) {
-        if (plan->seqs[b].q_len > max_q) max_q = plan->seqs[b].q_len;
-        if (plan->seqs[b].kv_len > max_kv) max_kv = plan->seqs[b].kv_len;
-    }
+    /* its q stride steps along the sequence, as the tensors' seq stride does */
+    FAI_TRY(fai__check_not_negative("mask", mask->stride_batch, mask->stride_q, mask->stride_head));
     const int bits = pb->mask_kind == FAI_MASK_KEEP_BITS;
-    const int64_t counts[3] = {pb->batch, max_q, pb->heads_q};
+    const int64_t max_kv = plan->max_kv_len;
+    const int64_t counts[3] = {pb->batch, plan->max_q_len, pb->heads_q};
     const int64_t row = bits ? max_kv / 8 + (max_kv % 8 != 0) : max_kv;
     return fai__check_reach("mask", counts, mask->stride_batch, mask->stride_q, mask->stride_head,
                             row, pb->mask_kind == FAI_MASK_ADD ? sizeof(float) : 1);

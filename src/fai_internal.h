@@ -99,7 +99,8 @@ struct fai_plan {
 
     int64_t tile_q, tile_kv, tile_rows;
     int64_t group_slice; /* q heads of a group per unit: the group, unless it is very large */
-    int64_t l1d_bytes, l2_bytes; /* the tile's hot set and per-thread slice, against the caches */
+    int64_t max_q_len, max_kv_len; /* the longest sequence's query and key lengths */
+    int64_t l1d_bytes, l2_bytes;   /* the tile's hot set and per-thread slice, against the caches */
     int tile_fits;
     const char *tile_source; /* "user", "tuned" or "heuristic" */
     char tile_class[128];    /* the tuning cache's shape class */

@@ -103,6 +103,7 @@ void fai__choose_tile(fai_plan *plan) {
     plan->group_slice = plan->group <= MAX_GROUP_SLICE ? plan->group : MAX_GROUP_SLICE;
 
     /* a measured choice for this CPU and shape class, unless the problem gives its own */
+    plan->max_q_len = max_q, plan->max_kv_len = max_kv;
     fai__tuning_class(plan, max_q, max_kv);
     int64_t tuned_q = 0, tuned_kv = 0;
     const int user = pb->tile_q != 0 || pb->tile_kv != 0;

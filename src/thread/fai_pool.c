@@ -11,8 +11,9 @@
  *
  * fork copies only the thread that called it: a child has none of the helpers, and a lock a
  * parent's thread held at that moment stays held for ever. A pool knows the process that
- * started it; in any other, its runs are done by the caller alone, its locks untouched, and
- * fai_pool_free releases its memory without joining anything. */
+ * started it (the fork generation: an atfork handler counts the forks, so telling costs a load,
+ * not a system call per run); in any other, its runs are done by the caller alone, its locks
+ * untouched, and fai_pool_free releases its memory without joining anything. */
 #include "fai_internal.h"
 
 #include <pthread.h>
@@ -29,8 +30,8 @@
 #define RUN_CLOSED ((int_fast64_t)1 << 40)
 
 struct fai_pool {
-    int64_t size; /* threads in all, the caller included */
-    pid_t owner;  /* the process whose threads these are */
+    int64_t size;        /* threads in all, the caller included */
+    uint_fast64_t forks; /* the fork generation whose threads these are */
     pthread_t *threads;
 
     pthread_mutex_t run_lock; /* held for the whole of one run */
@@ -127,6 +128,13 @@ static void *helper_main(void *pool_arg) {
 }
 
 /* Read once: sysconf reads /sys on every call, which would cost a plan tens of microseconds. */
+/* Forks this process descends from since the first pool was made (one more in each child). */
+static atomic_uint_fast64_t fork_generation;
+static pthread_once_t fork_count_once = PTHREAD_ONCE_INIT;
+
+static void count_fork(void) { atomic_fetch_add(&fork_generation, 1); }
+static void count_forks(void) { pthread_atfork(NULL, NULL, count_fork); }
+
 static int64_t online_cpus;
 static pthread_once_t online_once = PTHREAD_ONCE_INIT;
 
@@ -152,7 +160,8 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
     fai_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return fai__fail(FAI_ERR_NO_MEMORY, "no memory for a pool");
     pool->size = threads;
-    pool->owner = getpid();
+    pthread_once(&fork_count_once, count_forks);
+    pool->forks = atomic_load(&fork_generation);
     pool->threads = calloc((size_t)threads, sizeof *pool->threads);
     if (!pool->threads) {
         free(pool);
@@ -184,7 +193,9 @@ fai_status fai_pool_create(int64_t threads, fai_pool **out) {
 }
 
 /* Whether the pool's helpers live in this process (not a child forked after it started). */
-static int helpers_here(const fai_pool *pool) { return pool->owner == getpid(); }
+static int helpers_here(const fai_pool *pool) {
+    return pool->forks == atomic_load_explicit(&fork_generation, memory_order_relaxed);
+}
 
 void fai_pool_free(fai_pool *pool) {
     if (!pool) return;
