@@ -46,9 +46,12 @@
  * FAI_PREFETCH_BYTES of rows (a DRAM latency's worth of the rows' stream; short rows of int8 or
  * fp8 are computed faster per byte than f16 or f32 ones, so a fixed count of rows would arrive
  * late), at least 16 rows and at most FAI_PREFETCH_ROWS, the most the row lists carry past a
- * tile. */
+ * tile. The rows go to L2, not L1: a prefetch into L1 holds one of the core's few L1 miss
+ * buffers until its line arrives from memory, and a DRAM latency's worth of rows asked into L1
+ * filled them, so the stream waited on them; the L2 keeps more misses in flight, and a row's
+ * loads then find it a few cycles away. */
 #ifndef FAI_PREFETCH_LOCALITY
-#define FAI_PREFETCH_LOCALITY 3
+#define FAI_PREFETCH_LOCALITY 2
 #endif
 #ifndef FAI_PREFETCH_BYTES
 #define FAI_PREFETCH_BYTES 6144
