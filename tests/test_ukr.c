@@ -181,14 +181,16 @@ TEST(ukr_masked_pv_ignores_invisible_nan) {
 }
 
 /* The direct (small Q tile) kernels on rows of every dtype, with d and dv off the vector width
- * and m off the block of 4, against the reference table. The rows are allocated to their exact
+ * and m off the block of 4 (1 and 2 rows in blocks of their own, 5 and 6 after a block of 4,
+ * 3 in one), against the reference table. The rows are allocated to their exact
  * length, so a read past a row is caught by the sanitizer build. */
 TEST(ukr_direct_rows_match_reference) {
     const fai_cntx *ref = fai__cntx_by_name("ref");
     REQUIRE(ref != NULL);
     static const int64_t shapes[][4] = {{1, 1, 1, 1},     {4, 64, 128, 128}, {3, 13, 19, 23},
                                         {8, 7, 576, 512}, {5, 66, 40, 72},   {2, 9, 120, 250},
-                                        {3, 6, 100, 180}};
+                                        {3, 6, 100, 180}, {1, 70, 128, 128}, {2, 41, 64, 200},
+                                        {6, 35, 130, 72}, {1, 17, 48, 40}};
     const fai_dtype dtypes[] = {FAI_DTYPE_F32, FAI_DTYPE_F16,  FAI_DTYPE_BF16,
                                 FAI_DTYPE_I8,  FAI_DTYPE_E4M3, FAI_DTYPE_E5M2};
     enum { DTYPES = sizeof dtypes / sizeof *dtypes };
@@ -577,11 +579,13 @@ TEST(ukr_e4m3_nan_code_reaches_scores_and_o) {
         const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
         if (!cntx) continue;
         for (size_t k = 0; k < sizeof dims / sizeof *dims; k++)
-            for (int last = 0; last < 2; last++) {
-                enum { M = 4, N = 6, NAN_KEY = 2, NAN_VALUE = 1 };
+            for (int last = 0; last < 6; last++) {
+                /* a block of 4 query rows, and the blocks of 2 and 1 */
+                enum { N = 6, NAN_KEY = 2, NAN_VALUE = 1 };
+                const int M = last < 2 ? 4 : last < 4 ? 2 : 1;
                 const int64_t d = dims[k], w = cntx->simd_width;
                 const int64_t ld = (d + w - 1) / w * w, ld_n = (N + w - 1) / w * w;
-                const int64_t at = last ? d - 1 : 0;
+                const int64_t at = last % 2 ? d - 1 : 0;
                 uint64_t state = 3 + k;
                 float *q = calloc((size_t)(M * ld), sizeof(float));
                 float *s = malloc(sizeof(float) * (size_t)(M * ld_n));
@@ -596,8 +600,8 @@ TEST(ukr_e4m3_nan_code_reaches_scores_and_o) {
                     k_rows[j] = codes + j * d;
                     v_rows[j] = codes + (N + j) * d;
                 }
-                codes[NAN_KEY * d + at] = last ? 0x7f : 0xff;
-                codes[(N + NAN_VALUE) * d + at] = last ? 0xff : 0x7f;
+                codes[NAN_KEY * d + at] = last % 2 ? 0x7f : 0xff;
+                codes[(N + NAN_VALUE) * d + at] = last % 2 ? 0xff : 0x7f;
                 cntx->qk_rows(s, ld_n, q, ld, M, k_rows, 0, NULL, FAI_DTYPE_E4M3, N, d, 0.25f,
                               NULL);
                 int right = 1;
@@ -618,8 +622,8 @@ TEST(ukr_e4m3_nan_code_reaches_scores_and_o) {
                 }
                 CHECK(right);
                 if (!right)
-                    printf("  %s d=%lld, NaN code at %lld: wrong\n", cntx->name, (long long)d,
-                           (long long)at);
+                    printf("  %s d=%lld, %d rows, NaN code at %lld: wrong\n", cntx->name,
+                           (long long)d, M, (long long)at);
                 free(q), free(s), free(o), free(codes);
             }
     }
@@ -631,7 +635,8 @@ TEST(ukr_e4m3_nan_code_reaches_scores_and_o) {
  * maxima and sums (the sums take P unscaled). Every table, every quantized dtype, edge blocks of
  * keys and rows, and a row that sees nothing. */
 TEST(ukr_decode_scales_fold_exactly) {
-    static const int64_t shapes[][3] = {{1, 1, 16}, {4, 64, 128}, {3, 13, 19}, {6, 37, 64}};
+    static const int64_t shapes[][3] = {{1, 1, 16},  {4, 64, 128}, {3, 13, 19},
+                                        {6, 37, 64}, {1, 40, 64},  {2, 37, 128}};
     const fai_dtype dtypes[] = {FAI_DTYPE_I8, FAI_DTYPE_E4M3, FAI_DTYPE_E5M2};
     for (size_t t = 0; t < sizeof table_names / sizeof *table_names; t++) {
         const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);

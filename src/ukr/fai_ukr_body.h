@@ -602,131 +602,163 @@ static void pv_simd(float *o, int64_t ld_o, const float *p_t, int64_t ld_s, cons
  * paged K/V the next rows may sit on another page, where the hardware prefetchers cannot
  * follow. The row lists carry rows_ahead pointers past the tile for this. */
 
-/* The lane sums of a block of 4 rows x FAI_QK_ROWS_KEYS keys of accumulators, sums[r * keys + c]
- * of acc[r][c]: a 4 x 4 or 4 x 2 block at once where the vocabulary can (FAI_SIMD_HSUM16,
- * FAI_SIMD_HSUM8), else one reduction each. */
-static inline void hsum_block(fvec acc[4][FAI_QK_ROWS_KEYS], float sums[4 * FAI_QK_ROWS_KEYS]) {
+/* Decode's QK works on blocks of QK_ROWS_BLOCK accumulators: 4 query rows x FAI_QK_ROWS_KEYS
+ * keys, or, where a call has fewer rows (an MHA step has one, a GQA group of 2 two), 2 rows x
+ * twice the keys or 1 row x four times them, so no accumulator repeats another row's work. */
+#define QK_ROWS_BLOCK (4 * FAI_QK_ROWS_KEYS)
+
+/* The lane sums of a block of accumulators, sums[k] of acc[k] (acc[r * keys + c] is row r, key
+ * c): 16 or 8 at once where the vocabulary can (FAI_SIMD_HSUM16, FAI_SIMD_HSUM8), else one
+ * reduction each. */
+static inline void hsum_block(const fvec acc[QK_ROWS_BLOCK], float sums[QK_ROWS_BLOCK]) {
 #if defined(FAI_SIMD_HSUM16)
-    if (FAI_QK_ROWS_KEYS == 4) {
-        v_hsum16(&acc[0][0], sums);
+    if (QK_ROWS_BLOCK == 16) {
+        v_hsum16(acc, sums);
         return;
     }
 #endif
 #if defined(FAI_SIMD_HSUM8)
-    if (FAI_QK_ROWS_KEYS == 2) {
-        v_hsum8(&acc[0][0], sums);
+    if (QK_ROWS_BLOCK == 8) {
+        v_hsum8(acc, sums);
         return;
     }
 #endif
-    for (int r = 0; r < 4; r++)
-        for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)
-            sums[r * FAI_QK_ROWS_KEYS + c] = v_hsum(acc[r][c]);
+    for (int k = 0; k < QK_ROWS_BLOCK; k++)
+        sums[k] = v_hsum(acc[k]);
 }
 
-/* Stores a block of lane sums (hsum_block's, rows i0.., keys j0..) as scores: times the dtype's
- * unit, the softmax scale and each key's scale, in that order, in one pass. The key scales are
- * looked up only now (nothing more is live): 4 keys' in every group of 4 lanes where the block has
- * 4 valid keys, else one by one. Rows and keys past m and n are not stored; keys holding the e4m3
- * NaN code get NaN scores, as their dot products would. */
-static inline void store_score_block(float *s, int64_t ld_n, float sums[4 * FAI_QK_ROWS_KEYS],
-                                     int64_t i0, int64_t m, int64_t j0, int64_t n, float unit,
-                                     float scale, const float *key_scale,
-                                     const int nan_key[FAI_QK_ROWS_KEYS]) {
-    enum { KEYS = FAI_QK_ROWS_KEYS, BLOCK = 4 * KEYS, STEP = W < BLOCK ? W : BLOCK };
-    const int whole_keys = j0 + KEYS <= n, scale_lanes = key_scale && KEYS == 4 && whole_keys;
-    for (int k = 0; k < BLOCK; k += STEP) {
+/* Stores a block of lane sums (hsum_block's: `rows` rows from i0, `keys` keys from j0) as
+ * scores: times the dtype's unit, the softmax scale and each key's scale, in that order, in one
+ * pass. The key scales are looked up only now (nothing more is live): a vector of them at a time
+ * where the block has all its keys and its lanes repeat 4 keys or hold whole vectors of them, else
+ * one by one. Rows and keys past m and n are not stored; keys holding the e4m3 NaN code get NaN
+ * scores, as their dot products would. */
+static inline void store_score_block(float *s, int64_t ld_n, float sums[QK_ROWS_BLOCK], int rows,
+                                     int keys, int64_t i0, int64_t m, int64_t j0, int64_t n,
+                                     float unit, float scale, const float *key_scale,
+                                     const int *nan_key) {
+    enum { STEP = W < QK_ROWS_BLOCK ? W : QK_ROWS_BLOCK };
+    const int whole_keys = j0 + keys <= n;
+    const int scale_lanes = key_scale && whole_keys && (keys == 4 || keys % W == 0);
+    for (int k = 0; k < QK_ROWS_BLOCK; k += STEP) {
         fvec v = v_mul(v_mul(v_load(sums + k), v_set1(unit)), v_set1(scale));
-        if (scale_lanes) v = v_mul(v, v_load_repeat4(key_scale + j0));
+        if (scale_lanes)
+            v = v_mul(v, keys == 4 ? v_load_repeat4(key_scale + j0)
+                                   : v_load(key_scale + j0 + k % keys));
         v_store(sums + k, v);
     }
     if (key_scale && !scale_lanes) /* an edge block repeats a valid key's scale */
-        for (int r = 0; r < 4; r++)
-            for (int c = 0; c < KEYS; c++)
-                sums[r * KEYS + c] *= key_scale[j0 + c < n ? j0 + c : j0];
-    if (whole_keys && i0 + 4 <= m) /* a row's keys follow each other */
-        for (int r = 0; r < 4; r++)
-            memcpy(s + (i0 + r) * ld_n + j0, sums + r * KEYS, KEYS * sizeof(float));
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < keys; c++)
+                sums[r * keys + c] *= key_scale[j0 + c < n ? j0 + c : j0];
+    if (whole_keys && i0 + rows <= m) /* a row's keys follow each other */
+        for (int r = 0; r < rows; r++)
+            memcpy(s + (i0 + r) * ld_n + j0, sums + r * keys, (size_t)keys * sizeof(float));
     else
-        for (int c = 0; c < KEYS && j0 + c < n; c++)
-            for (int r = 0; r < 4 && i0 + r < m; r++)
-                s[(i0 + r) * ld_n + j0 + c] = sums[r * KEYS + c];
-    for (int c = 0; c < KEYS; c++)
-        for (int r = 0; nan_key[c] && r < 4 && i0 + r < m; r++)
+        for (int c = 0; c < keys && j0 + c < n; c++)
+            for (int r = 0; r < rows && i0 + r < m; r++)
+                s[(i0 + r) * ld_n + j0 + c] = sums[r * keys + c];
+    for (int c = 0; c < keys; c++)
+        for (int r = 0; nan_key[c] && r < rows && i0 + r < m; r++)
             s[(i0 + r) * ld_n + j0 + c] = NAN;
 }
 
-/* FAI_QK_ROWS_KEYS keys (4; 2 where the vocabulary has 16 registers) x 4 query rows of dot
- * products over d, in as many vector accumulators, reduced at the end. Edge blocks repeat a valid
- * row or key and store only the valid results. The dtype is a constant in each instance, so the
- * load's branch folds away. e4m3 keys are read as 2^-8 of their values (load_row_unit; the sums are
- * scaled back, exactly) and a key holding the NaN code gets NaN scores, as its dot products would.
- */
-#define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
+/* ROWS query rows x KEYS keys (ROWS x KEYS = QK_ROWS_BLOCK) of dot products over d, in as many
+ * vector accumulators, reduced at the end. Edge blocks repeat a valid row or key and store only
+ * the valid results. The dtype is a constant in each instance, so the load's branch folds away.
+ * e4m3 keys are read as 2^-8 of their values (load_row_unit; the sums are scaled back, exactly)
+ * and a key holding the NaN code gets NaN scores, as its dot products would. Each key's vector
+ * is converted once and taken by the block's rows at once, so few are live. */
+#define DEFINE_QK_ROWS_BLOCK(NAME, DTYPE, ROWS, KEYS)                                              \
     static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
                      const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,    \
                      int64_t n, int64_t d, float scale, const float *key_scale) {                  \
         const int64_t row_bytes = row_bytes_of(d, DTYPE);                                          \
         const int64_t ahead = fai__prefetch_ahead(row_bytes);                                      \
         const int64_t full = d / W * W;                                                            \
-        for (int64_t j0 = 0; j0 < n; j0 += FAI_QK_ROWS_KEYS) {                                     \
-            const void *key[FAI_QK_ROWS_KEYS];                                                     \
-            for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                             \
+        for (int64_t j0 = 0; j0 < n; j0 += KEYS) {                                                 \
+            const void *key[KEYS];                                                                 \
+            for (int c = 0; c < KEYS; c++)                                                         \
                 key[c] = k_rows[j0 + c < n ? j0 + c : j0];                                         \
-            for (int c = 0; c < FAI_QK_ROWS_KEYS && j0 + ahead + c < n + rows_ahead; c++)          \
+            for (int c = 0; c < KEYS && j0 + ahead + c < n + rows_ahead; c++)                      \
                 fai__prefetch_row(k_rows[j0 + ahead + c], row_bytes);                              \
-            fai__fetch_for_keys(fetch, j0, j0 + FAI_QK_ROWS_KEYS, n);                              \
-            int nan_key[FAI_QK_ROWS_KEYS] = {0};                                                   \
+            fai__fetch_for_keys(fetch, j0, j0 + KEYS, n);                                          \
+            int nan_key[KEYS] = {0};                                                               \
             if (DTYPE == FAI_DTYPE_E4M3 &&                                                         \
-                e4m3_nan_in_keys(key, n - j0 < FAI_QK_ROWS_KEYS ? n - j0 : FAI_QK_ROWS_KEYS, d))   \
-                for (int c = 0; c < FAI_QK_ROWS_KEYS && j0 + c < n; c++)                           \
+                e4m3_nan_in_keys(key, n - j0 < KEYS ? n - j0 : KEYS, d))                           \
+                for (int c = 0; c < KEYS && j0 + c < n; c++)                                       \
                     nan_key[c] = e4m3_nan_in(key[c], d);                                           \
-            for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                \
-                const float *query[4];                                                             \
-                for (int r = 0; r < 4; r++)                                                        \
+            for (int64_t i0 = 0; i0 < m; i0 += ROWS) {                                             \
+                const float *query[ROWS];                                                          \
+                for (int r = 0; r < ROWS; r++)                                                     \
                     query[r] = q + (i0 + r < m ? i0 + r : i0) * ld_q;                              \
-                fvec acc[4][FAI_QK_ROWS_KEYS];                                                     \
-                for (int r = 0; r < 4; r++)                                                        \
-                    for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                     \
-                        acc[r][c] = v_zero();                                                      \
+                fvec acc[QK_ROWS_BLOCK]; /* [row][key] */                                          \
+                for (int k = 0; k < QK_ROWS_BLOCK; k++)                                            \
+                    acc[k] = v_zero();                                                             \
                 int64_t x = 0;                                                                     \
                 for (; DTYPE == FAI_DTYPE_E4M3 && x + 2 * W <= full; x += 2 * W) {                 \
                     /* two vectors a key: their codes converted together */                        \
-                    fvec kv[FAI_QK_ROWS_KEYS][2];                                                  \
-                    for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                     \
-                        load_row_unit2(key[c], x, DTYPE, kv[c]);                                   \
-                    for (int r = 0; r < 4; r++) {                                                  \
-                        const fvec q0 = v_load(query[r] + x), q1 = v_load(query[r] + x + W);       \
-                        for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                 \
-                            acc[r][c] = v_fma(q1, kv[c][1], v_fma(q0, kv[c][0], acc[r][c]));       \
+                    fvec q0[ROWS], q1[ROWS];                                                       \
+                    for (int r = 0; r < ROWS; r++)                                                 \
+                        q0[r] = v_load(query[r] + x), q1[r] = v_load(query[r] + x + W);            \
+                    for (int c = 0; c < KEYS; c++) {                                               \
+                        fvec kv[2];                                                                \
+                        load_row_unit2(key[c], x, DTYPE, kv);                                      \
+                        for (int r = 0; r < ROWS; r++)                                             \
+                            acc[r * KEYS + c] =                                                    \
+                                v_fma(q1[r], kv[1], v_fma(q0[r], kv[0], acc[r * KEYS + c]));       \
                     }                                                                              \
                 }                                                                                  \
                 for (; x < full; x += W) {                                                         \
-                    fvec kv[FAI_QK_ROWS_KEYS];                                                     \
-                    for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                     \
-                        kv[c] = load_row_unit(key[c], x, DTYPE);                                   \
-                    for (int r = 0; r < 4; r++) {                                                  \
-                        const fvec qv = v_load(query[r] + x);                                      \
-                        for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                 \
-                            acc[r][c] = v_fma(qv, kv[c], acc[r][c]);                               \
+                    fvec qv[ROWS];                                                                 \
+                    for (int r = 0; r < ROWS; r++)                                                 \
+                        qv[r] = v_load(query[r] + x);                                              \
+                    for (int c = 0; c < KEYS; c++) {                                               \
+                        const fvec kv = load_row_unit(key[c], x, DTYPE);                           \
+                        for (int r = 0; r < ROWS; r++)                                             \
+                            acc[r * KEYS + c] = v_fma(qv[r], kv, acc[r * KEYS + c]);               \
                     }                                                                              \
                 }                                                                                  \
                 if (full < d) {                                                                    \
-                    fvec kv[FAI_QK_ROWS_KEYS];                                                     \
-                    for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                     \
-                        kv[c] = v_mul(load_row_tail(key[c], full, d - full, DTYPE),                \
-                                      v_set1(1.0f / unit_of(DTYPE)));                              \
-                    for (int r = 0; r < 4; r++) {                                                  \
-                        const fvec qv = v_load(query[r] + full);                                   \
-                        for (int c = 0; c < FAI_QK_ROWS_KEYS; c++)                                 \
-                            acc[r][c] = v_fma(qv, kv[c], acc[r][c]);                               \
+                    fvec qv[ROWS];                                                                 \
+                    for (int r = 0; r < ROWS; r++)                                                 \
+                        qv[r] = v_load(query[r] + full);                                           \
+                    for (int c = 0; c < KEYS; c++) {                                               \
+                        const fvec kv = v_mul(load_row_tail(key[c], full, d - full, DTYPE),        \
+                                              v_set1(1.0f / unit_of(DTYPE)));                      \
+                        for (int r = 0; r < ROWS; r++)                                             \
+                            acc[r * KEYS + c] = v_fma(qv[r], kv, acc[r * KEYS + c]);               \
                     }                                                                              \
                 }                                                                                  \
-                float sums[4 * FAI_QK_ROWS_KEYS];                                                  \
+                float sums[QK_ROWS_BLOCK];                                                         \
                 hsum_block(acc, sums);                                                             \
-                store_score_block(s, ld_n, sums, i0, m, j0, n, unit_of(DTYPE), scale, key_scale,   \
-                                  nan_key);                                                        \
+                store_score_block(s, ld_n, sums, ROWS, KEYS, i0, m, j0, n, unit_of(DTYPE), scale,  \
+                                  key_scale, nan_key);                                             \
             }                                                                                      \
         }                                                                                          \
+    }
+
+/* qk_rows for one K dtype: the whole blocks of 4 rows, then 1 or 2 rows left in blocks of their
+ * own, which read the same K rows again from the cache (3 left join the 4-row blocks: one row
+ * repeated costs less than a second pass); the padding keys masked. */
+#define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
+    DEFINE_QK_ROWS_BLOCK(NAME##_4, DTYPE, 4, FAI_QK_ROWS_KEYS)                                     \
+    DEFINE_QK_ROWS_BLOCK(NAME##_2, DTYPE, 2, (2 * FAI_QK_ROWS_KEYS))                               \
+    DEFINE_QK_ROWS_BLOCK(NAME##_1, DTYPE, 1, (4 * FAI_QK_ROWS_KEYS))                               \
+    static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
+                     const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,    \
+                     int64_t n, int64_t d, float scale, const float *key_scale) {                  \
+        const int64_t left = m % 4 == 3 ? 0 : m % 4, fours = m - left;                             \
+        if (fours > 0)                                                                             \
+            NAME##_4(s, ld_n, q, ld_q, fours, k_rows, rows_ahead, fetch, n, d, scale, key_scale);  \
+        /* the rows left: prefetched and fetched already when a 4-row pass ran */                  \
+        const int first = fours == 0;                                                              \
+        if (left == 2)                                                                             \
+            NAME##_2(s + fours * ld_n, ld_n, q + fours * ld_q, ld_q, 2, k_rows,                    \
+                     first ? rows_ahead : 0, first ? fetch : NULL, n, d, scale, key_scale);        \
+        else if (left == 1)                                                                        \
+            NAME##_1(s + fours * ld_n, ld_n, q + fours * ld_q, ld_q, 1, k_rows,                    \
+                     first ? rows_ahead : 0, first ? fetch : NULL, n, d, scale, key_scale);        \
         for (int64_t i = 0; i < m; i++) /* the padding keys: masked */                             \
             for (int64_t j = n; j < ld_n; j++)                                                     \
                 s[i * ld_n + j] = -INFINITY;                                                       \
@@ -777,32 +809,33 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
     by_dtype[k_dtype](s, ld_n, q, ld_q, m, k_rows, rows_ahead, fetch, n, d, scale, key_scale);
 }
 
-/* O rows in blocks of 4 rows x VECS vectors held in registers across the tile's keys; each V
- * row segment is converted once per block of rows. Edge rows repeat row 0 of the block and are
- * not stored. With `masked`, a row skips keys with P = 0. e4m3 rows are folded into a NaN check
- * as they are read (e4m3_nan_fold): when one held the NaN code, a block returns 1 and stores
- * nothing, and is run again `exact`, checking each row and reading those with the code as NaN. */
+/* O rows in blocks of ROWS rows (4, or the 1 or 2 a call has left) x VECS vectors held in
+ * registers across the tile's keys; each V row segment is converted once per block of rows. Edge
+ * rows repeat row 0 of the block and are not stored. With `masked`, a row skips keys with P = 0.
+ * e4m3 rows are folded into a NaN check as they are read (e4m3_nan_fold): when one held the NaN
+ * code, a block returns 1 and stores nothing, and is run again `exact`, checking each row and
+ * reading those with the code as NaN. */
 #define PV_ROWS_KEYS 4
-#define DEFINE_PV_ROWS_BLOCK(NAME, DTYPE, VECS, TAIL)                                              \
+#define DEFINE_PV_ROWS_BLOCK(NAME, DTYPE, ROWS, VECS, TAIL)                                        \
     static inline int NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t rows,     \
                            const void *const *v_rows, int64_t prefetch_end,                        \
                            const fai_row_fetch *fetch, int64_t n, int64_t x0, int64_t dv,          \
                            int exact) {                                                            \
         const int64_t row_bytes = row_bytes_of(dv, DTYPE);                                         \
         const int64_t ahead = fai__prefetch_ahead(row_bytes);                                      \
-        const float *o_row[4];                                                                     \
-        for (int r = 0; r < 4; r++)                                                                \
+        const float *o_row[ROWS];                                                                  \
+        for (int r = 0; r < ROWS; r++)                                                             \
             o_row[r] = o + (r < rows ? r : 0) * ld_o + x0;                                         \
         /* e4m3 sums in units of 2^8 (the values load_row_unit gives), scaled back when stored:    \
          * powers of two, exact */                                                                 \
         const fvec to_unit = v_set1(1.0f / unit_of(DTYPE)), from_unit = v_set1(unit_of(DTYPE));    \
-        fvec acc[4][VECS];                                                                         \
-        for (int r = 0; r < 4; r++)                                                                \
+        fvec acc[ROWS][VECS];                                                                      \
+        for (int r = 0; r < ROWS; r++)                                                             \
             for (int c = 0; c < VECS; c++)                                                         \
                 acc[r][c] = DTYPE == FAI_DTYPE_E4M3 ? v_mul(v_load(o_row[r] + c * W), to_unit)     \
                                                     : v_load(o_row[r] + c * W);                    \
-        const float *p_row[4];                                                                     \
-        for (int r = 0; r < 4; r++)                                                                \
+        const float *p_row[ROWS];                                                                  \
+        for (int r = 0; r < ROWS; r++)                                                             \
             p_row[r] = p + (r < rows ? r : 0) * ld_n;                                              \
         nan_state seen = e4m3_nan_none();                                                          \
         /* the prefetches a block of keys at a time, out of the loop the vectors run in */         \
@@ -827,7 +860,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
                     for (int c = 0; c < VECS; c++)                                                 \
                         values[c] = load_row_unit(v_rows[j], x0 + c * W, DTYPE);                   \
                 }                                                                                  \
-                for (int r = 0; r < 4; r++) {                                                      \
+                for (int r = 0; r < ROWS; r++) {                                                   \
                     const fvec p_r = v_set1(p_row[r][j]);                                          \
                     for (int c = 0; c < VECS; c++)                                                 \
                         acc[r][c] = v_fma(p_r, values[c], acc[r][c]);                              \
@@ -835,7 +868,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             }                                                                                      \
         }                                                                                          \
         if (DTYPE == FAI_DTYPE_E4M3 && !TAIL && !exact && e4m3_nan_any(seen)) return 1;            \
-        for (int r = 0; r < 4; r++)                                                                \
+        for (int r = 0; r < ROWS; r++)                                                             \
             if (r < rows)                                                                          \
                 for (int c = 0; c < VECS; c++)                                                     \
                     v_store(o + r * ld_o + x0 + c * W,                                             \
@@ -843,10 +876,37 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
         return 0;                                                                                  \
     }
 
+/* The blocks of one row count: FAI_PV_ROWS_VECS x 4 / ROWS vectors wide (at most 2 x
+ * FAI_PV_ROWS_VECS, about the registers the 4-row block holds), one vector, the tail. */
+#define DEFINE_PV_ROWS_BLOCKS(NAME, DTYPE, ROWS)                                                   \
+    DEFINE_PV_ROWS_BLOCK(NAME##_wide, DTYPE, ROWS,                                                 \
+                         ((ROWS) == 4 ? FAI_PV_ROWS_VECS : 2 * FAI_PV_ROWS_VECS), 0)               \
+    DEFINE_PV_ROWS_BLOCK(NAME##_one, DTYPE, ROWS, 1, 0)                                            \
+    DEFINE_PV_ROWS_BLOCK(NAME##_tail, DTYPE, ROWS, 1, 1)                                           \
+    static void NAME(float *o_block, int64_t ld_o, const float *p_block, int64_t ld_n,             \
+                     int64_t rows, const void *const *v_rows, int64_t list_end,                    \
+                     const fai_row_fetch *fetch_block, int64_t n, int64_t dv) {                    \
+        enum { WIDE = (ROWS) == 4 ? FAI_PV_ROWS_VECS : 2 * FAI_PV_ROWS_VECS };                     \
+        int64_t x0 = 0;                                                                            \
+        for (; x0 + WIDE * W <= dv; x0 += WIDE * W)                                                \
+            if (NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,  \
+                            x0, dv, 0))                                                            \
+                NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,  \
+                            x0, dv, 1);                                                            \
+        for (; x0 + W <= dv; x0 += W)                                                              \
+            if (NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,   \
+                           x0, dv, 0))                                                             \
+                NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,   \
+                           x0, dv, 1);                                                             \
+        if (x0 < dv)                                                                               \
+            NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n, x0,  \
+                        dv, 0);                                                                    \
+    }
+
 #define DEFINE_PV_ROWS(NAME, DTYPE)                                                                \
-    DEFINE_PV_ROWS_BLOCK(NAME##_wide, DTYPE, FAI_PV_ROWS_VECS, 0)                                  \
-    DEFINE_PV_ROWS_BLOCK(NAME##_one, DTYPE, 1, 0)                                                  \
-    DEFINE_PV_ROWS_BLOCK(NAME##_tail, DTYPE, 1, 1)                                                 \
+    DEFINE_PV_ROWS_BLOCKS(NAME##_4, DTYPE, 4)                                                      \
+    DEFINE_PV_ROWS_BLOCKS(NAME##_2, DTYPE, 2)                                                      \
+    DEFINE_PV_ROWS_BLOCKS(NAME##_1, DTYPE, 1)                                                      \
     static void NAME(float *o, int64_t ld_o, const float *p, int64_t ld_n, int64_t m,              \
                      const void *const *v_rows, int64_t rows_ahead, const fai_row_fetch *fetch,    \
                      int64_t n, int64_t dv, int masked) {                                          \
@@ -876,22 +936,17 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             const int64_t rows = m - i0 < 4 ? m - i0 : 4;                                          \
             float *o_block = o + i0 * ld_o;                                                        \
             const float *p_block = p + i0 * ld_n;                                                  \
-            int64_t x0 = 0;                                                                        \
             const int64_t list_end = n + rows_ahead;                                               \
             const fai_row_fetch *fetch_block = i0 == 0 ? fetch : NULL; /* once */                  \
-            for (; x0 + FAI_PV_ROWS_VECS * W <= dv; x0 += FAI_PV_ROWS_VECS * W)                    \
-                if (NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, \
-                                n, x0, dv, 0))                                                     \
-                    NAME##_wide(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, \
-                                n, x0, dv, 1);                                                     \
-            for (; x0 + W <= dv; x0 += W)                                                          \
-                if (NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block,  \
-                               n, x0, dv, 0))                                                      \
-                    NAME##_one(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block,  \
-                               n, x0, dv, 1);                                                      \
-            if (x0 < dv)                                                                           \
-                NAME##_tail(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,  \
-                            x0, dv, 0);                                                            \
+            if (rows == 1)                                                                         \
+                NAME##_1(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,     \
+                         dv);                                                                      \
+            else if (rows == 2)                                                                    \
+                NAME##_2(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,     \
+                         dv);                                                                      \
+            else /* 3 rows repeat one: less than a second pass */                                  \
+                NAME##_4(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,     \
+                         dv);                                                                      \
         }                                                                                          \
     }
 
