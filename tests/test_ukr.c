@@ -380,7 +380,7 @@ TEST(ukr_bf16_pack_q_refuses_out_of_range) {
 
 /* Decode's bf16 dot-product QK (where the CPU has it) against the reference qk_rows on bf16 data,
  * on any d (the last pairs read under a mask: each K row is its own allocation, so a read past it
- * is caught under the sanitizers), row and key counts that are not multiples of the 4 x 4 block,
+ * is caught under the sanitizers), row and key counts that are not multiples of the blocks,
  * the -inf padding, and an Inf and a NaN in K giving what f32 products give. */
 TEST(ukr_bf16_qk_rows_matches_reference) {
     const fai_cntx *ref = fai__cntx_by_name("ref");
@@ -390,8 +390,10 @@ TEST(ukr_bf16_qk_rows_matches_reference) {
         printf("  skipped: no bf16 dot products on this CPU\n");
         return;
     }
-    static const int64_t shapes[][3] = {{1, 1, 1},    {4, 256, 128}, {3, 37, 17},
-                                        {5, 29, 576}, {8, 7, 33},    {4, 5, 16}};
+    /* 1 and 2 rows in blocks of their own (alone and after a block of 4), 3 in one of 4 */
+    static const int64_t shapes[][3] = {{1, 1, 1},    {4, 256, 128}, {3, 37, 17},  {5, 29, 576},
+                                        {8, 7, 33},   {4, 5, 16},    {1, 70, 128}, {2, 41, 64},
+                                        {6, 35, 130}, {1, 17, 48}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int64_t m = shapes[s][0], n = shapes[s][1], d = shapes[s][2];
         const int64_t ld_q = (d + 15) / 16 * 16, ld_n = (n + 15) / 16 * 16;

@@ -154,63 +154,86 @@ static int q_rows_in_dot_range(const float *q, int64_t ld_q, int64_t m) {
 /* Decode QK for bf16 Q and K: s [m, ld_n] = scale * q . k_rows^T, -inf in columns [n, ld_n),
  * as qk_rows (fai_ukr.h), or 0 without writing when a value of Q is out of the products' range. q
  * holds bf16 values in f32 (decode's Q tile), each exactly a bf16, so converting them back is
- * exact. 4 keys x 4 rows of 32-element dot products a block, in 16 accumulators reduced at the end;
- * the last pairs of a row are read under a mask (nothing past d), and edge blocks repeat a valid
- * row or key and store only the valid results. */
-#define QK_ROWS_KEYS 4
-#define QK_ROWS_ROWS 4
+ * exact. Blocks of 16 accumulators of 32-element dot products, reduced at the end: 4 rows x 4
+ * keys, or for the 1 or 2 rows a call has left (an MHA step, a GQA group of 2) 1 x 16 or 2 x 8,
+ * so no accumulator repeats another row's work; the last pairs of a row are read under a mask
+ * (nothing past d), and edge blocks repeat a valid row or key and store only the valid results. */
+#define QK_ROWS_BLOCK 16
+#define DEFINE_QK_ROWS_BF16(NAME, ROWS, KEYS)                                                      \
+    static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
+                     const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,    \
+                     int64_t n, int64_t d, float scale) {                                          \
+        uint16_t q_bf16[ROWS][FAI_MAX_HEAD_DIM + 32];                                              \
+        const int64_t ahead = fai__prefetch_ahead(2 * d);                                          \
+        const int64_t full = d / 32 * 32;                                                          \
+        const __mmask32 tail = (__mmask32)((UINT64_C(1) << (d - full)) - 1);                       \
+        for (int64_t i0 = 0; i0 < m; i0 += ROWS) {                                                 \
+            for (int r = 0; r < ROWS; r++) {                                                       \
+                const float *row = q + (i0 + r < m ? i0 + r : i0) * ld_q;                          \
+                for (int64_t x = 0; x < d; x += 32) { /* ld_q: d padded with zeros to 16 */        \
+                    const __m512 high =                                                            \
+                        x + 16 < ld_q ? _mm512_loadu_ps(row + x + 16) : _mm512_setzero_ps();       \
+                    _mm512_storeu_si512(q_bf16[r] + x, (__m512i)_mm512_cvtne2ps_pbh(               \
+                                                           high, _mm512_loadu_ps(row + x)));       \
+                }                                                                                  \
+            }                                                                                      \
+            for (int64_t j0 = 0; j0 < n; j0 += KEYS) {                                             \
+                const uint16_t *key[KEYS];                                                         \
+                for (int c = 0; c < KEYS; c++)                                                     \
+                    key[c] = k_rows[j0 + c < n ? j0 + c : j0];                                     \
+                for (int c = 0; i0 == 0 && c < KEYS && j0 + ahead + c < n + rows_ahead; c++)       \
+                    fai__prefetch_row(k_rows[j0 + ahead + c], 2 * d);                              \
+                if (i0 == 0) fai__fetch_for_keys(fetch, j0, j0 + KEYS, n);                         \
+                __m512 acc[QK_ROWS_BLOCK]; /* [row][key] */                                        \
+                for (int a = 0; a < QK_ROWS_BLOCK; a++)                                            \
+                    acc[a] = _mm512_setzero_ps();                                                  \
+                for (int64_t x = 0; x < d; x += 32) {                                              \
+                    __m512bh qv[ROWS];                                                             \
+                    for (int r = 0; r < ROWS; r++)                                                 \
+                        qv[r] = (__m512bh)_mm512_loadu_si512(q_bf16[r] + x);                       \
+                    for (int c = 0; c < KEYS; c++) {                                               \
+                        const __m512bh kv =                                                        \
+                            (__m512bh)(x < full ? _mm512_loadu_si512(key[c] + x)                   \
+                                                : _mm512_maskz_loadu_epi16(tail, key[c] + x));     \
+                        for (int r = 0; r < ROWS; r++)                                             \
+                            acc[r * KEYS + c] = _mm512_dpbf16_ps(acc[r * KEYS + c], qv[r], kv);    \
+                    }                                                                              \
+                }                                                                                  \
+                float sums[QK_ROWS_BLOCK];                                                         \
+                v_hsum16(acc, sums);                                                               \
+                v_store(sums, v_mul(v_load(sums), v_set1(scale)));                                 \
+                if (j0 + KEYS <= n && i0 + ROWS <= m) /* a row's keys follow each other */         \
+                    for (int r = 0; r < ROWS; r++)                                                 \
+                        memcpy(s + (i0 + r) * ld_n + j0, sums + r * KEYS, sizeof(float) * KEYS);   \
+                else                                                                               \
+                    for (int r = 0; r < ROWS && i0 + r < m; r++)                                   \
+                        for (int c = 0; c < KEYS && j0 + c < n; c++)                               \
+                            s[(i0 + r) * ld_n + j0 + c] = sums[r * KEYS + c];                      \
+            }                                                                                      \
+        }                                                                                          \
+    }
+DEFINE_QK_ROWS_BF16(qk_rows_bf16_4, 4, 4)
+DEFINE_QK_ROWS_BF16(qk_rows_bf16_2, 2, 8)
+DEFINE_QK_ROWS_BF16(qk_rows_bf16_1, 1, 16)
+
+/* The whole blocks of 4 rows, then 1 or 2 rows left in blocks of their own, which read the same
+ * K rows again from the cache (3 left join the 4-row blocks: one row repeated costs less than a
+ * second pass); the padding keys masked. */
 static int qk_rows_bf16(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                         const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
                         int64_t n, int64_t d, float scale) {
     if (!q_rows_in_dot_range(q, ld_q, m)) return 0;
-    uint16_t q_bf16[QK_ROWS_ROWS][FAI_MAX_HEAD_DIM + 32];
-    const int64_t ahead = fai__prefetch_ahead(2 * d);
-    const int64_t full = d / 32 * 32;
-    const __mmask32 tail = (__mmask32)((UINT64_C(1) << (d - full)) - 1);
-    for (int64_t i0 = 0; i0 < m; i0 += QK_ROWS_ROWS) {
-        for (int r = 0; r < QK_ROWS_ROWS; r++) {
-            const float *row = q + (i0 + r < m ? i0 + r : i0) * ld_q;
-            for (int64_t x = 0; x < d; x += 32) { /* ld_q: d padded with zeros to 16 */
-                const __m512 high =
-                    x + 16 < ld_q ? _mm512_loadu_ps(row + x + 16) : _mm512_setzero_ps();
-                _mm512_storeu_si512(q_bf16[r] + x,
-                                    (__m512i)_mm512_cvtne2ps_pbh(high, _mm512_loadu_ps(row + x)));
-            }
-        }
-        for (int64_t j0 = 0; j0 < n; j0 += QK_ROWS_KEYS) {
-            const uint16_t *key[QK_ROWS_KEYS];
-            for (int c = 0; c < QK_ROWS_KEYS; c++)
-                key[c] = k_rows[j0 + c < n ? j0 + c : j0];
-            for (int c = 0; i0 == 0 && c < QK_ROWS_KEYS && j0 + ahead + c < n + rows_ahead; c++)
-                fai__prefetch_row(k_rows[j0 + ahead + c], 2 * d);
-            if (i0 == 0) fai__fetch_for_keys(fetch, j0, j0 + QK_ROWS_KEYS, n);
-            __m512 acc[QK_ROWS_ROWS * QK_ROWS_KEYS]; /* [row][key] */
-            for (int a = 0; a < QK_ROWS_ROWS * QK_ROWS_KEYS; a++)
-                acc[a] = _mm512_setzero_ps();
-            for (int64_t x = 0; x < d; x += 32) {
-                __m512bh kv[QK_ROWS_KEYS];
-                for (int c = 0; c < QK_ROWS_KEYS; c++)
-                    kv[c] = (__m512bh)(x < full ? _mm512_loadu_si512(key[c] + x)
-                                                : _mm512_maskz_loadu_epi16(tail, key[c] + x));
-                for (int r = 0; r < QK_ROWS_ROWS; r++) {
-                    const __m512bh qv = (__m512bh)_mm512_loadu_si512(q_bf16[r] + x);
-                    for (int c = 0; c < QK_ROWS_KEYS; c++)
-                        acc[r * QK_ROWS_KEYS + c] =
-                            _mm512_dpbf16_ps(acc[r * QK_ROWS_KEYS + c], qv, kv[c]);
-                }
-            }
-            float sums[QK_ROWS_ROWS * QK_ROWS_KEYS];
-            v_hsum16(acc, sums);
-            v_store(sums, v_mul(v_load(sums), v_set1(scale)));
-            if (j0 + QK_ROWS_KEYS <= n && i0 + QK_ROWS_ROWS <= m) /* a row's 4 keys follow */
-                for (int r = 0; r < QK_ROWS_ROWS; r++)
-                    memcpy(s + (i0 + r) * ld_n + j0, sums + r * QK_ROWS_KEYS, sizeof(float) * 4);
-            else
-                for (int r = 0; r < QK_ROWS_ROWS && i0 + r < m; r++)
-                    for (int c = 0; c < QK_ROWS_KEYS && j0 + c < n; c++)
-                        s[(i0 + r) * ld_n + j0 + c] = sums[r * QK_ROWS_KEYS + c];
-        }
-    }
+    const int64_t left = m % 4 == 3 ? 0 : m % 4, fours = m - left;
+    if (fours > 0) qk_rows_bf16_4(s, ld_n, q, ld_q, fours, k_rows, rows_ahead, fetch, n, d, scale);
+    /* the rows left: prefetched and fetched already when a 4-row pass ran */
+    const int64_t left_ahead = fours > 0 ? 0 : rows_ahead;
+    const fai_row_fetch *left_fetch = fours > 0 ? NULL : fetch;
+    if (left == 2)
+        qk_rows_bf16_2(s + fours * ld_n, ld_n, q + fours * ld_q, ld_q, 2, k_rows, left_ahead,
+                       left_fetch, n, d, scale);
+    else if (left == 1)
+        qk_rows_bf16_1(s + fours * ld_n, ld_n, q + fours * ld_q, ld_q, 1, k_rows, left_ahead,
+                       left_fetch, n, d, scale);
     for (int64_t i = 0; i < m; i++) /* the padding keys: masked */
         for (int64_t j = n; j < ld_n; j++)
             s[i * ld_n + j] = -INFINITY;
