@@ -270,15 +270,22 @@ static fai_status write_entry(const char *path, const char *key, int64_t tile_q,
                          strerror(errno));
     char target[PATH_BYTES];
     struct stat st;
-    const int exists = stat(path, &st) == 0;
+    int exists = stat(path, &st) == 0;
+    int stat_errno = errno;
+    struct stat link;
+    if (!exists && stat_errno == ENOENT && lstat(path, &link) == 0) {
+        /* a link to nowhere, or a file (or a link's target) another writer made since: looked
+         * at again, so that two first stores at once do not take each other's file for a link */
+        exists = stat(path, &st) == 0;
+        stat_errno = errno;
+        if (!exists && stat_errno == ENOENT && S_ISLNK(link.st_mode)) /* its target is not made */
+            return fai__fail(FAI_ERR_IO, "tuning cache %s is a dangling symbolic link", path);
+    }
     if (exists && !S_ISREG(st.st_mode))
         return fai__fail(FAI_ERR_IO, "tuning cache %s is not a regular file", path);
-    if (!exists && errno != ENOENT)
-        return fai__fail(FAI_ERR_IO, "tuning cache %s: %s", path, strerror(errno));
+    if (!exists && stat_errno != ENOENT)
+        return fai__fail(FAI_ERR_IO, "tuning cache %s: %s", path, strerror(stat_errno));
     if (!exists) {
-        struct stat link;
-        if (lstat(path, &link) == 0) /* a link to nowhere: its target is not made */
-            return fai__fail(FAI_ERR_IO, "tuning cache %s is a dangling symbolic link", path);
         snprintf(target, sizeof target, "%s", path);
     } else {
         char resolved[PATH_MAX];
