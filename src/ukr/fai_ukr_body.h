@@ -876,8 +876,8 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
         return 0;                                                                                  \
     }
 
-/* The blocks of one row count: FAI_PV_ROWS_VECS x 4 / ROWS vectors wide (at most 2 x
- * FAI_PV_ROWS_VECS, about the registers the 4-row block holds), one vector, the tail. */
+/* The blocks of one row count: FAI_PV_ROWS_VECS vectors wide for 4 rows, twice that for 1 or 2
+ * (no more accumulators than the 4-row block holds), then one vector, then the tail. */
 #define DEFINE_PV_ROWS_BLOCKS(NAME, DTYPE, ROWS)                                                   \
     DEFINE_PV_ROWS_BLOCK(NAME##_wide, DTYPE, ROWS,                                                 \
                          ((ROWS) == 4 ? FAI_PV_ROWS_VECS : 2 * FAI_PV_ROWS_VECS), 0)               \
