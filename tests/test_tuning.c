@@ -312,51 +312,6 @@ TEST(tuning_store_writes_through_a_symlink) {
     drop_cache_file(path);
 }
 
-/* Two processes making the file at once, released together, many times over: the one that
- * finds no file must not take the file the other made meanwhile for a link to nowhere (which
- * failed its store). */
-TEST(tuning_first_stores_at_once_both_land) {
-    enum { ROUNDS = 40 };
-    char path[512];
-    use_cache_file(path, sizeof path);
-    fai_plan *plans[2];
-    fai_problem pb;
-    prefill_problem(&pb);
-    for (int i = 0; i < 2; i++) {
-        pb.head_dim = 8 * (i + 1);
-        REQUIRE(fai_plan_create(&pb, &plans[i]) == FAI_OK);
-    }
-    int failed = 0;
-    for (int round = 0; round < ROUNDS; round++) {
-        remove(path); /* each round begins with no file */
-        int gate[2];
-        REQUIRE(pipe(gate) == 0);
-        pid_t children[2];
-        for (int c = 0; c < 2; c++) {
-            children[c] = fork();
-            REQUIRE(children[c] >= 0);
-            if (children[c] == 0) {
-                close(gate[1]);
-                char byte;
-                (void)!read(gate[0], &byte, 1); /* returns when the parent closes the gate */
-                _exit(fai_tuning_store(plans[c], 4, 16) == FAI_OK ? 0 : 1);
-            }
-        }
-        close(gate[0]);
-        close(gate[1]);
-        for (int c = 0; c < 2; c++) {
-            int status = 0;
-            CHECK(waitpid(children[c], &status, 0) == children[c]);
-            failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        }
-    }
-    CHECK(failed == 0);
-    if (failed) printf("  %d of %d stores failed\n", failed, 2 * ROUNDS);
-    for (int i = 0; i < 2; i++)
-        fai_plan_free(plans[i]);
-    drop_cache_file(path);
-}
-
 /* Two processes storing at once: each store reads the file, adds its entry and renames a new
  * file over it; without the lock between them one's entries would be lost. */
 TEST(tuning_concurrent_stores_all_land) {

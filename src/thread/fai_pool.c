@@ -127,7 +127,6 @@ static void *helper_main(void *pool_arg) {
     return NULL;
 }
 
-/* Read once: sysconf reads /sys on every call, which would cost a plan tens of microseconds. */
 /* Forks this process descends from since the first pool was made (one more in each child). */
 static atomic_uint_fast64_t fork_generation;
 static pthread_once_t fork_count_once = PTHREAD_ONCE_INIT;
@@ -135,6 +134,7 @@ static pthread_once_t fork_count_once = PTHREAD_ONCE_INIT;
 static void count_fork(void) { atomic_fetch_add(&fork_generation, 1); }
 static void count_forks(void) { pthread_atfork(NULL, NULL, count_fork); }
 
+/* Read once: sysconf reads /sys on every call, which would cost a plan tens of microseconds. */
 static int64_t online_cpus;
 static pthread_once_t online_once = PTHREAD_ONCE_INIT;
 

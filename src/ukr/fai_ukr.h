@@ -76,6 +76,11 @@ static inline void fai__prefetch_row(const void *row, int64_t bytes) {
         __builtin_prefetch((const char *)row + offset, 0, FAI_PREFETCH_LOCALITY);
 }
 
+/* How a decode kernel splits its m query rows: blocks of 4, then the 1 or 2 rows left (returned)
+ * in blocks of their own, which read the tile's K/V rows again from the cache; 3 left join the
+ * 4-row blocks, one row repeated costing less than a second pass. */
+static inline int64_t fai__decode_rows_left(int64_t m) { return m % 4 == 3 ? 0 : m % 4; }
+
 /* The rows a decode kernel asks into L2 while it computes a tile: those of the stream its caller
  * reads next (during QK the tile's V rows, during PV the K rows of the tile computed after this
  * one). Decode alternates between the two streams; with each kernel reading only its own, the

@@ -738,9 +738,7 @@ static inline void store_score_block(float *s, int64_t ld_n, float sums[QK_ROWS_
         }                                                                                          \
     }
 
-/* qk_rows for one K dtype: the whole blocks of 4 rows, then 1 or 2 rows left in blocks of their
- * own, which read the same K rows again from the cache (3 left join the 4-row blocks: one row
- * repeated costs less than a second pass); the padding keys masked. */
+/* qk_rows for one K dtype: its rows split by fai__decode_rows_left; the padding keys masked. */
 #define DEFINE_QK_ROWS(NAME, DTYPE)                                                                \
     DEFINE_QK_ROWS_BLOCK(NAME##_4, DTYPE, 4, FAI_QK_ROWS_KEYS)                                     \
     DEFINE_QK_ROWS_BLOCK(NAME##_2, DTYPE, 2, (2 * FAI_QK_ROWS_KEYS))                               \
@@ -748,7 +746,7 @@ static inline void store_score_block(float *s, int64_t ld_n, float sums[QK_ROWS_
     static void NAME(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,              \
                      const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,    \
                      int64_t n, int64_t d, float scale, const float *key_scale) {                  \
-        const int64_t left = m % 4 == 3 ? 0 : m % 4, fours = m - left;                             \
+        const int64_t left = fai__decode_rows_left(m), fours = m - left;                           \
         if (fours > 0)                                                                             \
             NAME##_4(s, ld_n, q, ld_q, fours, k_rows, rows_ahead, fetch, n, d, scale, key_scale);  \
         /* the rows left: prefetched and fetched already when a 4-row pass ran */                  \
@@ -944,7 +942,7 @@ static void qk_rows_simd(float *s, int64_t ld_n, const float *q, int64_t ld_q, i
             else if (rows == 2)                                                                    \
                 NAME##_2(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,     \
                          dv);                                                                      \
-            else /* 3 rows repeat one: less than a second pass */                                  \
+            else /* 3 rows repeat one, as fai__decode_rows_left splits */                          \
                 NAME##_4(o_block, ld_o, p_block, ld_n, rows, v_rows, list_end, fetch_block, n,     \
                          dv);                                                                      \
         }                                                                                          \

@@ -216,14 +216,12 @@ DEFINE_QK_ROWS_BF16(qk_rows_bf16_4, 4, 4)
 DEFINE_QK_ROWS_BF16(qk_rows_bf16_2, 2, 8)
 DEFINE_QK_ROWS_BF16(qk_rows_bf16_1, 1, 16)
 
-/* The whole blocks of 4 rows, then 1 or 2 rows left in blocks of their own, which read the same
- * K rows again from the cache (3 left join the 4-row blocks: one row repeated costs less than a
- * second pass); the padding keys masked. */
+/* The rows split by fai__decode_rows_left; the padding keys masked. */
 static int qk_rows_bf16(float *s, int64_t ld_n, const float *q, int64_t ld_q, int64_t m,
                         const void *const *k_rows, int64_t rows_ahead, const fai_row_fetch *fetch,
                         int64_t n, int64_t d, float scale) {
     if (!q_rows_in_dot_range(q, ld_q, m)) return 0;
-    const int64_t left = m % 4 == 3 ? 0 : m % 4, fours = m - left;
+    const int64_t left = fai__decode_rows_left(m), fours = m - left;
     if (fours > 0) qk_rows_bf16_4(s, ld_n, q, ld_q, fours, k_rows, rows_ahead, fetch, n, d, scale);
     /* the rows left: prefetched and fetched already when a 4-row pass ran */
     const int64_t left_ahead = fours > 0 ? 0 : rows_ahead;
