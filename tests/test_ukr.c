@@ -5,6 +5,7 @@
 #include "fai_oracle.h"
 #include "util/fai_half.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -569,6 +570,31 @@ TEST(ukr_quantized_codes_decode_exactly) {
                         fai_dtype_name(dtypes[k]), code, value, back);
             CHECK(same);
         }
+}
+
+/* int8 rows times scales the largest finite products of which reach past FLT_MAX: the packing
+ * reports Inf where code -128 or 127 overflows (which the exact PV then takes), and finite where
+ * the scale is at most FLT_MAX / 128, whatever the codes. Every table, the code in a vector and
+ * in the portable tail. */
+TEST(ukr_int8_packing_reports_overflow) {
+    enum { DIM = 64 + 3 };
+    const float bound = FLT_MAX / 128.0f, past = nextafterf(bound, INFINITY);
+    for (size_t t = 0; t < sizeof table_names / sizeof table_names[0]; t++) {
+        const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
+        if (!cntx) continue;
+        for (int at = 0; at < 2; at++) /* where -128 sits: a vector, the tail */
+            for (int over = 0; over < 2; over++) {
+                int8_t codes[DIM] = {0};
+                codes[at ? DIM - 1 : 5] = -128;
+                codes[at ? 5 : DIM - 1] = 127;
+                const void *rows[2] = {codes, codes};
+                const float scales[2] = {1.0f, over ? past : bound};
+                float out[2 * DIM];
+                const int finite = cntx->pack_rows(out, DIM, rows, 2, DIM, FAI_DTYPE_I8, scales);
+                CHECK(finite == !over);
+                CHECK(out[DIM + (at ? DIM - 1 : 5)] == (over ? -INFINITY : -FLT_MAX));
+            }
+    }
 }
 
 /* The e4m3 NaN code in a K row makes that key's scores NaN and no other's; in a V row it makes
