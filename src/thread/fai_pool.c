@@ -220,6 +220,10 @@ void fai_pool_free(fai_pool *pool) {
 
 int64_t fai__pool_size(const fai_pool *pool) { return pool->size; }
 
+int64_t fai__pool_helpers_joined(fai_pool *pool) {
+    return (int64_t)(atomic_load(&pool->joined) & (RUN_CLOSED - 1));
+}
+
 void fai__pool_wake(fai_pool *pool) {
     if (pool->size <= 1 || !helpers_here(pool)) return;
     atomic_store(&pool->awake_until, now_nanoseconds() + WAKE_NANOSECONDS);
@@ -229,6 +233,22 @@ void fai__pool_wake(fai_pool *pool) {
         pthread_cond_broadcast(&pool->wake);
         pthread_mutex_unlock(&pool->lock);
     }
+}
+
+/* Wakes as many sleeping helpers as a run can use, not all of them: one woken past the run's
+ * threads would only join it, leave and poll again, a core's time for nothing (on a large
+ * machine, a small decode step would wake every core). Helpers still polling join by
+ * themselves; a helper woken late, or not at all, only leaves more of the work to the others. */
+static void wake_for_run(fai_pool *pool, int64_t wanted) {
+    const int sleeping = atomic_load(&pool->sleepers);
+    if (sleeping <= 0 || wanted <= 0) return;
+    pthread_mutex_lock(&pool->lock);
+    if (wanted >= sleeping)
+        pthread_cond_broadcast(&pool->wake);
+    else
+        for (int64_t i = 0; i < wanted; i++)
+            pthread_cond_signal(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
 }
 
 void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *arg) {
@@ -247,11 +267,7 @@ void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *a
     atomic_store(&pool->finished, 0);
     atomic_store(&pool->joined, 0);         /* open: publishes fn, arg, active, finished */
     atomic_fetch_add(&pool->generation, 1); /* and calls the helpers */
-    if (atomic_load(&pool->sleepers) > 0) {
-        pthread_mutex_lock(&pool->lock);
-        pthread_cond_broadcast(&pool->wake);
-        pthread_mutex_unlock(&pool->lock);
-    }
+    wake_for_run(pool, threads - 1);
 
     fn(arg, 0);
 
