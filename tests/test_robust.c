@@ -333,23 +333,26 @@ static int masked_positions_case(const mask_config *mc, int which, uint64_t seed
     return failed;
 }
 
-TEST(robust_masked_k_never_leaks) {
+/* A poisoning case run on every mask configuration (seeds from seed0): the cases that failed;
+ * `count` adds up what each case counted. */
+typedef int (*config_case_fn)(const mask_config *mc, int which, uint64_t seed, int64_t *count);
+static int on_every_config(config_case_fn fn, int which, uint64_t seed0, int64_t *count) {
     int failed = 0;
-    int64_t partly_seen = 0;
     for (int i = 0; i < MASK_CONFIGS; i++)
-        failed += masked_positions_case(&mask_configs[i], 0, 2000 + (uint64_t)i, &partly_seen);
-    CHECK(failed == 0);
+        failed += fn(&mask_configs[i], which, seed0 + (uint64_t)i, count);
+    return failed;
+}
+
+TEST(robust_masked_k_never_leaks) {
+    int64_t partly_seen = 0;
+    CHECK(on_every_config(masked_positions_case, 0, 2000, &partly_seen) == 0);
     CHECK(partly_seen > 0); /* some poisoned keys share a tile with rows that see them */
 }
 
 TEST(robust_masked_v_never_leaks) {
-    int failed = 0;
     int64_t partly_seen = 0;
-    for (int i = 0; i < MASK_CONFIGS; i++) {
-        failed += masked_positions_case(&mask_configs[i], 1, 2100 + (uint64_t)i, &partly_seen);
-        failed += masked_positions_case(&mask_configs[i], 2, 2200 + (uint64_t)i, &partly_seen);
-    }
-    CHECK(failed == 0);
+    CHECK(on_every_config(masked_positions_case, 1, 2100, &partly_seen) == 0);
+    CHECK(on_every_config(masked_positions_case, 2, 2200, &partly_seen) == 0);
     CHECK(partly_seen > 0);
 }
 
@@ -401,20 +404,14 @@ static int visible_nan_case(const mask_config *mc, int which, uint64_t seed, int
 }
 
 TEST(robust_visible_nan_v_poisons_only_its_rows) {
-    int failed = 0;
     int64_t poisoned = 0;
-    for (int i = 0; i < MASK_CONFIGS; i++)
-        failed += visible_nan_case(&mask_configs[i], 1, 2400 + (uint64_t)i, &poisoned);
-    CHECK(failed == 0);
+    CHECK(on_every_config(visible_nan_case, 1, 2400, &poisoned) == 0);
     CHECK(poisoned > 0);
 }
 
 TEST(robust_visible_nan_k_poisons_only_its_rows) {
-    int failed = 0;
     int64_t poisoned = 0;
-    for (int i = 0; i < MASK_CONFIGS; i++)
-        failed += visible_nan_case(&mask_configs[i], 0, 2500 + (uint64_t)i, &poisoned);
-    CHECK(failed == 0);
+    CHECK(on_every_config(visible_nan_case, 0, 2500, &poisoned) == 0);
     CHECK(poisoned > 0);
 }
 
