@@ -279,7 +279,7 @@ void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *a
 /* A run is coming: sleeping helpers wake and poll for it a while (fai_plan_wake). */
 void fai__pool_wake(fai_pool *pool);
 /* Helpers that woke for the latest run, those that came after it closed included (tests). */
-int64_t fai__pool_helpers_joined(fai_pool *pool);
+int64_t fai__pool_helpers_joined(const fai_pool *pool);
 
 /* Checked arithmetic: returns 0 on overflow. */
 static inline int fai__mul_ok(int64_t a, int64_t b, int64_t *out) {

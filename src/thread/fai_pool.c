@@ -220,7 +220,7 @@ void fai_pool_free(fai_pool *pool) {
 
 int64_t fai__pool_size(const fai_pool *pool) { return pool->size; }
 
-int64_t fai__pool_helpers_joined(fai_pool *pool) {
+int64_t fai__pool_helpers_joined(const fai_pool *pool) {
     return (int64_t)(atomic_load(&pool->joined) & (RUN_CLOSED - 1));
 }
 
