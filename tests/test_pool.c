@@ -1,5 +1,5 @@
-/* The thread pool's runs: every index of a run done once, and a run that uses fewer threads
- * than the pool has wakes no more sleeping helpers than it can use. */
+/* The thread pool's runs: no index of a run done twice or past its thread count, and a run that
+ * uses fewer threads than the pool has wakes no more sleeping helpers than it can use. */
 #include "fai.h"
 #include "fai_internal.h"
 #include "test_util.h"

@@ -224,21 +224,11 @@ int64_t fai__pool_helpers_joined(const fai_pool *pool) {
     return (int64_t)(atomic_load(&pool->joined) & (RUN_CLOSED - 1));
 }
 
-void fai__pool_wake(fai_pool *pool) {
-    if (pool->size <= 1 || !helpers_here(pool)) return;
-    atomic_store(&pool->awake_until, now_nanoseconds() + WAKE_NANOSECONDS);
-    atomic_fetch_add(&pool->wakes, 1);
-    if (atomic_load(&pool->sleepers) > 0) {
-        pthread_mutex_lock(&pool->lock);
-        pthread_cond_broadcast(&pool->wake);
-        pthread_mutex_unlock(&pool->lock);
-    }
-}
-
-/* Wakes as many sleeping helpers as a run can use, not all of them: one woken past the run's
- * threads would only join it, leave and poll again, a core's time for nothing (on a large
- * machine, a small decode step would wake every core). Helpers still polling join by
- * themselves; a helper woken late, or not at all, only leaves more of the work to the others. */
+/* Wakes `wanted` sleeping helpers (all of them when no more sleep): a run wakes as many as it
+ * can use, not all, since one woken past the run's threads would only join it, leave and poll
+ * again, a core's time for nothing (on a large machine, a small decode step would wake every
+ * core). Helpers still polling join by themselves; a helper woken late, or not at all, only
+ * leaves more of the work to the others. */
 static void wake_for_run(fai_pool *pool, int64_t wanted) {
     const int sleeping = atomic_load(&pool->sleepers);
     if (sleeping <= 0 || wanted <= 0) return;
@@ -249,6 +239,14 @@ static void wake_for_run(fai_pool *pool, int64_t wanted) {
         for (int64_t i = 0; i < wanted; i++)
             pthread_cond_signal(&pool->wake);
     pthread_mutex_unlock(&pool->lock);
+}
+
+/* An announcement wakes every sleeper: the run's thread count is not known yet. */
+void fai__pool_wake(fai_pool *pool) {
+    if (pool->size <= 1 || !helpers_here(pool)) return;
+    atomic_store(&pool->awake_until, now_nanoseconds() + WAKE_NANOSECONDS);
+    atomic_fetch_add(&pool->wakes, 1);
+    wake_for_run(pool, pool->size - 1);
 }
 
 void fai__pool_run(fai_pool *pool, int64_t threads, fai_pool_task_fn fn, void *arg) {
