@@ -71,7 +71,12 @@ static inline int64_t fai__prefetch_ahead(int64_t row_bytes) {
     return rows < 16 ? 16 : rows > FAI_PREFETCH_ROWS ? FAI_PREFETCH_ROWS : rows;
 }
 
-static inline void fai__prefetch_row(const void *row, int64_t bytes) {
+/* The prefetch helpers are always inlined: GCC finds that a function whose only effect is a
+ * prefetch changes nothing, and deletes the calls it has not inlined by then (a helper grown past
+ * its early inliner's size lost every prefetch, and decode ran 1.3x slower). */
+#define FAI_PREFETCH_HELPER static inline __attribute__((always_inline))
+
+FAI_PREFETCH_HELPER void fai__prefetch_row(const void *row, int64_t bytes) {
     for (int64_t offset = 0; offset < bytes; offset += 64)
         __builtin_prefetch((const char *)row + offset, 0, FAI_PREFETCH_LOCALITY);
 }
@@ -96,8 +101,8 @@ typedef struct fai_row_fetch {
 
 /* The share of `fetch` that goes with keys [j_begin, j_end) of a kernel's n: row j for key j,
  * and the rows past n with its last keys. */
-static inline void fai__fetch_for_keys(const fai_row_fetch *fetch, int64_t j_begin, int64_t j_end,
-                                       int64_t n) {
+FAI_PREFETCH_HELPER void fai__fetch_for_keys(const fai_row_fetch *fetch, int64_t j_begin,
+                                             int64_t j_end, int64_t n) {
     if (!fetch) return;
     const int64_t end = j_end < n ? (j_end < fetch->count ? j_end : fetch->count) : fetch->count;
     for (int64_t j = j_begin; j < end; j++)
