@@ -47,11 +47,13 @@ static int pack_v_bf16_pairs(uint16_t *v_pairs, int64_t ld_o, const void *const 
     return bad == 0;
 }
 
-/* Two f32 vectors rounded to bf16 (to nearest even), lane i the pair (a[i], b[i]). */
+/* Two f32 vectors rounded to bf16 (to nearest even), lane i the pair (a[i], b[i]): one
+ * conversion of both (b's 16 values above a's) and one permutation interleaving them. */
 static inline __m512i bf16_pairs_of(__m512 a, __m512 b) {
-    const __m512i ha = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
-    const __m512i hb = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
-    return _mm512_or_si512(ha, _mm512_slli_epi32(hb, 16));
+    const __m512i interleave =
+        _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(b, a));
 }
 
 /* The low (high) bf16 of each 32-bit pair as an f32. */
