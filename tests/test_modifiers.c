@@ -4,6 +4,7 @@
  * prefill. The random sweep (test_sweep.c) checks every combination against the oracle. */
 #include "fai.h"
 #include "fai_cases.h"
+#include "test_cases.h"
 #include "fai_internal.h"
 #include "fai_oracle.h"
 #include "test_util.h"
@@ -163,8 +164,7 @@ TEST(sinks_fully_masked_rows) {
         c.sinks[1] = -INFINITY;
         c.sinks[2] = 3.5f;
         fai_case_result r;
-        CHECK(fai_case_check(&c, NULL, &r));
-        if (!r.ok) fprintf(stderr, "  %s\n  %s\n", r.desc, r.why);
+        CHECK(case_check_says_why(&c, &r));
         for (int64_t b = 0; b < 2; b++)
             for (int64_t h = 0; h < 4; h++)
                 for (int64_t i = 0; i < s.seq_q; i++)
@@ -202,8 +202,7 @@ TEST(sinks_split_kv_counted_once) {
         split_seen += info.split_kv;
         fai_plan_free(plan);
         fai_case_result r;
-        CHECK(fai_case_check(&c, NULL, &r));
-        if (!r.ok) fprintf(stderr, "  %s\n  %s\n", r.desc, r.why);
+        CHECK(case_check_says_why(&c, &r));
         fai_case_free(&c);
     }
     CHECK(split_seen > 0);
@@ -249,8 +248,7 @@ TEST(bits_match_bytes) {
         memcpy(o_bytes_run, c.buf[FAI_CASE_BUF_O], o_bytes);
         memcpy(l_bytes_run, c.buf[FAI_CASE_BUF_LSE], l_bytes);
         fai_case_result r;
-        CHECK(fai_case_check(&c, NULL, &r));
-        if (!r.ok) fprintf(stderr, "  %s\n  %s\n", r.desc, r.why);
+        CHECK(case_check_says_why(&c, &r));
 
         /* the same mask as bits, rows of ceil(cols / 8) bytes */
         const int64_t row_bytes = (c.mask_cols + 7) / 8;

@@ -5,6 +5,7 @@
  * agree to that bound, not bit for bit); the softmax's P must be within 2^-16 (its hi + lo
  * split) of exp in double. */
 #include "fai_cases.h"
+#include "test_cases.h"
 #include "fai_oracle.h"
 #include "test_util.h"
 #include "ukr/fai_ukr.h"
@@ -472,8 +473,7 @@ TEST(mx_pipeline_tiles_change_only_the_order) {
             if (mx) CHECK(info.pipeline_tiles == (asked ? asked : chosen));
             fai_case_result r;
             fai_case_reset(&c);
-            CHECK(fai_case_check(&c, NULL, &r));
-            if (!r.ok) printf("  %s\n  %s\n", r.desc, r.why);
+            CHECK(case_check_says_why(&c, &r));
             o[asked] = output_elements(&c.tensors.o, &s, s.head_dim_v);
             lse[asked] = output_elements(&c.tensors.lse, &s, 1);
             REQUIRE(o[asked] && lse[asked]);
