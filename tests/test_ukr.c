@@ -522,12 +522,11 @@ TEST(ukr_store_row_matches_portable_rounding) {
  * each table's packing (its vector loads, and the portable tail) and by the oracle's independent
  * decoder, must agree bit for bit (NaN codes give NaN), and with scales folded in (prefill packs
  * them so), each the f32 product of code and scale; and so must the portable encoders' round
- * trip of every finite code. */
+ * trip of every finite code. The rows once more without e4m3's NaN code (which an e4m3 row packs
+ * another way). */
 TEST(ukr_quantized_codes_decode_exactly) {
     enum { CODES = 256, DIM = 256 + 3, LD = DIM + 13 }; /* a tail past the vectors */
     unsigned char codes[DIM];
-    for (int i = 0; i < DIM; i++)
-        codes[i] = (unsigned char)(i % CODES);
     const void *rows[2] = {codes, codes};
     static const float scales[2] = {0.375f, 3.1e-3f};
     float out[2 * LD];
@@ -536,7 +535,12 @@ TEST(ukr_quantized_codes_decode_exactly) {
         const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
         if (!cntx) continue;
         for (int k = 0; k < 3; k++)
-            for (int scaled = 0; scaled < 2; scaled++) {
+            for (int variant = 0; variant < 4; variant++) {
+                const int scaled = variant % 2, e4m3_nan_free = variant / 2;
+                for (int i = 0; i < DIM; i++) {
+                    codes[i] = (unsigned char)(i % CODES);
+                    if (e4m3_nan_free && (codes[i] & 0x7f) == 0x7f) codes[i] = 0x41;
+                }
                 const int finite =
                     cntx->pack_rows(out, LD, rows, 2, DIM, dtypes[k], scaled ? scales : NULL);
                 int wrong = 0;
@@ -553,9 +557,12 @@ TEST(ukr_quantized_codes_decode_exactly) {
                     }
                 CHECK(wrong == 0);
                 /* fp8 has NaN (and e5m2 Inf) codes */
-                CHECK(finite == (dtypes[k] == FAI_DTYPE_I8));
+                CHECK(finite == (dtypes[k] == FAI_DTYPE_I8 ||
+                                 (dtypes[k] == FAI_DTYPE_E4M3 && e4m3_nan_free)));
             }
     }
+    for (int i = 0; i < DIM; i++)
+        codes[i] = (unsigned char)(i % CODES);
     for (int k = 0; k < 3; k++)
         for (int code = 0; code < CODES; code++) {
             const unsigned char byte = (unsigned char)code;
@@ -593,6 +600,34 @@ TEST(ukr_int8_packing_reports_overflow) {
                 const int finite = cntx->pack_rows(out, DIM, rows, 2, DIM, FAI_DTYPE_I8, scales);
                 CHECK(finite == !over);
                 CHECK(out[DIM + (at ? DIM - 1 : 5)] == (over ? -INFINITY : -FLT_MAX));
+            }
+    }
+}
+
+/* e4m3 rows of code 0x7e (448, the largest) times scales about FLT_MAX / 512, below which the
+ * packing reads the codes as 2^-8 of their values and takes the scale times 2^8: the same
+ * products either side of it, and Inf reported where the product overflows. Every table, the
+ * code in a vector and in the portable tail. */
+TEST(ukr_e4m3_packing_either_side_of_its_scale_bound) {
+    enum { DIM = 64 + 3 };
+    const float bound = FLT_MAX / 512.0f;
+    const float scales[4] = {bound, nextafterf(bound, INFINITY), FLT_MAX / 448.0f * 0.999f,
+                             FLT_MAX / 400.0f};
+    for (size_t t = 0; t < sizeof table_names / sizeof table_names[0]; t++) {
+        const fai_cntx *cntx = fai__cntx_by_name(table_names[t]);
+        if (!cntx) continue;
+        for (int at = 0; at < 2; at++) /* where 448 sits: a vector, the tail */
+            for (int s = 0; s < 4; s++) {
+                unsigned char codes[DIM] = {0};
+                codes[at ? DIM - 1 : 5] = 0x7e;
+                codes[at ? 5 : DIM - 1] = 0x01; /* the smallest subnormal, 2^-9 */
+                const void *rows[1] = {codes};
+                float out[DIM];
+                const int finite =
+                    cntx->pack_rows(out, DIM, rows, 1, DIM, FAI_DTYPE_E4M3, scales + s);
+                CHECK(finite == (s < 3));
+                CHECK(out[at ? DIM - 1 : 5] == 448.0f * scales[s]);
+                CHECK(out[at ? 5 : DIM - 1] == 0x1p-9f * scales[s]);
             }
     }
 }

@@ -333,7 +333,11 @@ static void pack_q_simd(float *q_t, int64_t ld_s, const void *const *rows, int64
  * scale). Each converted vector is stored and checked at once: x * 0 is 0 for finite x and NaN
  * for Inf or NaN, one FMA per vector, into four sums in turn (one would chain every FMA of the
  * tile behind the one before). An int8 row whose scale times 128 is finite cannot hold anything
- * else and is not checked: the FMA was a fifth of its packing's instructions. */
+ * else and is not checked: the FMA was a fifth of its packing's instructions. Nor is an e4m3 row
+ * without the NaN code (one comparison per vector of codes) whose scale times 512 is finite:
+ * its codes are read as 2^-8 of their values and the scale taken times 2^8 (exact, so the
+ * product is the same), which leaves out the NaN code's test and a multiply, 5 of 11
+ * instructions a vector. */
 #define DEFINE_PACK_ROWS(NAME, DTYPE)                                                              \
     static int NAME(float *dst, int64_t ld_dst, const void *const *rows, int64_t n, int64_t dim,   \
                     const float *scales) {                                                         \
@@ -345,8 +349,13 @@ static void pack_q_simd(float *q_t, int64_t ld_s, const void *const *rows, int64
         for (int64_t r = 0; r < n; r++) {                                                          \
             float *out = dst + r * ld_dst;                                                         \
             const float scale = quantized ? scales[r] : 1.0f;                                      \
-            const int checked = !(DTYPE == FAI_DTYPE_I8 && fabsf(scale) <= FLT_MAX / 128.0f);      \
+            const int e4m3_unit = DTYPE == FAI_DTYPE_E4M3 && fabsf(scale) <= FLT_MAX / 512.0f &&   \
+                                  !e4m3_nan_in(rows[r], dim);                                      \
+            const int checked =                                                                    \
+                !(DTYPE == FAI_DTYPE_I8 && fabsf(scale) <= FLT_MAX / 128.0f) && !e4m3_unit;        \
             int64_t x = 0;                                                                         \
+            for (; e4m3_unit && x + W <= dim; x += W)                                              \
+                v_store(out + x, v_mul(load_row_unit(rows[r], x, DTYPE), v_set1(scale * 256.0f))); \
             for (; x + W <= dim; x += W) {                                                         \
                 fvec v = load_row_full(rows[r], x, DTYPE);                                         \
                 if (quantized) v = v_mul(v, v_set1(scale));                                        \
