@@ -106,6 +106,11 @@ s = scaling[0]
 assert s["scaling_threads"] == 2 and s["over_threads"] == 1 and s["rounds"] == 6, s
 assert 0 < s["speedup_q1"] <= s["speedup_median"] <= s["speedup_q3"], s
 PY
+# as many thread counts as --threads takes: one line for each after the first
+"$fai" bench --b 1 --hq 2 --hkv 1 --sq 1 --skv 16 --d 16 --runs 1 --warmup 0 --json --no-peaks \
+    --threads "$(python3 -c 'print(",".join(["1"] * 20))')" --scaling >"$tmp/scaling20"
+[ "$(grep -c scaling_threads "$tmp/scaling20")" -eq 19 ] || {
+    echo "--scaling with 20 thread counts did not give 19 lines"; exit 1; }
 
 # --wake: one line per thread count above 1, every latency a positive number of microseconds
 "$fai" bench --b 1 --hq 2 --hkv 1 --sq 8 --skv 40 --d 16 --runs 1 --threads 1,2 --json \

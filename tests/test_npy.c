@@ -519,6 +519,17 @@ TEST(npy_write_failure_leaves_nothing) {
     snprintf(path, sizeof path, "%s/", dir);
     CHECK(ft_npy_save(path, FT_NPY_F32, 1, s1, &x, err, sizeof err) == -1);
     CHECK(count_entries(dir) == 0);
+    /* shapes no file can hold: the error names the dimension and the shape */
+    snprintf(path, sizeof path, "%s/o.npy", dir);
+    const int64_t negative[2] = {2, -1}, huge[2] = {INT64_C(1) << 40, INT64_C(1) << 40};
+    const int64_t wide[2] = {INT64_C(1) << 31, INT64_C(1) << 31};
+    CHECK(ft_npy_save(path, FT_NPY_F32, 2, negative, &x, err, sizeof err) == -1);
+    CHECK(strstr(err, "dimension 1 of shape (2, -1) is negative") != NULL);
+    CHECK(ft_npy_save(path, FT_NPY_F32, 2, huge, &x, err, sizeof err) == -1);
+    CHECK(strstr(err, "shape (1099511627776, 1099511627776) holds more than 2^63") != NULL);
+    CHECK(ft_npy_save(path, FT_NPY_F32, 2, wide, &x, err, sizeof err) == -1);
+    CHECK(strstr(err, "of 4-byte elements is past the address space") != NULL);
+    CHECK(count_entries(dir) == 0);
 
     /* write_temp + discard: the target is never created */
     char tmp[512];

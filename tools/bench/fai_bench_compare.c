@@ -68,7 +68,8 @@ int ft_bench_compare(const ft_shape *variants, int count, uint64_t seed, fai_poo
     int made = 0;
     for (; made < count && !status; made++)
         if (ft_shape_data_create(&variants[made], seed, &data[made])) {
-            fprintf(stderr, "fai bench: %s: %s\n", variants->name, ft_shape_data_error());
+            fprintf(stderr, "fai bench: %s with %s K/V: %s\n", variants[made].name,
+                    fai_dtype_name(variants[made].kv_dtype), ft_shape_data_error());
             status = -1;
         }
     if (!seconds || !ratios)

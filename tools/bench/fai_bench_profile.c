@@ -29,8 +29,7 @@ fai_status ft_bench_profile_run(const fai_plan *plan, const fai_tensors *tensors
         for (int64_t t = 0; t < one.threads; t++)
             out->busy_seconds[t] += one.busy_seconds[t];
     }
-    qsort(ms, (size_t)runs, sizeof *ms, ft_compare_double);
-    out->median_ms = runs % 2 ? ms[runs / 2] : 0.5 * (ms[runs / 2 - 1] + ms[runs / 2]);
+    out->median_ms = ft_median(ms, runs);
     free(ms);
     return FAI_OK;
 }

@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_COUNTS 16
-
 static void print_result(const ft_shape *shape, int64_t base_threads, int64_t threads,
                          const double *sorted, int64_t rounds, const ft_peak *base_peak,
                          const ft_peak *peak, int json) {
@@ -51,12 +49,14 @@ static void print_result(const ft_shape *shape, int64_t base_threads, int64_t th
 int ft_bench_scaling(const ft_shape *shape, const ft_shape_data *data, fai_pool *const *pools,
                      const int64_t *threads, int count, int64_t rounds, int64_t pieces,
                      ft_evictor *evictor, int json, const ft_peak *peaks) {
-    if (count < 2 || count > MAX_COUNTS) return 0;
-    ft_timed_plan plans[MAX_COUNTS];
-    memset(plans, 0, sizeof plans);
+    if (count < 2) return 0; /* nothing to compare */
+    ft_timed_plan *plans = calloc((size_t)count, sizeof *plans);
     double *seconds = malloc(sizeof(double) * (size_t)(count * rounds));
     double *ratios = malloc(sizeof(double) * (size_t)rounds);
-    int status = seconds && ratios ? 0 : -1;
+    int status = plans && seconds && ratios ? 0 : -1;
+    if (status)
+        fprintf(stderr, "fai bench: %s: out of memory for --scaling's %lld rounds\n", shape->name,
+                (long long)rounds);
     for (int t = 0; t < count && !status; t++)
         status = ft_timed_plan_create(&plans[t], shape, data, pools[t], threads[t], pieces);
     /* a warmup round, then the timed ones: every thread count once per round */
@@ -67,8 +67,9 @@ int ft_bench_scaling(const ft_shape *shape, const ft_shape_data *data, fai_pool 
                      peaks ? &peaks[t] : NULL, json);
     }
     fflush(stdout);
-    for (int t = 0; t < count; t++)
+    for (int t = 0; plans && t < count; t++)
         ft_timed_plan_free(&plans[t]);
+    free(plans);
     free(seconds);
     free(ratios);
     return status;

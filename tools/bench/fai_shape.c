@@ -358,18 +358,20 @@ static char data_error[256];
 
 const char *ft_shape_data_error(void) { return data_error; }
 
-/* The product of n factors, or -1 past 2^62 (no tensor of a shape fai runs comes near). */
+/* The product of n factors, or -1 past 2^60 elements (the planner's own bound on a tensor): the
+ * bytes of such a count, up to 8 an element, cannot wrap a 64-bit size. */
 static int64_t product(const int64_t *factors, int n) {
     int64_t result = 1;
     for (int i = 0; i < n; i++)
         if (factors[i] < 0 || __builtin_mul_overflow(result, factors[i], &result) ||
-            result > (INT64_C(1) << 62))
+            result > (INT64_C(1) << 60))
             return -1;
     return result;
 }
 
 /* Whether the planner takes the shape's problem, judged before anything is sized by it: the
- * dense problem first (its batch bounds the lengths array a paged one needs). */
+ * dense problem first (its batch bounds the lengths array a paged one needs; a paged pool's
+ * size is bounded by `product` below). */
 static int shape_plannable(const ft_shape *shape) {
     ft_shape dense = *shape;
     dense.page_size = 0;
@@ -408,7 +410,7 @@ int ft_shape_data_create(const ft_shape *shape, uint64_t seed, ft_shape_data *da
     for (int i = 0; i < 5; i++)
         if (kv_rows < 0 || counts[i] < 0) {
             snprintf(data_error, sizeof data_error,
-                     "its tensors would hold more than 2^62 elements");
+                     "its tensors would hold more than 2^60 elements");
             return -1;
         }
     const size_t q_count = (size_t)counts[0], o_count = (size_t)counts[1];
@@ -477,7 +479,11 @@ int ft_shape_data_create(const ft_shape *shape, uint64_t seed, ft_shape_data *da
     }
     if (pb->k_channel_scales) { /* from 1/2 to 2, channel by channel */
         data->k_channels = malloc((size_t)(shape->hkv * shape->d) * sizeof(float));
-        if (!data->k_channels) return -1;
+        if (!data->k_channels) {
+            snprintf(data_error, sizeof data_error, "out of memory for %lld channel scales",
+                     (long long)(shape->hkv * shape->d));
+            return -1;
+        }
         for (int64_t x = 0; x < shape->hkv * shape->d; x++)
             data->k_channels[x] = (float)(0.5 + 1.5 * (double)((x * 37) % 64) / 63.0);
         t->k_channel_scale.data = data->k_channels;
@@ -487,7 +493,11 @@ int ft_shape_data_create(const ft_shape *shape, uint64_t seed, ft_shape_data *da
         /* a shuffled block table: page order in memory is not sequence order */
         const int64_t pages = pb->num_pages;
         data->block_table = malloc((size_t)(pages ? pages : 1) * sizeof(int32_t));
-        if (!data->block_table) return -1;
+        if (!data->block_table) {
+            snprintf(data_error, sizeof data_error, "out of memory for a block table of %lld pages",
+                     (long long)pages);
+            return -1;
+        }
         for (int64_t p = 0; p < pages; p++)
             data->block_table[p] = (int32_t)p;
         for (int64_t p = pages - 1; p > 0; p--) {

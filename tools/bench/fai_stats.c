@@ -15,8 +15,10 @@ double ft_median(double *values, int64_t count) {
 }
 
 double ft_quantile(const double *sorted, int64_t n, double q) {
-    const int64_t at = (int64_t)(q * (double)(n - 1) + 0.5);
-    return sorted[at < 0 ? 0 : at >= n ? n - 1 : at];
+    const double at = q <= 0.0 ? 0.0 : q >= 1.0 ? (double)(n - 1) : q * (double)(n - 1);
+    const int64_t below = (int64_t)at;
+    if (below + 1 >= n) return sorted[n - 1];
+    return sorted[below] + (at - (double)below) * (sorted[below + 1] - sorted[below]);
 }
 
 double ft_now_seconds(void) {

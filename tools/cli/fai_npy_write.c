@@ -106,26 +106,32 @@ int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int6
         return ft_npy_fail(err, errlen, "%s: rank %d is out of range", where, rank);
     const size_t esize = ft_npy_dtype_size(dtype);
     if (!esize) return ft_npy_fail(err, errlen, "%s: unknown dtype %d", where, (int)dtype);
+    char shape_text[FT_NPY_MAX_RANK * 22 + 8];
+    ft_npy_format_shape(shape_text, sizeof shape_text, rank, shape);
     uint64_t count = 1;
     int zero = 0;
     for (int i = 0; i < rank; i++) {
-        if (shape[i] < 0) return ft_npy_fail(err, errlen, "%s: negative dimension", where);
+        if (shape[i] < 0)
+            return ft_npy_fail(err, errlen, "%s: dimension %d of shape %s is negative", where, i,
+                               shape_text);
         if (shape[i] == 0) {
             zero = 1;
             continue;
         }
         if (count > (uint64_t)INT64_MAX / (uint64_t)shape[i])
-            return ft_npy_fail(err, errlen, "%s: size overflows", where);
+            return ft_npy_fail(err, errlen, "%s: shape %s holds more than 2^63 elements", where,
+                               shape_text);
         count *= (uint64_t)shape[i];
     }
-    if (count > SIZE_MAX / esize) return ft_npy_fail(err, errlen, "%s: size overflows", where);
+    if (count > SIZE_MAX / esize)
+        return ft_npy_fail(err, errlen,
+                           "%s: shape %s of %zu-byte elements is past the address space", where,
+                           shape_text, esize);
     const size_t nbytes = zero ? 0 : (size_t)count * esize;
     if (nbytes && !data) return ft_npy_fail(err, errlen, "%s: no data", where);
 
     /* header: the dict as numpy writes it, padded so the payload starts on a 64-byte boundary */
     char hdr[512];
-    char shape_text[FT_NPY_MAX_RANK * 22 + 8];
-    ft_npy_format_shape(shape_text, sizeof shape_text, rank, shape);
     int n = snprintf(hdr + 10, sizeof hdr - 10,
                      "{'descr': '%s', 'fortran_order': False, "
                      "'shape': %s, }",

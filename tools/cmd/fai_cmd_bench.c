@@ -26,10 +26,7 @@
 /* Median, min and max of the run times, in ms. */
 static void summarize(double *seconds, int64_t count, double *median_ms, double *min_ms,
                       double *max_ms) {
-    qsort(seconds, (size_t)count, sizeof *seconds, ft_compare_double);
-    const double median =
-        count % 2 ? seconds[count / 2] : 0.5 * (seconds[count / 2 - 1] + seconds[count / 2]);
-    *median_ms = median * 1e3;
+    *median_ms = ft_median(seconds, count) * 1e3; /* sorts them */
     *min_ms = seconds[0] * 1e3;
     *max_ms = seconds[count - 1] * 1e3;
 }
@@ -58,8 +55,7 @@ static double time_checks(const fai_plan *plan, const ft_shape_data *data) {
             fai_check_tensors(plan, &data->tensors);
         per_call[round] = (ft_now_seconds() - start) / CALLS;
     }
-    qsort(per_call, ROUNDS, sizeof *per_call, ft_compare_double);
-    return per_call[ROUNDS / 2] * 1e6;
+    return ft_median(per_call, ROUNDS) * 1e6;
 }
 
 /* Plans the shape for `threads` workers on the pool of that many threads and times it.

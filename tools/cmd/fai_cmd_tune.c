@@ -116,10 +116,7 @@ static double time_tile(const ft_shape_data *data, const tune_options *opt, fai_
             if (fai_run(plan, &data->tensors, workspace, bytes) != FAI_OK) break;
             ms[r] = (ft_now_seconds() - start) * 1e3;
         }
-        if (r == opt->runs) {
-            qsort(ms, (size_t)r, sizeof *ms, ft_compare_double);
-            median = r % 2 ? ms[r / 2] : 0.5 * (ms[r / 2 - 1] + ms[r / 2]);
-        }
+        if (r == opt->runs) median = ft_median(ms, r);
     }
     free(ms);
     free(workspace);
@@ -196,10 +193,8 @@ static void final_rounds(const ft_shape_data *data, const tune_options *opt, fai
     for (int r = 0; r < FINAL_ROUNDS; r++)
         for (int c = 0; c < finalists; c++)
             rounds[c][r] = time_tile(data, opt, pool, list[c].tile_q, list[c].tile_kv);
-    for (int c = 0; c < finalists; c++) {
-        qsort(rounds[c], FINAL_ROUNDS, sizeof(double), ft_compare_double);
-        list[c].final_ms = rounds[c][FINAL_ROUNDS / 2];
-    }
+    for (int c = 0; c < finalists; c++)
+        list[c].final_ms = ft_median(rounds[c], FINAL_ROUNDS);
 }
 
 static void print_report(const ft_shape *shape, const tile_timing *list, int measured, int listed,
