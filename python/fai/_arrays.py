@@ -55,7 +55,10 @@ def _numpy_dtype(name):
         except ImportError:
             _fail(f"a {name} numpy array needs the ml_dtypes package (pip install ml_dtypes)")
         return np.dtype(getattr(ml_dtypes, name))
-    return np.dtype(name)
+    try:
+        return np.dtype(name)
+    except (TypeError, ValueError):
+        _fail(f"dtype {name} has no numpy counterpart")
 
 
 def _fai_dtype(name, what, quantized=False):
@@ -335,13 +338,20 @@ def _view(obj, name, want, last_contiguous=True, writable=False, nonzero=False):
             if not hasattr(obj, "__array__"):
                 _fail(f"{name}: cannot read it through DLPack ({exc})")
     if arr is None:
-        try:
-            arr = np.asarray(obj)
-        except Exception as exc:  # noqa: BLE001 - any failure means "not an array"
-            _fail(f"{name}: not an array ({type(obj).__name__}: {exc})")
+        arr = _numbers(obj, name)
+    return _from_numpy(arr, name, want, last_contiguous, writable, nonzero)
+
+
+def _numbers(obj, name):
+    """obj (a sequence, a scalar, anything numpy reads) as a numpy array of numbers; a ragged
+    list or anything else numpy cannot read as one raises FaiError naming it."""
+    try:
+        arr = np.asarray(obj)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not an array"
+        _fail(f"{name}: not an array ({type(obj).__name__}: {exc})")
     if arr.dtype == object:
         _fail(f"{name}: not an array of numbers ({type(obj).__name__})")
-    return _from_numpy(arr, name, want, last_contiguous, writable, nonzero)
+    return arr
 
 
 def _want_dtypes(name, accepted, expected):
@@ -414,7 +424,7 @@ def _lengths(obj, name, count):
     """A contiguous int32 numpy copy of a lengths array (the plan copies it too)."""
     if obj is None:
         return None
-    arr = _torch_integers(obj, name) if _is_torch(obj) else np.asarray(obj)
+    arr = _torch_integers(obj, name) if _is_torch(obj) else _numbers(obj, name)
     if arr.size == 0 and arr.dtype == np.float64 and not isinstance(obj, np.ndarray):
         arr = arr.astype(np.int32)  # an empty list: numpy's float64 is not the caller's dtype
     if arr.dtype.kind not in "iu":

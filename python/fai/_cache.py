@@ -92,6 +92,13 @@ def _checkin(pool):
         return pool.evicted and not pool.users
 
 
+def _thread_count(threads):
+    """A pool's thread count as given (None: libfai's default pool), checked."""
+    if threads is None:
+        return None
+    return _integer(threads, "threads", 1, note=" (None: libfai's default pool)")
+
+
 @contextlib.contextmanager
 def _pool(threads):
     """The fai_pool to write or touch memory with, for the duration of a with block: None (NULL)
@@ -99,8 +106,7 @@ def _pool(threads):
     if threads is None:
         yield None
         return
-    count = _integer(threads, "threads", 1, note=" (None: libfai's default pool)")
-    pool, idle = _checkout(count)
+    pool, idle = _checkout(_thread_count(threads))
     for old in idle:
         _lib.pool_free(old.handle)
     try:
@@ -342,6 +348,7 @@ def _empty_cache_array(shape, dt, threads):
               f"address ({INT64_MAX})")
     nbytes = math.prod(shape) * dt.itemsize
     if nbytes == 0:
+        _thread_count(threads)  # checked all the same
         return np.zeros(shape, dtype=dt)  # nothing to allocate
     address = ctypes.c_void_p()
     with _pool(threads) as pool:

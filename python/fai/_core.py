@@ -605,10 +605,11 @@ def attention(q, k, v, *, causal=False, causal_top_left=False, window=None, mask
     share no memory with an input, nor be a torch tensor that requires grad), and with
     return_lse also LSE float32 [B, Hq, Sq]; torch tensors in give torch tensors out.
 
-    scale: the logit scale, used as given (0, or a value that rounds to 0 in float32, weighs
-    every visible key alike); None: 1/sqrt(D).
+    scale: the logit scale, used as given (0 weighs every visible key alike; a nonzero value
+    that rounds to 0 in float32 is refused); None: 1/sqrt(D).
     causal: bottom-right aligned (query i sees keys j <= i + Skv - Sq); causal_top_left:
-    PyTorch's is_causal. window=(left, right) around the same diagonal, -1/None unbounded.
+    PyTorch's is_causal. window=(left, right) around the same diagonal, -1/None unbounded
+    (with causal or causal_top_left, right is 0 whatever is given, as in fai.h).
     mask (bool/uint8, True attends), mask_drop (True is masked) or mask_add (float, added to the
     scaled logit), shaped [Sq, Skv], [B, Sq, Skv] or [B, Hq, Sq, Skv] (dimensions of 1
     broadcast). seqlens_q / seqlens_kv: int [B] valid lengths of a padded batch.

@@ -5,9 +5,10 @@ import numpy as np
 
 from . import _lib
 from ._arrays import (_QUANT_DTYPES, _check_float_rounding, _check_strided, _dtype_name,
-                      _fai_dtype, _int32_ptr, _is_torch, _lengths, _scales_view)
+                      _fai_dtype, _int32_ptr, _is_torch, _lengths, _numbers, _scales_view)
 from ._errors import _fail
-from ._scalars import INT64_MAX, INT64_MIN, _flag, _float32_scalar, _integer, _is_integer, _real
+from ._scalars import (INT64_MAX, INT64_MIN, _fail_float32, _flag, _float32_scalar, _integer,
+                       _is_integer, _real)
 
 
 def _causal(causal, causal_top_left):
@@ -54,14 +55,17 @@ def _window(window):
 
 def _scale(scale):
     """The float32 scale to give libfai, or None to keep fai_problem_init's default. A given
-    scale is used as given: one that rounds to 0 in float32 (0 itself, 1e-46) weighs every
-    visible key alike."""
+    scale is used as given (0 weighs every visible key alike); one that float32 would turn into
+    0 or inf is refused, as the command line refuses it, rather than changed."""
     if scale is None:
         return None
     s = _real(scale, "scale", "a number (None: 1/sqrt(head_dim))")
-    with np.errstate(over="ignore"):
-        if not math.isfinite(s) or not math.isfinite(float(np.float32(s))):
-            _fail(f"scale = {scale!r} is not a finite float32 (None: 1/sqrt(head_dim))")
+    with np.errstate(over="ignore", under="ignore"):
+        f = float(np.float32(s))
+    if not math.isfinite(s) or not math.isfinite(f):
+        _fail(f"scale = {scale!r} is not a finite float32 (None: 1/sqrt(head_dim))")
+    if s != 0 and f == 0:
+        _fail_float32("scale", scale, rounds_to_zero=True)
     return s
 
 
@@ -116,7 +120,7 @@ def _real_array(values, name, expected):
         if str(values.dtype) == "torch.bfloat16":
             values = values.float()  # exact, and numpy cannot take torch's bfloat16
         values = values.numpy()
-    arr = np.asarray(values)
+    arr = _numbers(values, name)
     if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
         _fail(f"{name} has dtype {arr.dtype}: expected {expected}")
     return arr

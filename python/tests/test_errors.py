@@ -31,6 +31,8 @@ def test_library_errors_carry_the_message():
     ({"scale": float("inf")}, "not a finite"),
     ({"scale": float("nan")}, "not a finite"),
     ({"scale": 1e39}, "not a finite float32"),
+    ({"scale": 1e-46}, r"scale = 1e-46 is nonzero but rounds to 0 in float32"),
+    ({"scale": -1e-50}, r"scale = -1e-50 is nonzero but rounds to 0 in float32"),
     ({"scale": True}, "expected a number"),
     ({"window": (1, 2, 3)}, "window"),
     ({"window": (-5, 0)}, "window"),
@@ -352,7 +354,7 @@ def test_float64_values_beyond_float32_are_refused():
 
 # -- defaults are never taken for computed values; zero sizes ------------------------------------
 
-@pytest.mark.parametrize("scale", [0.0, 1e-46, np.float32(0)])
+@pytest.mark.parametrize("scale", [0.0, -0.0, np.float32(0)])
 def test_scale_that_is_zero_weighs_keys_alike(scale):
     rng = np.random.default_rng(40)
     (q, k, v), refs = qkv(rng, 1, 3, 7, 2, 1, 16, dts=("float32",) * 3, amp=3.0)
@@ -473,3 +475,35 @@ def test_struct_layout_matches_the_header(tmp_path):
     got = [int(x) for x in subprocess.run([str(exe)], check=True, capture_output=True,
                                           text=True).stdout.split()]
     assert got == expect
+
+
+# -- whatever numpy or torch cannot read raises FaiError, naming the argument ---------------------
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"seqlens_kv": [[1], [1, 2]]}, r"seqlens_kv: not an array"),
+    ({"seqlens_q": [1, [2]]}, r"seqlens_q: not an array"),
+    ({"alibi_slopes": [[1.0], [2.0, 3.0]]}, r"alibi_slopes: not an array"),
+    ({"sinks": [0.5, "x"]}, r"sinks has dtype|sinks: not an array"),
+])
+def test_unreadable_lists_raise_fai_error(kwargs, match):
+    q = np.zeros((1, 2, 2, 8), np.float32)
+    k = np.zeros((1, 3, 1, 8), np.float16)
+    with pytest.raises(fai.FaiError, match=match):
+        fai.attention(q, k, k, **kwargs)
+
+
+def test_empty_cache_checks_every_argument():
+    # a dtype nobody has, and threads checked even when nothing is allocated
+    with pytest.raises(fai.FaiError, match="dtype = 'quint8': not a dtype"):
+        fai.empty_cache(3, "quint8")
+    with pytest.raises(fai.FaiError, match="threads"):
+        fai.empty_cache(0, "float32", threads="x")
+    with pytest.raises(fai.FaiError, match="threads"):
+        fai.empty_cache((2, 0), "float32", threads=0)
+    assert fai.empty_cache(0, "float32", threads=1).shape == (0,)
+
+
+def test_empty_cache_refuses_a_torch_dtype_numpy_lacks():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(fai.FaiError, match="dtype quint8 has no numpy counterpart"):
+        fai.empty_cache(3, torch.quint8)
