@@ -507,3 +507,86 @@ def test_empty_cache_refuses_a_torch_dtype_numpy_lacks():
     torch = pytest.importorskip("torch")
     with pytest.raises(fai.FaiError, match="dtype quint8 has no numpy counterpart"):
         fai.empty_cache(3, torch.quint8)
+
+
+# -- the plan's and merge_states' own checks, each naming what it refused -------------------------
+
+def _small():
+    q = np.zeros((1, 2, 2, 8), np.float32)
+    k = np.zeros((1, 3, 1, 8), np.float16)
+    return q, k
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"seq_kv": None}, r"seq_kv = None: expected an integer \(only a paged plan"),
+    ({"head_dim_v": 0}, r"head_dim_v = 0 is not a head dimension"),
+    ({"mask_kind": "sometimes"}, r"mask_kind = 'sometimes': expected None, 'keep'"),
+    ({"split": "evenly"}, r"split = 'evenly': expected 'auto', 'units' or 'greedy'"),
+    ({"seqlens_q": [2], "cu_seqlens_q": [0, 2]}, "seqlens_q and cu_seqlens_q exclude each other"),
+    ({"seqlens_kv": [3], "cu_seqlens_kv": [0, 3]},
+     "cu_seqlens_kv excludes seqlens_kv and paged K/V"),
+    ({"q_positions": [0]}, "q_positions and kv_positions: give both or neither"),
+    ({"kv_positions": [0]}, "q_positions and kv_positions: give both or neither"),
+])
+def test_plan_refuses(kwargs, match):
+    args = dict(batch=1, heads_q=2, heads_kv=1, seq_q=2, seq_kv=3, head_dim=8)
+    for name in ("seq_kv", "head_dim_v"):
+        if name in kwargs:
+            args[name] = kwargs.pop(name)
+    with pytest.raises(fai.FaiError, match=match):
+        fai.Plan(**args, **kwargs)
+
+
+def test_run_refuses_what_the_plan_does_not_have():
+    q, k = _small()
+    with fai.Plan.like(q, k, k) as plan:
+        with pytest.raises(fai.FaiError, match="mask given, but the plan has no mask"):
+            plan.run(q, k, k, mask=np.ones((2, 3), bool))
+        with pytest.raises(fai.FaiError, match="block_table given, but the plan's K and V are "
+                                               "not paged"):
+            plan.run(q, k, k, block_table=np.zeros((1, 1), np.int32))
+        short = np.zeros((1, 2, 1, 8), np.float16)
+        with pytest.raises(fai.FaiError, match=r"k has shape \[1, 2, 1, 8\]: fewer than the "
+                                               r"plan's seq_kv = 3"):
+            plan.run(q, short, k)
+    with pytest.raises(fai.FaiError, match="mask_kind = 'drop' does not match the mask given"):
+        fai.Plan.like(q, k, k, mask=np.ones((2, 3), bool), mask_kind="drop")
+
+
+def test_paged_arguments_that_exclude_each_other():
+    q = np.zeros((1, 1, 2, 8), np.float32)
+    pool = np.zeros((2, 16, 1, 8), np.float16)
+    bt = np.array([[0, 1]], np.int32)
+    with pytest.raises(fai.FaiError, match="cu_seqlens_kv and block_table exclude each other"):
+        fai.attention(q, pool, pool, block_table=bt, seqlens_kv=[20], cu_seqlens_kv=[0, 20])
+    packed_q = np.zeros((3, 2, 8), np.float32)
+    k = np.zeros((5, 1, 8), np.float16)
+    with pytest.raises(fai.FaiError, match=r"cu_seqlens_kv has shape \[3\]; expected \[2\]"):
+        fai.attention(packed_q, k, k, cu_seqlens_q=[0, 3], cu_seqlens_kv=[0, 2, 5])
+
+
+def test_merge_states_refuses():
+    o = np.zeros((1, 2, 1, 4), np.float32)
+    lse = np.zeros((1, 1, 2), np.float32)
+    with pytest.raises(fai.FaiError, match="o_parts is empty"):
+        fai.merge_states([], [])
+    with pytest.raises(fai.FaiError, match="2 o_parts but 1 lse_parts"):
+        fai.merge_states([o, o], [lse])
+    with pytest.raises(fai.FaiError, match=r"o_parts\[0\] has shape \[4\]; expected \[B, S, H, D\] "
+                                           r"or \[rows, H, D\]"):
+        fai.merge_states([np.zeros(4, np.float32)], [lse])
+    with pytest.raises(fai.FaiError, match=r"o_parts\[1\] has shape \[1, 3, 1, 4\]; o_parts\[0\] "
+                                           r"has \[1, 2, 1, 4\]"):
+        fai.merge_states([o, np.zeros((1, 3, 1, 4), np.float32)], [lse, lse])
+    with pytest.raises(fai.FaiError, match="o_parts = 3: expected a sequence of arrays"):
+        fai.merge_states(3, [lse])
+
+
+def test_inputs_in_another_byte_order_are_read_and_outputs_refused():
+    q, k = _small()
+    swapped = q.astype(q.dtype.newbyteorder())
+    assert np.array_equal(fai.attention(swapped, k, k), fai.attention(q, k, k))
+    out = np.zeros((1, 2, 2, 8), np.dtype(np.float32).newbyteorder())
+    with pytest.raises(fai.FaiError, match="out is not in native byte order"):
+        fai.attention(q, k, k, out=out)
+    assert not out.any()

@@ -315,6 +315,12 @@ CASES = [
     ("scale underflows a double", {}, BASE + ["--scale", "1e-400"],
      "--scale 1e-400: rounds to 0"),
     ("scale overflows a double", {}, BASE + ["--scale", "1e400"], "beyond the float32 range"),
+    ("softcap beyond float32", {}, BASE + ["--softcap", "1e39"],
+     "--softcap 1e39: beyond the float32 range"),
+    ("an option's empty value", {}, with_arg(BASE, "--q", ""), "--q has an empty value"),
+    ("k-channel-scale in float16", dict(QUANT, **{"kc.npy": npy("<f2", (1, 8))}),
+     QUANT_ARGS + ["--k-channel-scale", "kc.npy"],
+     "--k-channel-scale kc.npy: dtype float16 is not float32"),
 ] + [
     ("%s after %r" % (opt, blank), {}, BASE + [opt, blank + "0.5"], "%s ?0.5: " % opt)
     for opt in ("--scale", "--softcap") for blank in ("\n", "\r", "\v", "\f")
