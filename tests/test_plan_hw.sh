@@ -196,6 +196,7 @@ expect_refusal_saying "--head-major needs paged K/V" P1 --head-major
 expect_refusal_saying "--k-channel-scales needs a quantized K" --k-channel-scales
 expect_refusal_saying "--b needs an integer >= 0, got '+2'" --b +2
 expect_refusal_saying "got '0x10'" --softcap 0x10
+expect_refusal_saying "stays nonzero and finite in float32, got '1e39'" --softcap 1e39
 expect_refusal_saying "batch = 20000000 is outside" D1 --b 20000000
 # the other commands: their own options once, numbers in decimal, no options that do not apply
 for args in "demo --runs 2 --runs 3:--runs is given twice" \

@@ -3,6 +3,7 @@
 #include "fai_shape.h"
 
 #include <errno.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,11 +155,11 @@ int ft_shape_parse(int argc, char **argv, char *used, ft_shape *shape, const cha
                                  (text[0] == '.' && text[1] >= '0' && text[1] <= '9')) &&
                                 text[strspn(text, "0123456789.eE+-")] == '\0';
             const double cap = decimal ? strtod(text, &end) : -1.0;
-            if (!decimal || *end || !(cap >= 0.0) || cap > 1e30 ||
+            if (!decimal || *end || !(cap >= 0.0) || cap > FLT_MAX ||
                 (cap != 0.0 && (float)cap == 0.0f)) {
                 fprintf(stderr,
-                        "fai %s: --softcap needs 0 (off) or a number in (0, 1e30] that stays "
-                        "nonzero in float32, got '%s'\n",
+                        "fai %s: --softcap needs 0 (off) or a number that stays nonzero and "
+                        "finite in float32, got '%s'\n",
                         cmd, i + 1 < argc ? argv[i + 1] : "");
                 return -1;
             }

@@ -54,7 +54,7 @@ const char ft_shape_usage[] =
     "  --pipeline-tiles N              kv tiles in flight on the matrix engine: 1 or 2\n"
     "                                  (default 0: the planner's choice; fai.h)\n"
     "  --softcap C  --alibi  --sinks   score modifiers (standard ALiBi slopes; a sink per head;\n"
-    "                                  softcap 0: off, else in (0, 1e30])\n"
+    "                                  softcap 0: off, else any float32 > 0)\n"
     "  --q-dtype T --kv-dtype T --out-dtype T   (f32 f16 bf16; K/V also int8 e4m3 e5m2, with\n"
     "                                           a scale per token and kv head; defaults f32 f16\n"
     "                                           f32)\n"

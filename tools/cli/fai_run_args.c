@@ -67,17 +67,6 @@ int ft_run_fail(ft_run_args *a, const char *fmt, ...) {
 
 /* -- options ----------------------------------------------------------------------------------- */
 
-/* A whole decimal integer, nothing before or after it. */
-static int parse_int64(const char *s, int64_t *out) {
-    if (!s || !*s || !((*s >= '0' && *s <= '9') || *s == '-' || *s == '+')) return -1;
-    errno = 0;
-    char *end = NULL;
-    const long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end) return -1;
-    *out = (int64_t)v;
-    return 0;
-}
-
 /* argv into a->value; -1 for --help */
 static int collect_values(int argc, char **argv, ft_run_args *a) {
     for (int i = 1; i < argc; i++) {
@@ -147,7 +136,8 @@ static int parse_masking(ft_run_args *a) {
                 a, "--window %s: expected LEFT,RIGHT (two integers, -1 for unbounded)", w);
         memcpy(left, w, llen);
         left[llen] = '\0';
-        if (parse_int64(left, &a->window_left) || parse_int64(comma + 1, &a->window_right))
+        if (ft_parse_int64(left, INT64_MIN, INT64_MAX, &a->window_left) ||
+            ft_parse_int64(comma + 1, INT64_MIN, INT64_MAX, &a->window_right))
             return ft_run_fail(
                 a, "--window %s: expected LEFT,RIGHT (two integers, -1 for unbounded)", w);
         if (a->window_left < -1 || a->window_right < -1)
@@ -241,7 +231,7 @@ static int parse_numbers(ft_run_args *a) {
     for (int c = 0; c < 2; c++) {
         const char *s = a->value[counts[c]];
         if (!s) continue;
-        if (parse_int64(s, dst[c]) || *dst[c] < 0 || *dst[c] > FAI_MAX_WORKERS)
+        if (ft_parse_int64(s, 0, FAI_MAX_WORKERS, dst[c]))
             return ft_run_fail(a, "%s %s: expected an integer 0..%d (0: automatic)",
                                options[counts[c]].name, s, FAI_MAX_WORKERS);
     }

@@ -203,6 +203,8 @@ CASES = [
     ("window empty side", {}, BASE + ["--window", ",4"], "--window"),
     ("threads not a number", {}, BASE + ["--threads", "abc"], "--threads"),
     ("threads negative", {}, BASE + ["--threads", "-1"], "--threads"),
+    ("threads with a sign", {}, BASE + ["--threads", "+2"], "--threads +2: expected an integer"),
+    ("window side with a sign", {}, BASE + ["--window", "+1,0"], "--window +1,0: expected"),
     ("threads past the most a pool takes", {}, BASE + ["--threads", "2000"], "--threads 2000"),
     ("workers past the most a plan takes", {}, BASE + ["--workers", "5000"], "--workers 5000"),
     ("workers trailing junk", {}, BASE + ["--workers", "4x"], "--workers"),
