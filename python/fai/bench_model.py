@@ -29,6 +29,7 @@ import sys
 import time
 
 import fai  # numpy and libfai only: torch is imported in main, after OMP_WAIT_POLICY is set
+from fai._cli_lists import comma_list
 
 
 def _positive(text):
@@ -44,14 +45,10 @@ def _positive(text):
 
 def _listed(text, what):
     """The entries of a comma-separated list, each once, none empty."""
-    entries = [e.strip() for e in text.split(",")]
-    if "" in entries:
-        raise argparse.ArgumentTypeError(f"{text!r} has an empty entry (expected {what} "
-                                         "separated by commas)")
-    repeated = sorted({e for e in entries if entries.count(e) > 1})
-    if repeated:
-        raise argparse.ArgumentTypeError(f"{text!r} names {', '.join(repeated)} more than once")
-    return entries
+    try:
+        return comma_list(text, what)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _contexts(text):

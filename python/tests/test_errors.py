@@ -456,7 +456,8 @@ def _header():
                     reason="needs include/fai.h of a source tree and a C compiler")
 def test_struct_layout_matches_the_header(tmp_path):
     structs = {"fai_problem": _lib.Problem, "fai_tensor": _lib.Tensor, "fai_mask": _lib.Mask,
-               "fai_scale": _lib.Scale, "fai_tensors": _lib.Tensors, "fai_plan_info": _lib.PlanInfo,
+               "fai_scale": _lib.Scale, "fai_channel_scale": _lib.ChannelScale,
+               "fai_tensors": _lib.Tensors, "fai_plan_info": _lib.PlanInfo,
                "fai_worker_range": _lib.WorkerRange, "fai_unit_info": _lib.UnitInfo}
     lines = ["#include <fai.h>", "#include <stdio.h>", "#include <stddef.h>", "int main(void) {"]
     expect = []

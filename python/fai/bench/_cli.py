@@ -9,6 +9,7 @@ import numpy as np
 import fai
 
 from . import __doc__ as _DOC
+from .._cli_lists import comma_list
 from ._cases import SHAPES, Case
 from ._evict import Evictor
 from ._fai import setup_fai
@@ -82,16 +83,13 @@ def _peers(ap, text):
     """The --peers list: known names, each once, no empty entry ('none': no peer)."""
     if text == "none":
         return []
-    peers = [p.strip() for p in text.split(",")]
-    if "" in peers:
-        ap.error(f"--peers {text!r} has an empty entry (expected names among "
-                 f"{', '.join(PEERS)} separated by commas, or 'none')")
+    try:
+        peers = comma_list(text, f"peer names among {', '.join(PEERS)}")
+    except ValueError as e:
+        ap.error(f"--peers {e}")
     for p in peers:
         if p not in PEERS:
             ap.error(f"unknown peer {p} (known: {' '.join(PEERS)})")
-    repeated = sorted({p for p in peers if peers.count(p) > 1})
-    if repeated:
-        ap.error(f"--peers {text!r} names {', '.join(repeated)} more than once")
     return peers
 
 
