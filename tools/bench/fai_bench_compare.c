@@ -2,7 +2,6 @@
  * per-round speedups. */
 #include "fai_bench_compare.h"
 #include "fai_json.h"
-#include "fai_stats.h"
 #include "fai_timed_plan.h"
 
 #include <stdio.h>
@@ -12,9 +11,7 @@
 #define MAX_VARIANTS 8
 
 static void print_result(const ft_shape *variant, const ft_shape *base, int64_t threads,
-                         const double *sorted, int64_t rounds, int json) {
-    const double median = ft_quantile(sorted, rounds, 0.5);
-    const double low = ft_quantile(sorted, rounds, 0.25), high = ft_quantile(sorted, rounds, 0.75);
+                         ft_speedups s, int json) {
     if (json) {
         ft_json out;
         ft_json_init(&out, stdout, 0);
@@ -23,17 +20,14 @@ static void print_result(const ft_shape *variant, const ft_shape *base, int64_t 
         ft_json_int(&out, "compare_threads", (long long)threads);
         ft_json_string(&out, "kv_dtype", fai_dtype_name(variant->kv_dtype));
         ft_json_string(&out, "over_kv_dtype", fai_dtype_name(base->kv_dtype));
-        ft_json_int(&out, "rounds", (long long)rounds);
-        ft_json_number(&out, "speedup_median", "%.4f", median);
-        ft_json_number(&out, "speedup_q1", "%.4f", low);
-        ft_json_number(&out, "speedup_q3", "%.4f", high);
+        ft_json_speedups(&out, s);
         ft_json_end(&out);
         return;
     }
     printf("compare %-6s %lld threads  %s over %s: %.2fx (median of %lld interleaved rounds, "
            "quartiles %.2f-%.2f)\n",
            variant->name, (long long)threads, fai_dtype_name(variant->kv_dtype),
-           fai_dtype_name(base->kv_dtype), median, (long long)rounds, low, high);
+           fai_dtype_name(base->kv_dtype), s.median, (long long)s.rounds, s.q1, s.q3);
 }
 
 /* One thread count: a plan per variant, the rounds, the speedups printed. */
@@ -47,8 +41,8 @@ static int compare_on(const ft_shape *variants, const ft_shape_data *data, int c
         status = ft_timed_plan_create(&plans[v], &variants[v], &data[v], pool, threads, pieces);
     if (!status) status = ft_timed_plans_rounds(plans, count, rounds, evictor, seconds);
     for (int v = 1; v < count && !status; v++) {
-        ft_timed_plans_speedups(seconds, rounds, v, ratios);
-        print_result(&variants[v], &variants[0], threads, ratios, rounds, json);
+        print_result(&variants[v], &variants[0], threads,
+                     ft_timed_plans_speedups(seconds, rounds, v, ratios), json);
     }
     fflush(stdout);
     for (int v = 0; v < count; v++)

@@ -1,7 +1,6 @@
 /* `fai bench --scaling`: interleaved rounds, and the median of the per-round speedups. */
 #include "fai_bench_scaling.h"
 #include "fai_json.h"
-#include "fai_stats.h"
 #include "fai_timed_plan.h"
 
 #include <stdio.h>
@@ -9,10 +8,7 @@
 #include <string.h>
 
 static void print_result(const ft_shape *shape, int64_t base_threads, int64_t threads,
-                         const double *sorted, int64_t rounds, const ft_peak *base_peak,
-                         const ft_peak *peak, int json) {
-    const double median = ft_quantile(sorted, rounds, 0.5);
-    const double low = ft_quantile(sorted, rounds, 0.25), high = ft_quantile(sorted, rounds, 0.75);
+                         ft_speedups s, const ft_peak *base_peak, const ft_peak *peak, int json) {
     const double fp32 =
         peak && base_peak->fp32_gflops > 0 ? peak->fp32_gflops / base_peak->fp32_gflops : 0.0;
     const double read =
@@ -24,25 +20,22 @@ static void print_result(const ft_shape *shape, int64_t base_threads, int64_t th
         ft_json_string(&out, "shape", shape->name);
         ft_json_int(&out, "scaling_threads", (long long)threads);
         ft_json_int(&out, "over_threads", (long long)base_threads);
-        ft_json_int(&out, "rounds", (long long)rounds);
-        ft_json_number(&out, "speedup_median", "%.4f", median);
-        ft_json_number(&out, "speedup_q1", "%.4f", low);
-        ft_json_number(&out, "speedup_q3", "%.4f", high);
+        ft_json_speedups(&out, s);
         if (peak) {
             ft_json_number(&out, "fp32_peak_speedup", "%.4f", fp32);
             ft_json_number(&out, "read_speedup", "%.4f", read);
-            ft_json_number(&out, "of_read_speedup", "%.4f", read > 0 ? median / read : 0.0);
+            ft_json_number(&out, "of_read_speedup", "%.4f", read > 0 ? s.median / read : 0.0);
         }
         ft_json_end(&out);
         return;
     }
     printf("scaling %-6s %lld threads over %lld: %.2fx (median of %lld interleaved rounds, "
            "quartiles %.2f-%.2f)",
-           shape->name, (long long)threads, (long long)base_threads, median, (long long)rounds, low,
-           high);
+           shape->name, (long long)threads, (long long)base_threads, s.median, (long long)s.rounds,
+           s.q1, s.q3);
     if (peak)
         printf("; the machine's fp32 peak %.2fx, read bandwidth %.2fx (%.0f %% of it)", fp32, read,
-               read > 0 ? 100.0 * median / read : 0.0);
+               read > 0 ? 100.0 * s.median / read : 0.0);
     printf("\n");
 }
 
@@ -62,8 +55,8 @@ int ft_bench_scaling(const ft_shape *shape, const ft_shape_data *data, fai_pool 
     /* a warmup round, then the timed ones: every thread count once per round */
     if (!status) status = ft_timed_plans_rounds(plans, count, rounds, evictor, seconds);
     for (int t = 1; t < count && !status; t++) {
-        ft_timed_plans_speedups(seconds, rounds, t, ratios);
-        print_result(shape, threads[0], threads[t], ratios, rounds, peaks ? &peaks[0] : NULL,
+        print_result(shape, threads[0], threads[t],
+                     ft_timed_plans_speedups(seconds, rounds, t, ratios), peaks ? &peaks[0] : NULL,
                      peaks ? &peaks[t] : NULL, json);
     }
     fflush(stdout);

@@ -46,10 +46,19 @@ int ft_timed_plans_rounds(const ft_timed_plan *plans, int count, int64_t rounds,
     return 0;
 }
 
-void ft_timed_plans_speedups(const double *seconds, int64_t rounds, int i, double *ratios) {
+ft_speedups ft_timed_plans_speedups(const double *seconds, int64_t rounds, int i, double *ratios) {
     for (int64_t r = 0; r < rounds; r++)
         ratios[r] = seconds[r] / seconds[i * rounds + r];
     qsort(ratios, (size_t)rounds, sizeof *ratios, ft_compare_double);
+    return (ft_speedups){rounds, ft_quantile(ratios, rounds, 0.5),
+                         ft_quantile(ratios, rounds, 0.25), ft_quantile(ratios, rounds, 0.75)};
+}
+
+void ft_json_speedups(ft_json *out, ft_speedups s) {
+    ft_json_int(out, "rounds", (long long)s.rounds);
+    ft_json_number(out, "speedup_median", "%.4f", s.median);
+    ft_json_number(out, "speedup_q1", "%.4f", s.q1);
+    ft_json_number(out, "speedup_q3", "%.4f", s.q3);
 }
 
 void ft_timed_plan_free(ft_timed_plan *p) {

@@ -5,6 +5,7 @@
 
 #include "fai.h"
 #include "fai_evict.h"
+#include "fai_json.h"
 #include "fai_shape.h"
 
 #include <stddef.h>
@@ -30,9 +31,16 @@ int ft_timed_plan_create(ft_timed_plan *p, const ft_shape *shape, const ft_shape
 int ft_timed_plans_rounds(const ft_timed_plan *plans, int count, int64_t rounds,
                           ft_evictor *evictor, double *seconds);
 
-/* Plan i's per-round speedups over plan 0 (its time in a round over theirs), sorted, into
- * ratios[0 .. rounds). */
-void ft_timed_plans_speedups(const double *seconds, int64_t rounds, int i, double *ratios);
+/* The median and quartiles of plan i's per-round speedups over plan 0 (its time in a round over
+ * theirs), ratios[0 .. rounds) their scratch. */
+typedef struct ft_speedups {
+    int64_t rounds;
+    double median, q1, q3;
+} ft_speedups;
+ft_speedups ft_timed_plans_speedups(const double *seconds, int64_t rounds, int i, double *ratios);
+
+/* Their JSON fields: rounds, speedup_median, speedup_q1, speedup_q3. */
+void ft_json_speedups(ft_json *out, ft_speedups s);
 
 /* Frees the plan and its workspace (an empty one too). */
 void ft_timed_plan_free(ft_timed_plan *p);

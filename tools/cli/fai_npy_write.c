@@ -96,6 +96,19 @@ int ft_npy_check_output(const char *path, char *err, size_t errlen) {
     return check_replaceable(target, mode >= 0, where, err, errlen);
 }
 
+/* The template "<target's dir>/.fai-XXXXXX" of a file beside target, for mkstemp (short, so that
+ * a target whose name is as long as the file system allows still gets one). 0, or -1 when it
+ * does not fit in len bytes. */
+static int temp_template_beside(const char *target, char *out, size_t len) {
+    static const char temp_name[] = ".fai-XXXXXX";
+    const char *slash = strrchr(target, '/');
+    const size_t dirlen = slash ? (size_t)(slash - target) + 1 : 0;
+    if (!out || len < dirlen + sizeof temp_name) return -1;
+    memcpy(out, target, dirlen);
+    memcpy(out + dirlen, temp_name, sizeof temp_name);
+    return 0;
+}
+
 int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int64_t *shape,
                       const void *data, char *tmp_path, size_t tmp_len, char *err, size_t errlen) {
     char where[SHOWN_PATH + 1];
@@ -148,21 +161,15 @@ int ft_npy_write_temp(const char *path, ft_npy_dtype dtype, int rank, const int6
     hdr[8] = (char)((total - 10) & 0xff);
     hdr[9] = (char)((total - 10) >> 8);
 
-    /* temporary file next to the target: "<dir>/.fai-XXXXXX" (short, so that a target whose
-     * name is as long as the file system allows still gets one) */
+    /* a temporary file beside the target */
     const char *slash = strrchr(path, '/');
     if (!*(slash ? slash + 1 : path))
         return ft_npy_fail(err, errlen, "%s: names a directory, not a file", where);
     char target[PATH_MAX];
     int mode;
     if (output_target(path, where, target, sizeof target, &mode, err, errlen)) return -1;
-    const char *target_slash = strrchr(target, '/');
-    const size_t dirlen = target_slash ? (size_t)(target_slash - target) + 1 : 0;
-    static const char temp_name[] = ".fai-XXXXXX";
-    if (!tmp_path || tmp_len < dirlen + sizeof temp_name)
+    if (temp_template_beside(target, tmp_path, tmp_len))
         return ft_npy_fail(err, errlen, "%s: path too long", where);
-    memcpy(tmp_path, target, dirlen);
-    memcpy(tmp_path + dirlen, temp_name, sizeof temp_name);
     const int fd = mkstemp(tmp_path);
     if (fd < 0) {
         const int e = errno;
@@ -209,14 +216,9 @@ int ft_npy_keep(const char *path, char *kept_path, size_t kept_len) {
     int mode;
     if (output_target(path, where, target, sizeof target, &mode, err, sizeof err)) return -1;
     if (mode < 0) return 0;
-    const char *slash = strrchr(target, '/');
-    const size_t dirlen = slash ? (size_t)(slash - target) + 1 : 0;
-    static const char temp_name[] = ".fai-XXXXXX";
-    if (kept_len < dirlen + sizeof temp_name) return -1;
     /* mkstemp finds a free name; link wants it free again, and retries if another took it */
     for (int attempt = 0; attempt < 16; attempt++) {
-        memcpy(kept_path, target, dirlen);
-        memcpy(kept_path + dirlen, temp_name, sizeof temp_name);
+        if (temp_template_beside(target, kept_path, kept_len)) return -1;
         const int fd = mkstemp(kept_path);
         if (fd < 0) break;
         close(fd);
