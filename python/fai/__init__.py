@@ -17,7 +17,8 @@ Errors raise fai.FaiError (a ValueError) with libfai's one-line message.
 """
 from ._cache import cache_write, empty_cache
 from ._core import (FaiError, Plan, alibi_slopes, attention, cpu_cache_bytes, cpu_count,
-                    library_path, merge_states)
+                    library_path)
+from ._merge import merge_states
 
 __version__ = "0.1.0"
 __all__ = ["FaiError", "Plan", "attention", "merge_states", "alibi_slopes", "cpu_count",

@@ -1,7 +1,7 @@
-"""attention, Plan and merge_states on numpy arrays, torch CPU tensors and anything with
-__array__ or __dlpack__, passed to libfai by pointer and element strides (no copy when the
-layout allows one to be avoided). The arrays are read through _arrays, the keyword arguments
-checked in _options, and libfai's errors raised as FaiError by _errors."""
+"""attention and Plan on numpy arrays, torch CPU tensors and anything with __array__ or
+__dlpack__, passed to libfai by pointer and element strides (no copy when the layout allows one
+to be avoided). The arrays are read through _arrays, the keyword arguments checked in _options,
+and libfai's errors raised as FaiError by _errors; merge_states is in _merge."""
 import ctypes
 import threading
 import weakref
@@ -9,17 +9,17 @@ import weakref
 import numpy as np
 
 from . import _lib
-from ._arrays import (_BYTE_MASK, _FLOAT_DTYPES, _FLOAT_NAMES, _alloc, _check_apart,
-                      _dtype_name, _expect, _fill_tensor, _lengths, _view, _want_add_mask,
-                      _want_exact, _want_f32, _want_float, _want_int32, _want_kv)
+from ._arrays import (_BYTE_MASK, _alloc, _check_apart, _dtype_name, _expect, _fill_tensor,
+                      _lengths, _view, _want_add_mask, _want_exact, _want_float, _want_int32,
+                      _want_kv)
 from ._errors import FaiError, _check, _fail
 from ._options import (_KIND_NAMES, _MASK_ARGS, _channel_scale_values, _head_values, _kv_scale,
                        _mask_kind_of, _mask_kind_value, _set_dtypes, _set_execution,
                        _set_lengths, _set_scores, _set_shape)
 from ._scalars import INT_MAX, INT_MIN, _flag, _integer
 
-__all__ = ["FaiError", "Plan", "attention", "merge_states", "alibi_slopes", "cpu_count",
-           "cpu_cache_bytes", "library_path"]
+__all__ = ["FaiError", "Plan", "attention", "alibi_slopes", "cpu_count", "cpu_cache_bytes",
+           "library_path"]
 
 
 def cpu_count():
@@ -686,78 +686,3 @@ def _o_shape(plan):
     if plan._packed_q:
         return [s["seq_q"], s["heads_q"], s["head_dim_v"]]
     return [s["batch"], s["seq_q"], s["heads_q"], s["head_dim_v"]]
-
-
-def _parts(parts, name):
-    """The arrays of a sequence of parts, as a list."""
-    try:
-        return list(parts)
-    except TypeError:
-        _fail(f"{name} = {parts!r}: expected a sequence of arrays")
-
-
-def merge_states(o_parts, lse_parts, *, out_dtype=None, sinks=None):
-    """Merges attention results over disjoint key sets: (O, LSE) over their union.
-
-    o_parts: a sequence of O [B, S, H, D] (or packed [rows, H, D]), float32/float16/bfloat16 each;
-    lse_parts: the matching LSE float32 [B, H, S] (or [H, rows]), as attention(return_lse=True)
-    gives them. Returns O in the first part's dtype (or out_dtype) and LSE float32, shaped like
-    the parts. A part whose LSE is -inf contributes nothing; rows where every part is -inf get
-    O = 0, LSE = -inf. sinks (float32 [H]): the parts were computed without sinks, and the
-    merged result gets them once (fai_apply_sinks); parts computed with sinks would each count
-    them.
-    """
-    o_list = _parts(o_parts, "o_parts")
-    l_list = _parts(lse_parts, "lse_parts")
-    if not o_list:
-        _fail("o_parts is empty")
-    if len(o_list) != len(l_list):
-        _fail(f"{len(o_list)} o_parts but {len(l_list)} lse_parts")
-    ov = [_view(o, f"o_parts[{i}]", _want_float(f"o_parts[{i}]")) for i, o in enumerate(o_list)]
-    lv = [_view(x, f"lse_parts[{i}]", _want_f32(f"lse_parts[{i}]", "float32"),
-                last_contiguous=False) for i, x in enumerate(l_list)]
-    shape = ov[0].shape
-    if len(shape) not in (3, 4):
-        _fail(f"o_parts[0] has shape {list(shape)}; expected [B, S, H, D] or [rows, H, D]")
-    packed = len(shape) == 3
-    if packed:
-        B, (S, H, D) = 1, shape
-        lse_shape = [H, S]
-    else:
-        B, S, H, D = shape
-        lse_shape = [B, H, S]
-    tensors_o = (_lib.Tensor * len(ov))()
-    tensors_l = (_lib.Tensor * len(lv))()
-    for i, (o, x) in enumerate(zip(ov, lv)):
-        if list(o.shape) != list(shape):
-            _fail(f"o_parts[{i}] has shape {list(o.shape)}; o_parts[0] has {list(shape)}")
-        _expect(x, f"lse_parts[{i}]", lse_shape, "([B, H, S], or [H, rows] for packed parts)")
-        if packed:
-            _fill_tensor(tensors_o[i], o, 0, o.stride(0), o.stride(1))
-            _fill_tensor(tensors_l[i], x, 0, x.stride(1), x.stride(0))
-        else:
-            _fill_tensor(tensors_o[i], o, o.stride(0), o.stride(1), o.stride(2))
-            _fill_tensor(tensors_l[i], x, x.stride(0), x.stride(2), x.stride(1))
-        tensors_l[i].dtype = _lib.DTYPE_F32
-    o_dtype = _dtype_name(out_dtype, "out_dtype") if out_dtype is not None else ov[0].dtype
-    if o_dtype not in _FLOAT_DTYPES:
-        _fail(f"out_dtype = {out_dtype!r} ({o_dtype}): expected {_FLOAT_NAMES}")
-    out = _alloc(ov[0].torch, list(shape), o_dtype)
-    lse = _alloc(ov[0].torch, lse_shape, "float32")
-    oo = _view(out, "out", _want_exact("out", (o_dtype,)), writable=True)
-    lo = _view(lse, "lse", _want_exact("lse", ("float32",)), writable=True, last_contiguous=False)
-    t_o, t_l = _lib.Tensor(), _lib.Tensor()
-    if packed:
-        _fill_tensor(t_o, oo, 0, oo.stride(0), oo.stride(1))
-        _fill_tensor(t_l, lo, 0, lo.stride(1), lo.stride(0))
-    else:
-        _fill_tensor(t_o, oo, oo.stride(0), oo.stride(1), oo.stride(2))
-        _fill_tensor(t_l, lo, lo.stride(0), lo.stride(2), lo.stride(1))
-    t_l.dtype = _lib.DTYPE_F32
-    _check(_lib.merge_states(len(ov), tensors_o, tensors_l, B, S, H, D, ctypes.byref(t_o),
-                             ctypes.byref(t_l)))
-    if sinks is not None:
-        arr = _head_values(sinks, "sinks", H)
-        _check(_lib.apply_sinks(arr.ctypes.data, B, S, H, D, ctypes.byref(t_o),
-                                ctypes.byref(t_l)))
-    return out, lse
