@@ -12,7 +12,7 @@ import pytest
 import fai
 from fai import _arrays, _lib
 from cases import check, paginate, qkv
-from reference import assert_close, attention_ref, cast, values
+from reference import assert_close, attention_ref, cast
 
 # -- errors -------------------------------------------------------------------------------------
 
@@ -502,12 +502,6 @@ def test_empty_cache_refuses_a_torch_dtype_numpy_lacks():
 
 
 # -- the plan's and merge_states' own checks, each naming what it refused -------------------------
-
-def _small():
-    q = np.zeros((1, 2, 2, 8), np.float32)
-    k = np.zeros((1, 3, 1, 8), np.float16)
-    return q, k
-
 
 @pytest.mark.parametrize("kwargs,match", [
     ({"seq_kv": None}, r"seq_kv = None: expected an integer \(only a paged plan"),
