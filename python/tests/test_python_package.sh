@@ -36,7 +36,12 @@ if ! python3 -m venv "$tmp/venv" >"$tmp/venv.log" 2>&1; then
 fi
 py="$tmp/venv/bin/python"
 pip=("$py" -m pip install -q --disable-pip-version-check)
-"${pip[@]}" numpy pytest ml_dtypes
+"${pip[@]}" numpy pytest ml_dtypes pyflakes
+
+# 0. the package and its tests have no unused names, undefined names or redefinitions (pyflakes:
+# the Python counterpart of the C build's -Wall -Werror)
+"$py" -m pyflakes "$root/python/fai" "$root/python/tests" ||
+    { echo "test_python_package: pyflakes found the above"; exit 1; }
 
 # 1. FAI_LIBRARY at install time: the given library is copied into the package, no CMake
 if [ -f "$build_dir/libfai.so" ]; then
