@@ -336,7 +336,7 @@ static void pack_q_simd(float *q_t, int64_t ld_s, const void *const *rows, int64
  * else and is not checked: the FMA was a fifth of its packing's instructions. Nor is an e4m3 row
  * without the NaN code (one comparison per vector of codes) whose scale times 512 is finite:
  * its codes are read as 2^-8 of their values and the scale taken times 2^8 (exact, so the
- * product is the same), which leaves out the NaN code's test and a multiply, 5 of 11
+ * product is the same), which leaves out the NaN code's test, a multiply and the check, 5 of 11
  * instructions a vector. */
 #define DEFINE_PACK_ROWS(NAME, DTYPE)                                                              \
     static int NAME(float *dst, int64_t ld_dst, const void *const *rows, int64_t n, int64_t dim,   \
