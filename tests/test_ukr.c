@@ -561,8 +561,6 @@ TEST(ukr_quantized_codes_decode_exactly) {
                                  (dtypes[k] == FAI_DTYPE_E4M3 && e4m3_nan_free)));
             }
     }
-    for (int i = 0; i < DIM; i++)
-        codes[i] = (unsigned char)(i % CODES);
     for (int k = 0; k < 3; k++)
         for (int code = 0; code < CODES; code++) {
             const unsigned char byte = (unsigned char)code;

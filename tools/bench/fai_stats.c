@@ -11,7 +11,7 @@ int ft_compare_double(const void *a, const void *b) {
 
 double ft_median(double *values, int64_t count) {
     qsort(values, (size_t)count, sizeof *values, ft_compare_double);
-    return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
+    return ft_quantile(values, count, 0.5);
 }
 
 double ft_quantile(const double *sorted, int64_t n, double q) {
