@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Builds a .npy image: preamble of the given version, `dict` padded with spaces to a multiple
@@ -547,6 +548,80 @@ TEST(npy_write_failure_leaves_nothing) {
     REQUIRE(ft_npy_load(path, &a, err, sizeof err) == 0);
     CHECK(*(const float *)a.data == 1.0f);
     ft_npy_free(&a);
+    remove_dir(dir);
+}
+
+/* ft_npy_keep + commit + undo_commit, as `fai run` uses them to write O and LSE both or neither:
+ * undoing a commit puts back the file that was there (through a link: the file it leads to), or
+ * removes the committed one when there was none, and leaves no temporary file behind. */
+static float first_value(const char *path) {
+    ft_npy a;
+    char err[512];
+    if (ft_npy_load(path, &a, err, sizeof err)) return -1.0f;
+    const float v = *(const float *)a.data;
+    ft_npy_free(&a);
+    return v;
+}
+
+static int commit_value(const char *path, float x, char *err, size_t errlen) {
+    const int64_t s1[1] = {1};
+    char tmp[512];
+    if (ft_npy_write_temp(path, FT_NPY_F32, 1, s1, &x, tmp, sizeof tmp, err, errlen)) return -1;
+    return ft_npy_commit(tmp, path, err, errlen);
+}
+
+TEST(npy_commit_can_be_undone) {
+    char dir[64], path[160], link_path[160], kept[512], err[512] = "";
+    REQUIRE(make_temp_dir(dir, sizeof dir) == 0);
+    snprintf(path, sizeof path, "%s/o.npy", dir);
+
+    /* a file there before: kept, replaced, put back */
+    REQUIRE(commit_value(path, 1.0f, err, sizeof err) == 0);
+    const int kept_state = ft_npy_keep(path, kept, sizeof kept);
+    CHECK(kept_state == 1 && count_entries(dir) == 2);
+    REQUIRE(commit_value(path, 2.0f, err, sizeof err) == 0);
+    CHECK(first_value(path) == 2.0f);
+    CHECK(ft_npy_undo_commit(path, kept, kept_state) == 0);
+    CHECK(first_value(path) == 1.0f);
+    CHECK(count_entries(dir) == 1);
+
+    /* kept and not needed: discarding it leaves the new file alone */
+    REQUIRE(ft_npy_keep(path, kept, sizeof kept) == 1);
+    REQUIRE(commit_value(path, 3.0f, err, sizeof err) == 0);
+    ft_npy_discard(kept);
+    CHECK(first_value(path) == 3.0f && count_entries(dir) == 1);
+
+    /* nothing there before: undoing removes what the commit made */
+    char fresh[160];
+    snprintf(fresh, sizeof fresh, "%s/new.npy", dir);
+    const int none = ft_npy_keep(fresh, kept, sizeof kept);
+    CHECK(none == 0 && count_entries(dir) == 1);
+    REQUIRE(commit_value(fresh, 4.0f, err, sizeof err) == 0);
+    CHECK(count_entries(dir) == 2);
+    CHECK(ft_npy_undo_commit(fresh, kept, none) == 0);
+    CHECK(count_entries(dir) == 1 && access(fresh, F_OK) != 0);
+
+    /* through a symbolic link: the file it leads to is kept and put back, the link stays */
+    snprintf(link_path, sizeof link_path, "%s/l.npy", dir);
+    REQUIRE(symlink("o.npy", link_path) == 0);
+    const int through = ft_npy_keep(link_path, kept, sizeof kept);
+    CHECK(through == 1);
+    REQUIRE(commit_value(link_path, 5.0f, err, sizeof err) == 0);
+    CHECK(first_value(path) == 5.0f);
+    CHECK(ft_npy_undo_commit(link_path, kept, through) == 0);
+    CHECK(first_value(path) == 3.0f && first_value(link_path) == 3.0f);
+    struct stat st;
+    CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(count_entries(dir) == 2);
+
+    /* nothing to keep in a directory that does not exist; a path no output may take (a
+     * directory) keeps nothing, and nothing can be undone with that */
+    char missing[160];
+    snprintf(missing, sizeof missing, "%s/missing/o.npy", dir);
+    CHECK(ft_npy_keep(missing, kept, sizeof kept) == 0);
+    CHECK(ft_npy_keep(dir, kept, sizeof kept) == -1 && kept[0] == '\0');
+    CHECK(ft_npy_undo_commit(dir, kept, -1) == -1);
+    CHECK(count_entries(dir) == 2);
     remove_dir(dir);
 }
 
