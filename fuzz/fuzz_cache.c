@@ -237,11 +237,12 @@ static int scales_share(const cache_call *c, int64_t bytes) {
     return shared;
 }
 
-/* Whether a written token's source element or a per-token scale lies on a byte of a cache
- * element. Only where the input put them inside the cache's buffer. */
+/* Whether a written token's source element or a scale (per token, or a fixed one, read while
+ * the cache is written) lies on a byte of a cache element. Only where the input put them inside
+ * the cache's buffer. */
 static const char *overlaps_cache(const cache_call *c, fuzz_buffer *buf) {
     const int src_inside = buffer_of(buf, c->src.data) == B_CACHE;
-    const int scale_inside = c->per_token && buffer_of(buf, c->scale.data) == B_CACHE;
+    const int scale_inside = c->quantized && buffer_of(buf, c->scale.data) == B_CACHE;
     if (!src_inside && !scale_inside) return NULL;
     fuzz_buffer *cb = &buf[B_CACHE];
     const int64_t size = element_size(c->cache_dtype);
@@ -262,13 +263,18 @@ static const char *overlaps_cache(const cache_call *c, fuzz_buffer *buf) {
                     why = "a written token's source lies on the cache";
         }
     }
-    for (int64_t b = 0; scale_inside && b < c->blocks && !why; b++)
+    for (int64_t b = 0; scale_inside && c->per_token && b < c->blocks && !why; b++)
         for (int64_t r = 0; r < c->block_rows && !why; r++)
             for (int64_t h = 0; h < c->heads && !why; h++) {
                 const unsigned char *s = (unsigned char *)(c->scale.data + scale_at(c, b, r, h));
                 for (int x = 0; x < 4; x++)
                     if (cb->mark[s + x - cb->base]) why = "a per-token scale lies on the cache";
             }
+    for (int64_t h = 0; scale_inside && !c->per_token && h < c->heads && !why; h++) {
+        const unsigned char *s = (unsigned char *)(c->scale.data + h * c->scale.stride_head);
+        for (int x = 0; x < 4; x++)
+            if (cb->mark[s + x - cb->base]) why = "a fixed scale lies on the cache";
+    }
     memset(cb->mark, 0, fuzz_total(cb));
     return why;
 }

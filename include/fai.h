@@ -271,8 +271,8 @@ typedef struct fai_problem {
 
     /* Logit soft-capping (Gemma 2): each scaled score s becomes softcap * tanh(s / softcap),
      * before ALiBi and the masks (+-Inf scores become +-softcap, NaN stays NaN). 0 (the
-     * default): off. Otherwise finite and positive; negative, NaN or infinite values are
-     * refused. */
+     * default): off. Otherwise finite and positive, with a finite reciprocal (about 2.9e-39 or
+     * more: the scores are multiplied by 1 / softcap); other values are refused. */
     float softcap;
 
     /* Nonzero: ALiBi (BLOOM, MPT). Query head h's score for key j of query i gains
@@ -338,7 +338,8 @@ FAI_API void fai_problem_init(fai_problem *problem);
  * h*stride_head + d]. For a packed (cu_seqlens) tensor stride_batch is ignored and s is the
  * packed row; for a page pool stride_batch is the page stride and s the slot in the page.
  * Strides are never negative. stride_dim is the stride of d: it must be 1 (0 is read as 1),
- * because the head dimension is contiguous. */
+ * because the head dimension is contiguous. data is aligned to the element size, as an array of
+ * the dtype is (2 bytes for f16 and bf16, 4 for f32): a misaligned one is refused. */
 typedef struct fai_tensor {
     void *data;
     fai_dtype dtype;
@@ -349,9 +350,9 @@ typedef struct fai_tensor {
 /* An explicit mask: element (b, h, i, j) for query i and key j of sequence b (positions inside
  * the sequence, also for packed batches) lives at data[b*stride_batch + h*stride_head +
  * i*stride_q + j]. A zero stride broadcasts: [Sq, Skv] is stride_batch = stride_head = 0.
- * Bytes for KEEP and DROP, float32 for ADD. For KEEP_BITS the strides count bytes and element
- * (b, h, i, j) is bit j % 8 of byte data[b*stride_batch + h*stride_head + i*stride_q + j / 8]
- * (a row of Skv keys needs stride_q >= ceil(Skv / 8)). */
+ * Bytes for KEEP and DROP, float32 for ADD (data then 4-byte aligned). For KEEP_BITS the strides
+ * count bytes and element (b, h, i, j) is bit j % 8 of byte data[b*stride_batch + h*stride_head +
+ * i*stride_q + j / 8] (a row of Skv keys needs stride_q >= ceil(Skv / 8)). */
 typedef struct fai_mask {
     const void *data;
     int64_t stride_batch, stride_head, stride_q;
@@ -414,7 +415,8 @@ typedef struct fai_tensors {
 } fai_tensors;
 
 /* Strides of a contiguous [B, S, H, Dlast] tensor (the default BSHD layout). A stride whose
- * product passes int64 is INT64_MAX, which fai_run refuses (FAI_ERR_OVERFLOW). */
+ * product passes int64 is INT64_MAX, which fai_run refuses (FAI_ERR_OVERFLOW) wherever it
+ * steps over more than one element (a batch stride with one sequence is never followed). */
 FAI_API fai_tensor fai_tensor_bshd(void *data, fai_dtype dtype, int64_t seq, int64_t heads,
                                    int64_t dim);
 
@@ -638,9 +640,9 @@ FAI_API const char *fai_tuning_path(void);
  * pool: the threads that write (NULL: the process-wide default pool).
  * Everything is checked before anything is written: shapes, dtypes, every slot (inside the
  * cache, no two tokens in one slot), strides that give every row of the cache and every
- * per-token scale its own place, a source and per-token scales apart from the cache in memory,
- * and for quantized caches every source value of the tokens
- * written finite (skipped tokens are not read) and every fixed scale finite and > 0; on failure
+ * per-token scale its own place, a source and scales (per token or fixed) apart from the cache
+ * in memory, and for quantized caches every source value of the tokens written finite (skipped
+ * tokens are not read) and every fixed scale finite and > 0; on failure
  * nothing is written and fai_last_error() names the field and the value. The bytes written do
  * not depend on the number of threads. A K cache with channel scales (fai_problem.k_channel_scales)
  * is written from the tokens divided by them: each token is quantized with its own scale here. */

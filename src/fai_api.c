@@ -41,7 +41,17 @@ fai_status fai__check_not_negative(const char *name, int64_t stride_batch, int64
     return FAI_OK;
 }
 
+fai_status fai__check_aligned(const char *name, const void *data, size_t element) {
+    if (element > 1 && (uintptr_t)data % element != 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s.data = %p is not aligned to its %zu-byte elements (an array of "
+                         "them is)",
+                         name, data, element);
+    return FAI_OK;
+}
+
 fai_status fai__check_strides(const char *name, const fai_tensor *tensor) {
+    FAI_TRY(fai__check_aligned(name, tensor->data, fai_dtype_size(tensor->dtype)));
     if (tensor->stride_dim != 0 && tensor->stride_dim != 1)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "%s.stride_dim = %" PRId64 ": the head dimension must be contiguous (1)",
@@ -303,6 +313,8 @@ static fai_status check_mask(const fai_plan *plan, const fai_tensors *t) {
                          (int)pb->mask_kind);
     /* its q stride steps along the sequence, as the tensors' seq stride does */
     FAI_TRY(fai__check_not_negative("mask", mask->stride_batch, mask->stride_q, mask->stride_head));
+    if (pb->mask_kind == FAI_MASK_ADD)
+        FAI_TRY(fai__check_aligned("mask", mask->data, sizeof(float)));
     const int bits = pb->mask_kind == FAI_MASK_KEEP_BITS;
     const int64_t max_kv = plan->max_kv_len;
     const int64_t counts[3] = {pb->batch, plan->max_q_len, pb->heads_q};

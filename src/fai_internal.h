@@ -255,8 +255,11 @@ fai_status fai__check_reach(const char *name, const int64_t counts[3], int64_t s
 /* Batch, sequence and head strides none of them negative; the error names `name` and all three. */
 fai_status fai__check_not_negative(const char *name, int64_t stride_batch, int64_t stride_seq,
                                    int64_t stride_head);
-/* A tensor's strides: none negative, and the head dimension contiguous (stride_dim 0 or 1);
- * the error names `name`. */
+/* data at a multiple of its elements' size, as an array of them is (NULL is); the error names
+ * `name`. fai reads and writes f32 and 16-bit elements as what they are. */
+fai_status fai__check_aligned(const char *name, const void *data, size_t element);
+/* A tensor's data aligned (fai__check_aligned) and its strides: none negative, and the head
+ * dimension contiguous (stride_dim 0 or 1); the error names `name`. */
 fai_status fai__check_strides(const char *name, const fai_tensor *tensor);
 
 /* Run-time checks of the tensors against the plan (fai_api.c). */

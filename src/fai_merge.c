@@ -22,6 +22,7 @@ static fai_status check_part(const char *name, int64_t index, const fai_tensor *
             : t->dtype != FAI_DTYPE_F32 && t->dtype != FAI_DTYPE_F16 && t->dtype != FAI_DTYPE_BF16)
         return fai__fail(FAI_ERR_INVALID_ARG, "%s.dtype = %s (%d) is not %s", label,
                          fai_dtype_name(t->dtype), (int)t->dtype, lse ? "f32" : "f32, f16 or bf16");
+    FAI_TRY(fai__check_aligned(label, t->data, fai_dtype_size(t->dtype)));
     if (!lse && t->stride_dim != 0 && t->stride_dim != 1)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "%s.stride_dim = %" PRId64 ": the head dimension must be contiguous (1)",

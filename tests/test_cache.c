@@ -541,6 +541,15 @@ TEST(cache_write_refuses_places_written_twice) {
     inside.data = (float *)(void *)f.cache;
     check_refused(test_failed_, &f, fixture_write(&f, &inside), FAI_ERR_INVALID_ARG,
                   "scales overlap the cache");
+    /* fixed scales inside the cache: read while the cache is written, they would change under
+     * the write (the first token's codes over them, every later token quantized with those) */
+    fai_scale fixed_inside = f.fixed_scale;
+    const float small[2] = {0.01f, 0.01f};
+    memcpy(f.cache + 4, small, sizeof small);
+    memcpy(f.cache_before, f.cache, sizeof f.cache);
+    fixed_inside.data = (float *)(void *)(f.cache + 4);
+    check_refused(test_failed_, &f, fixture_write(&f, &fixed_inside), FAI_ERR_INVALID_ARG,
+                  "the fixed scales overlap the cache");
 }
 
 TEST(cache_write_refuses_nonfinite_values_and_bad_scales) {
@@ -639,6 +648,11 @@ TEST(cache_write_refuses_bad_arguments) {
     check_refused(test_failed_, &f, fixture_write(&f, s), FAI_ERR_INVALID_ARG,
                   "cache.stride_dim = 2");
     cache->stride_dim = 0; /* read as 1 */
+    /* elements are read and written as what they are: at a multiple of their size */
+    src->data = (char *)f.src + 2;
+    check_refused(test_failed_, &f, fixture_write(&f, s), FAI_ERR_INVALID_ARG,
+                  "not aligned to its 4-byte elements");
+    src->data = f.src;
 
     /* nothing to write: no pointers needed but the cache's */
     CHECK(fai_cache_write(0, 2, 8, &(fai_tensor){NULL, FAI_DTYPE_F32, 0, 0, 0, 1}, NULL, 2, 4,

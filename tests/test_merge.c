@@ -212,4 +212,19 @@ TEST(merge_errors_name_the_field) {
           NULL);
     for (int x = 0; x < 8; x++)
         CHECK(out2[x] == 7.0f);
+    /* data not at a multiple of its elements' size: refused before anything is read */
+    fai_tensor odd_lse = lse_part;
+    odd_lse.data = (char *)lse_a + 2;
+    CHECK(fai_merge_states(1, &o_part, &odd_lse, 1, 1, 1, 4, &o_out, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "lse_parts[0].data") != NULL &&
+          strstr(fai_last_error(), "not aligned to its 4-byte elements") != NULL);
+    fai_tensor odd_out = o_out;
+    odd_out.data = (char *)out + 1;
+    CHECK(fai_merge_states(1, &o_part, &lse_part, 1, 1, 1, 4, &odd_out, NULL) ==
+          FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "o_out.data") != NULL);
+    CHECK(fai_apply_sinks(&sink, 1, 1, 1, 4, &o_out, &odd_lse) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "lse.data") != NULL);
+    for (int x = 0; x < 4; x++)
+        CHECK(out[x] == 7.0f);
 }

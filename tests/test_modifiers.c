@@ -329,3 +329,73 @@ TEST(alibi_chunked_prefill) {
         bad += !(fabsf(o_chunk[i] - o_full[(SQ - CHUNK) * H * D + i]) <= 1e-5f);
     CHECK(bad == 0);
 }
+
+/* The smallest caps that are not refused (1 / softcap still a float32, subnormal ones included)
+ * cap every score at about 0, so every visible key weighs the same: O is the mean of V and the
+ * LSE log(n), with a scale of 0 (scores of exactly 0, 0 x 1 / softcap) and the default one, on
+ * the row (decode) and tile (prefill) paths. A cap whose reciprocal overflows is refused. */
+TEST(softcap_smallest_caps) {
+    enum { SQ = 8, SKV = 16, D = 8 };
+    float q[SQ * D], k[SKV * D], v[SKV * D], o[SQ * D], lse[SQ];
+    fai_rng g = {77};
+    for (int i = 0; i < SQ * D; i++)
+        q[i] = (float)(fai_rng_uniform(&g) - 0.5);
+    for (int i = 0; i < SKV * D; i++) {
+        k[i] = (float)(fai_rng_uniform(&g) - 0.5);
+        v[i] = (float)(fai_rng_uniform(&g) - 0.5);
+    }
+    double mean[D] = {0};
+    for (int j = 0; j < SKV; j++)
+        for (int x = 0; x < D; x++)
+            mean[x] += v[j * D + x] / SKV;
+    const float caps[2] = {1e-38f, 4e-39f}, scales[2] = {0.0f, FAI_SCALE_DEFAULT};
+    for (int c = 0; c < 2; c++)
+        for (int sq = 1; sq <= SQ; sq += SQ - 1)
+            for (int sc = 0; sc < 2; sc++) {
+                fai_problem pb;
+                fai_problem_init(&pb);
+                pb.batch = pb.heads_q = pb.heads_kv = 1;
+                pb.seq_q = sq;
+                pb.seq_kv = SKV;
+                pb.head_dim = D;
+                pb.q_dtype = pb.k_dtype = pb.v_dtype = FAI_DTYPE_F32;
+                pb.softcap = caps[c];
+                pb.scale = scales[sc];
+                fai_tensors t;
+                memset(&t, 0, sizeof t);
+                t.q = fai_tensor_bshd(q, FAI_DTYPE_F32, sq, 1, D);
+                t.k = fai_tensor_bshd(k, FAI_DTYPE_F32, SKV, 1, D);
+                t.v = fai_tensor_bshd(v, FAI_DTYPE_F32, SKV, 1, D);
+                t.o = fai_tensor_bshd(o, FAI_DTYPE_F32, sq, 1, D);
+                t.lse.data = lse; /* [1, 1, sq] */
+                t.lse.dtype = FAI_DTYPE_F32;
+                t.lse.stride_seq = 1;
+                fai_plan *plan = NULL;
+                REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+                const size_t size = fai_plan_workspace_size(plan);
+                void *ws = malloc(size + 1);
+                REQUIRE(ws);
+                CHECK(fai_run(plan, &t, ws, size) == FAI_OK);
+                free(ws);
+                fai_plan_free(plan);
+                int bad = 0;
+                for (int i = 0; i < sq; i++) {
+                    bad += !(fabs(lse[i] - log((double)SKV)) <= 1e-6);
+                    for (int x = 0; x < D; x++)
+                        bad += !(fabs(o[i * D + x] - mean[x]) <= 1e-6);
+                }
+                if (bad)
+                    fprintf(stderr, "  softcap %g, Sq %d, scale %g: %d values off\n",
+                            (double)caps[c], sq, (double)scales[sc], bad);
+                CHECK(bad == 0);
+            }
+    fai_problem pb;
+    fai_problem_init(&pb);
+    pb.batch = pb.heads_q = pb.heads_kv = 1;
+    pb.seq_q = pb.seq_kv = 4;
+    pb.head_dim = D;
+    pb.softcap = 1e-40f;
+    fai_plan *plan = NULL;
+    CHECK(fai_plan_create(&pb, &plan) == FAI_ERR_INVALID_ARG && plan == NULL);
+    CHECK(strstr(fai_last_error(), "softcap = 9.99995e-41 is too small") != NULL);
+}

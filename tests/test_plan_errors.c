@@ -240,6 +240,10 @@ TEST(plan_modifiers) {
     CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "softcap", "nan", NULL));
     pb.softcap = INFINITY;
     CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "softcap", "inf", NULL));
+    pb.softcap = 1e-40f; /* 1 / softcap overflows */
+    CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, "softcap = 9.99995e-41", "too small", NULL));
+    pb.softcap = 4e-39f; /* subnormal, with a finite reciprocal */
+    CHECK(plan_succeeds(&pb));
     pb.softcap = 30.0f;
     CHECK(plan_succeeds(&pb));
     pb.softcap = 0.0f;

@@ -229,6 +229,103 @@ TEST(run_null_data) {
     fixture_free(&fx);
 }
 
+/* Elements are read and written as what they are: data at a multiple of its elements' size (as
+ * an array of them is), or refused before anything is read. */
+TEST(run_misaligned_data) {
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));
+    fai_tensors t;
+#define MISALIGNED(tensor, base, by, bytes)                                                        \
+    do {                                                                                           \
+        t = fx.t;                                                                                  \
+        t.tensor.data = (char *)(base) + (by);                                                     \
+        CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, #tensor ".data",          \
+                        "not aligned to its " bytes "-byte elements", NULL));                      \
+    } while (0)
+    MISALIGNED(q, fx.q, 2, "4");
+    MISALIGNED(k, fx.k, 1, "2");
+    MISALIGNED(v, fx.v, 1, "2");
+    MISALIGNED(o, fx.o, 2, "4");
+    MISALIGNED(lse, fx.lse, 1, "4");
+#undef MISALIGNED
+    fixture_free(&fx);
+    /* an additive mask holds floats; byte masks may start anywhere */
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_ADD));
+    memset(fx.mask, 0, 5 * 16); /* +0.0f over the rows read */
+    t = fx.t;
+    t.mask.data = fx.mask + 2;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "mask.data",
+                    "not aligned to its 4-byte elements", NULL));
+    fixture_free(&fx);
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_KEEP));
+    t = fx.t;
+    t.mask.data = fx.mask + 1;
+    CHECK(run_succeeds(&fx, &t));
+    fixture_free(&fx);
+}
+
+/* Strides a run never follows may be anything: a batch stride with one sequence (the INT64_MAX
+ * fai_tensor_bshd gives when its product overflows), a packed Q's batch stride, a head stride with
+ * one head, and the strides of an LSE or scales not given. The result is the same, and nothing
+ * is computed from them (the sanitizer build would report an overflow). */
+TEST(run_ignores_strides_it_does_not_follow) {
+    enum { SQ = 4, SKV = 6, D = 8 };
+    float q[SQ * D], k[SKV * D], v[SKV * D], o[SQ * D], o_ref[SQ * D], lse[SQ], lse_ref[SQ];
+    for (int i = 0; i < SQ * D; i++)
+        q[i] = (float)((i * 7) % 11) * 0.125f - 0.5f;
+    for (int i = 0; i < SKV * D; i++) {
+        k[i] = (float)((i * 5) % 13) * 0.0625f - 0.375f;
+        v[i] = (float)((i * 3) % 7) - 3.0f;
+    }
+    for (int packed = 0; packed < 2; packed++) {
+        fai_problem pb;
+        fai_problem_init(&pb);
+        pb.batch = pb.heads_q = pb.heads_kv = 1;
+        pb.seq_q = SQ;
+        pb.seq_kv = SKV;
+        pb.head_dim = D;
+        pb.q_dtype = pb.k_dtype = pb.v_dtype = FAI_DTYPE_F32;
+        const int32_t cu[2] = {0, SQ};
+        if (packed) pb.cu_seqlens_q = cu;
+        fai_plan *plan = NULL;
+        REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+        const size_t size = fai_plan_workspace_size(plan);
+        void *ws = malloc(size + 1);
+        REQUIRE(ws);
+        fai_tensors t;
+        memset(&t, 0, sizeof t);
+        t.q = fai_tensor_bshd(q, FAI_DTYPE_F32, SQ, 1, D);
+        t.k = fai_tensor_bshd(k, FAI_DTYPE_F32, SKV, 1, D);
+        t.v = fai_tensor_bshd(v, FAI_DTYPE_F32, SKV, 1, D);
+        t.o = fai_tensor_bshd(o_ref, FAI_DTYPE_F32, SQ, 1, D);
+        t.lse.data = lse_ref;
+        t.lse.dtype = FAI_DTYPE_F32;
+        t.lse.stride_seq = 1;
+        CHECK(fai_run(plan, &t, ws, size) == FAI_OK);
+
+        t.o.data = o;
+        t.lse.data = lse;
+        t.q.stride_batch = t.k.stride_batch = t.v.stride_batch = INT64_MAX;
+        t.o.stride_batch = t.lse.stride_batch = INT64_MAX;
+        t.q.stride_head = t.o.stride_head = INT64_MAX / 2;
+        t.lse.stride_head = INT64_MAX;
+        t.v_scale.stride_batch = t.v_scale.stride_seq = t.v_scale.stride_head = INT64_MIN;
+        memset(o, 0, sizeof o);
+        memset(lse, 0, sizeof lse);
+        const fai_status with_lse = fai_run(plan, &t, ws, size);
+        CHECK(with_lse == FAI_OK);
+        if (with_lse != FAI_OK) fprintf(stderr, "  %s\n", fai_last_error());
+        CHECK(memcmp(o, o_ref, sizeof o) == 0 && memcmp(lse, lse_ref, sizeof lse) == 0);
+        t.lse.data = NULL;
+        t.lse.stride_seq = INT64_MAX;
+        memset(o, 0, sizeof o);
+        CHECK(fai_run(plan, &t, ws, size) == FAI_OK);
+        CHECK(memcmp(o, o_ref, sizeof o) == 0);
+        free(ws);
+        fai_plan_free(plan);
+    }
+}
+
 TEST(run_dtype_mismatch) {
     run_fixture fx;
     REQUIRE(fixture_init(&fx, 0, FAI_MASK_NONE));

@@ -456,6 +456,10 @@ static fai_status check_arguments(int64_t tokens, int64_t heads, int64_t dim, co
         const int64_t head_counts[3] = {heads, 1, 1};
         const int64_t head_strides[3] = {scale->stride_head, 0, 0};
         FAI_TRY(check_offsets("scale", head_counts, head_strides, 1));
+        /* read while the cache is written: a scale inside it would change under the write */
+        if (ranges_meet(range_of(scale->data, head_counts, head_strides, 1, sizeof(float)),
+                        cache_bytes))
+            return fai__fail(FAI_ERR_INVALID_ARG, "the fixed scales overlap the cache in memory");
         FAI_TRY(check_fixed_scales(scale, heads));
     }
     return check_slots(slots, tokens, *rows);

@@ -1,7 +1,16 @@
 /* Row addressing for padded, packed and paged tensors, resolved once per run. */
 #include "kv/fai_kv.h"
 
+#include <stdint.h>
 #include <string.h>
+
+/* stride x element_bytes, wrapping instead of overflowing: the checks before a run have made
+ * every stride it follows fit (fai__check_reach), but a stride it never follows (a batch stride
+ * with one sequence, or a packed tensor's; those of an LSE or scales not given) may be anything,
+ * and is resolved all the same. */
+static int64_t stride_bytes(int64_t stride, int64_t element_bytes) {
+    return (int64_t)((uint64_t)stride * (uint64_t)element_bytes);
+}
 
 /* Strides in elements of `element_bytes` each, into a fai_rows; packed and paged as the plan
  * says for that side (Q/O/LSE or K/V). */
@@ -10,9 +19,9 @@ static fai_rows resolve(const fai_plan *plan, const fai_tensors *t, void *data,
                         int kv_side) {
     fai_rows r;
     r.data = data;
-    r.batch = batch * element_bytes;
-    r.seq = seq * element_bytes;
-    r.head = head * element_bytes;
+    r.batch = stride_bytes(batch, element_bytes);
+    r.seq = stride_bytes(seq, element_bytes);
+    r.head = stride_bytes(head, element_bytes);
     r.kv_side = kv_side;
     r.seqs = (kv_side ? plan->packed_kv : plan->packed_q) ? plan->seqs : NULL;
     r.table = kv_side && plan->paged ? t->block_table : NULL;

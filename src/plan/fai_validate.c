@@ -2,6 +2,7 @@
  * looks at anything else, and the first failure names the field and its value. */
 #include "fai_internal.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -121,6 +122,13 @@ fai_status fai__validate_problem(const fai_problem *pb) {
     if (!(pb->softcap >= 0.0f) || pb->softcap == INFINITY)
         return fai__fail(FAI_ERR_INVALID_ARG,
                          "softcap = %g: a cap is finite and positive (0: no soft-capping)",
+                         (double)pb->softcap);
+    /* the scores are divided by the cap as a product with 1 / softcap, which a cap below
+     * 1 / FLT_MAX (subnormal) takes past float32: 0 x Inf would then make a score of 0 NaN */
+    if (pb->softcap > 0.0f && !(1.0f / pb->softcap <= FLT_MAX))
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "softcap = %g is too small: 1 / softcap overflows float32 (a cap is 0, "
+                         "none, or about 1 / FLT_MAX = 2.9e-39 or more)",
                          (double)pb->softcap);
     if (pb->alibi != 0 && pb->alibi != 1)
         return fai__fail(FAI_ERR_INVALID_ARG, "alibi = %d is not 0 (off) or 1 (on)", pb->alibi);
