@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const table_names[] = {"ref", "avx2", "avx512", "neon", "amx", "amx-emu"};
+static const char *const table_names[] = {"ref", "avx2",    "avx512",        "neon",
+                                          "amx", "amx-emu", "amx-emu-avx512"};
 
 /* The tanh of every table, over [-12, 12] in fine steps and at the edges of its two ranges,
  * against tanh in double: relative error enforced below 4e-7; +-Inf give +-1, NaN stays NaN. */

@@ -130,7 +130,10 @@ TEST(mx_stages_match_float64_and_each_other) {
         {9, 33, 40, 72, FAI_DTYPE_F16, FAI_DTYPE_F16},
         {32, 96, 128, 128, FAI_DTYPE_F32, FAI_DTYPE_BF16},
     };
-    const char *names[] = {"amx-emu", "amx"};
+    /* the emulated tiles with portable vector code, the tile unit itself, and the emulated
+     * tiles with the AMX table's own AVX-512 vector code (each where this CPU runs it) */
+    const char *names[] = {"amx-emu", "amx", "amx-emu-avx512"};
+    enum { TABLES = 3 };
     uint64_t st = 11;
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
         const mx_shape *sh = &shapes[c];
@@ -139,11 +142,11 @@ TEST(mx_stages_match_float64_and_each_other) {
         void *q = random_rows(sh->m, sh->d, sh->q_dtype, 2.0f, &st);
         void *k = random_rows(sh->n, sh->d, sh->kv_dtype, 2.0f, &st);
         void *v = random_rows(sh->n, sh->dv, sh->kv_dtype, 3.0f, &st);
-        mx_run runs[2];
-        int ran[2] = {0, 0};
-        for (int t = 0; t < 2; t++) {
+        mx_run runs[TABLES];
+        int ran[TABLES] = {0, 0, 0};
+        for (int t = 0; t < TABLES; t++) {
             const fai_cntx *cntx = fai__cntx_by_name(names[t]);
-            if (!cntx) continue; /* no AMX here: the emulation alone */
+            if (!cntx) continue; /* no AMX (or AVX-512) here */
             REQUIRE(cntx->mx_qk != NULL);
             run_block(cntx, sh, q, k, v, &runs[t]);
             ran[t] = 1;
@@ -234,7 +237,22 @@ TEST(mx_stages_match_float64_and_each_other) {
             CHECK(s_diff <= 1e-4 * (double)sh->d);
             CHECK(o_diff <= 1e-4 * (double)sh->n);
         }
-        for (int t = 0; t < 2; t++)
+        if (ran[0] && ran[2]) { /* the two vector vocabularies on the same tiles: the same bits */
+            const mx_run *a = &runs[0], *b = &runs[2];
+            const int64_t m_pad = 32;
+            const int same = !memcmp(a->q, b->q, (size_t)(m_pad * d_pad * qp) * 2) &&
+                             !memcmp(a->k, b->k, (size_t)(n_pad * d_pad * kp) * 2) &&
+                             !memcmp(a->v, b->v, (size_t)(n_pad * dv_pad * kp) * 2) &&
+                             !memcmp(a->s, b->s, (size_t)(m_pad * n_pad) * sizeof(float)) &&
+                             !memcmp(a->p, b->p, (size_t)(2 * m_pad * n_pad) * 2) &&
+                             !memcmp(a->o, b->o, (size_t)(m_pad * dv_pad) * sizeof(float)) &&
+                             !memcmp(a->row_max, b->row_max, sizeof a->row_max) &&
+                             !memcmp(a->row_sums, b->row_sums, sizeof a->row_sums) &&
+                             !memcmp(a->row_alpha, b->row_alpha, sizeof a->row_alpha);
+            if (!same) printf("  amx-emu-avx512 against amx-emu: not the same bits\n");
+            CHECK(same);
+        }
+        for (int t = 0; t < TABLES; t++)
             if (ran[t]) free_run(&runs[t]);
         free(q);
         free(k);
@@ -252,7 +270,7 @@ TEST(mx_fewer_keys_change_nothing) {
     };
     static const int64_t seen[][2] = {{0, 1},   {0, 40},   {0, 64},  {0, 95},
                                       {33, 95}, {64, 100}, {10, 20}, {96, 100}};
-    const char *names[] = {"amx-emu", "amx"};
+    const char *names[] = {"amx-emu", "amx", "amx-emu-avx512"};
     uint64_t st = 23;
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
         const mx_shape *sh = &shapes[c];
@@ -260,7 +278,7 @@ TEST(mx_fewer_keys_change_nothing) {
         void *q = random_rows(sh->m, sh->d, sh->q_dtype, 2.0f, &st);
         void *k = random_rows(sh->n, sh->d, sh->kv_dtype, 2.0f, &st);
         void *v = random_rows(sh->n, sh->dv, sh->kv_dtype, 3.0f, &st);
-        for (int t = 0; t < 2; t++) {
+        for (int t = 0; t < 3; t++) {
             const fai_cntx *cntx = fai__cntx_by_name(names[t]);
             if (!cntx) continue;
             for (size_t w = 0; w < sizeof seen / sizeof *seen; w++) {

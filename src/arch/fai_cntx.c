@@ -1,7 +1,8 @@
 /* Chooses the micro-kernel table once per process: the best this CPU runs, or the one FAI_ISA
- * names (amx, avx512, avx2, neon, ref, amx-emu; auto or unset: the best), so every table can be
- * tested on one machine. amx-emu (the matrix-engine logic with emulated tiles, for testing) is
- * never chosen unless named. */
+ * names (amx, avx512, avx2, neon, ref, amx-emu, amx-emu-avx512; auto or unset: the best), so
+ * every table can be tested on one machine. The emulations of the matrix engine (its logic with
+ * emulated tiles, and portable or the AMX table's own AVX-512 vector code: for testing) are never
+ * chosen unless named. */
 #include "arch/fai_cpuid.h"
 #include "fai_internal.h"
 
@@ -16,9 +17,10 @@ typedef struct isa_table {
 } isa_table;
 
 /* Best first; the automatic choice stops at ref, which every CPU runs. */
-enum { AMX, AVX512, AVX2, NEON, REF, AMX_EMU };
-static isa_table tables[] = {{"amx", 0, {0}},  {"avx512", 0, {0}}, {"avx2", 0, {0}},
-                             {"neon", 0, {0}}, {"ref", 1, {0}},    {"amx-emu", 1, {0}}};
+enum { AMX, AVX512, AVX2, NEON, REF, AMX_EMU, AMX_EMU_AVX512 };
+static isa_table tables[] = {{"amx", 0, {0}},           {"avx512", 0, {0}}, {"avx2", 0, {0}},
+                             {"neon", 0, {0}},          {"ref", 1, {0}},    {"amx-emu", 1, {0}},
+                             {"amx-emu-avx512", 0, {0}}};
 #define TABLE_COUNT (sizeof tables / sizeof tables[0])
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -36,12 +38,19 @@ static void init_tables(void) {
     /* what the CPU and the OS offer; the kernel's grant for tile data is asked only when the
      * table is chosen (table_usable), once, before any thread runs a plan made with it: a
      * process that forces another table never asks (a sandbox may forbid the call) */
-    tables[AMX].available = tables[AVX512].available && cpu->avx512bw && cpu->avx512dq &&
-                            cpu->avx512bf16 && cpu->amx_bf16;
+    const int amx_vector = tables[AVX512].available && cpu->avx512bw && cpu->avx512dq &&
+                           cpu->avx512bf16; /* what the AMX table's vector code needs */
+    tables[AMX].available = amx_vector && cpu->amx_bf16;
     if (tables[AMX].available) {
         tables[AMX].cntx = tables[AVX512].cntx;
         fai__cntx_add_amx(&tables[AMX].cntx);
         tables[AMX].cntx.name = "amx";
+    }
+    tables[AMX_EMU_AVX512].available = amx_vector;
+    if (amx_vector) {
+        tables[AMX_EMU_AVX512].cntx = tables[AVX512].cntx;
+        fai__cntx_add_amx_emu_avx512(&tables[AMX_EMU_AVX512].cntx);
+        tables[AMX_EMU_AVX512].cntx.name = "amx-emu-avx512";
     }
 #endif
 #if defined(FAI_HAVE_AVX2)
@@ -108,7 +117,9 @@ fai_status fai__cntx_select(const fai_cntx **out) {
                          "FAI_ISA = %s: this build or this CPU cannot run the %s micro-kernels",
                          forced, forced);
     }
-    return fai__fail(FAI_ERR_ISA_UNAVAILABLE,
-                     "FAI_ISA = %s is not one of amx, avx512, avx2, neon, ref, amx-emu, auto",
-                     forced);
+    return fai__fail(
+        FAI_ERR_ISA_UNAVAILABLE,
+        "FAI_ISA = %s is not one of amx, avx512, avx2, neon, ref, amx-emu, amx-emu-avx512, "
+        "auto",
+        forced);
 }

@@ -62,10 +62,10 @@ static int64_t stream_bytes(const fai_plan *plan, int64_t tile_kv) {
 }
 
 /* What the chooser aims at on a path: the rows of a prefill Q tile, the largest prefill kv tile
- * it tries, and the L1d bytes its inner loops may keep hot. The vector tables leave a quarter of
- * L1d to the S^T rows streaming through; the matrix engine, whose tiles stream from L1d and L2
+ * it tries, and the L1d bytes the vector tables' inner loops may keep hot (a quarter of L1d left
+ * to the S^T rows streaming through). The matrix engine, whose tiles stream from L1d and L2
  * themselves, takes 64-row tiles of 128 keys, or 32 x 64 where a row block's operands then fit
- * L1d (see the top of this file). */
+ * L1d (see the top of this file), whatever the vector kernels' hot set would be. */
 typedef struct tile_policy {
     int64_t target_rows;
     int64_t max_prefill_kv;
@@ -79,7 +79,6 @@ static tile_policy policy_of(const fai_plan *plan) {
         const int small = fai__mx_block_bytes(plan, SMALL_TILE_KV_MX) <= l1d;
         policy.target_rows = small ? SMALL_TILE_ROWS_MX : TARGET_TILE_ROWS_MX;
         policy.max_prefill_kv = small ? SMALL_TILE_KV_MX : 128;
-        policy.hot_budget = l1d;
     }
     return policy;
 }
@@ -88,7 +87,9 @@ static tile_policy policy_of(const fai_plan *plan) {
 static int fits_caches(const fai_plan *plan, int decode, int64_t rows, int64_t tile_kv) {
     const fai_cache_sizes *caches = fai__cache_sizes();
     if (decode) return stream_bytes(plan, tile_kv) <= caches->l2 / 4;
-    const int small_enough = tile_kv <= MIN_PREFILL_TILE_KV && !fai__mx_serves(plan);
+    /* the matrix engine's L1d budget is its row block's (policy_of, fai__mx_block_bytes), not
+     * the vector kernels' hot set */
+    const int small_enough = tile_kv <= MIN_PREFILL_TILE_KV || fai__mx_serves(plan);
     return slice_bytes(plan, rows, tile_kv) <= caches->l2 / 2 &&
            (small_enough || hot_bytes(plan, tile_kv) <= policy_of(plan).hot_budget);
 }

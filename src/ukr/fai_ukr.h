@@ -308,6 +308,7 @@ void fai__cntx_add_avx512_bf16(fai_cntx *cntx);
 void fai__cntx_add_avx512_bf16_pv(fai_cntx *cntx); /* called by the one above */
 void fai__cntx_add_amx(fai_cntx *cntx);            /* the tile unit itself */
 void fai__cntx_add_amx_emu(fai_cntx *cntx);        /* the same logic with emulated tiles */
+void fai__cntx_add_amx_emu_avx512(fai_cntx *cntx); /* emulated tiles, the AMX table's AVX-512 */
 
 /* The table chosen for this CPU (FAI_ISA may force one) into *out: FAI_OK, or
  * FAI_ERR_ISA_UNAVAILABLE if FAI_ISA names a table this build or CPU cannot run, or
@@ -315,8 +316,8 @@ void fai__cntx_add_amx_emu(fai_cntx *cntx);        /* the same logic with emulat
  * FAI_BF16_DOT), with the message saying which. */
 fai_status fai__cntx_select(const fai_cntx **out);
 
-/* The table of one ISA by name ("amx", "avx512", "avx2", "neon", "ref", "amx-emu"), or NULL if this
- * build or CPU cannot run it. For tests that compare tables. */
+/* The table of one ISA by name ("amx", "avx512", "avx2", "neon", "ref", "amx-emu",
+ * "amx-emu-avx512"), or NULL if this build or CPU cannot run it. For tests that compare tables. */
 const fai_cntx *fai__cntx_by_name(const char *name);
 
 #endif
