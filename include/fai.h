@@ -448,10 +448,12 @@ FAI_API void fai_plan_free(fai_plan *plan);
 FAI_API size_t fai_plan_workspace_size(const fai_plan *plan);
 
 /* Computes attention for the plan's problem. Checks the tensors against the plan (dtypes,
- * pointers, strides not negative, the head dimension contiguous (stride_dim 1), and every
- * block-table entry of a page that holds keys inside the
- * pool; entries past a sequence's length are never read) before anything is read or written; on
- * failure nothing is written. Allocates nothing: all scratch lives in the caller's workspace of
+ * pointers aligned to their elements, strides not negative, the head dimension contiguous
+ * (stride_dim 1), every row of O and element of LSE in a place of its own, O and LSE sharing no
+ * memory with each other nor with Q, K, V, the mask and the scales (the spans from each one's
+ * first byte to its last are compared), and every block-table entry of a page that holds keys
+ * inside the pool; entries past a sequence's length are never read) before anything is read or
+ * written; on failure nothing is written. Allocates nothing: all scratch lives in the caller's workspace of
  * at least fai_plan_workspace_size(plan) bytes (NULL is accepted only when that size is 0), at
  * any alignment (the size includes the bytes to align it to a cache line). Runs the plan's workers
  * on the plan's pool (the process-wide default pool unless fai_plan_set_pool chose another).

@@ -1,6 +1,7 @@
 /* fai_run: checks the tensors against the plan, then runs the plan's workers on its pool. */
 #include "fai_internal.h"
 #include "kernel/fai_profile.h"
+#include "util/fai_layout.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -323,6 +324,68 @@ static fai_status check_mask(const fai_plan *plan, const fai_tensors *t) {
                             row, pb->mask_kind == FAI_MASK_ADD ? sizeof(float) : 1);
 }
 
+/* The outputs' places: each row of O and each element of LSE its own (a stride of 0, or rows
+ * that overlap, would keep whichever thread wrote last), and O and LSE apart from each other and
+ * from what the run reads (Q, K, V, the mask, the scales): fai would read values it has already
+ * overwritten. Spans compared whole (the bytes from a tensor's first element to past its last);
+ * the offsets are known to fit. */
+static fai_status check_outputs_apart(const fai_plan *plan, const fai_tensors *t,
+                                      const int64_t q_side[3], const int64_t kv_side[3],
+                                      int64_t kv_rows) {
+    const fai_problem *pb = &plan->pb;
+    const int64_t o_strides[3] = {t->o.stride_batch, t->o.stride_seq, t->o.stride_head};
+    const int64_t lse_strides[3] = {t->lse.stride_batch, t->lse.stride_seq, t->lse.stride_head};
+    FAI_TRY(fai__check_distinct_indices("o", q_side, o_strides, plan->head_dim_v));
+    if (t->lse.data) FAI_TRY(fai__check_distinct_indices("lse", q_side, lse_strides, 1));
+    struct {
+        const char *name;
+        fai_byte_range bytes;
+    } read[6];
+    int count = 0;
+    const fai_tensor *qkv[3] = {&t->q, &t->k, &t->v};
+    const int64_t dims[3] = {pb->head_dim, pb->head_dim, plan->head_dim_v};
+    for (int i = 0; i < 3; i++) {
+        if (i > 0 && kv_rows == 0) break;
+        const int64_t strides[3] = {qkv[i]->stride_batch, qkv[i]->stride_seq, qkv[i]->stride_head};
+        read[count].name = i == 0 ? "q" : i == 1 ? "k" : "v";
+        read[count++].bytes = fai__byte_range(qkv[i]->data, i ? kv_side : q_side, strides, dims[i],
+                                              fai_dtype_size(qkv[i]->dtype));
+    }
+    const fai_scale *scales[2] = {&t->k_scale, &t->v_scale};
+    for (int i = 0; i < 2 && kv_rows > 0; i++)
+        if (scales[i]->data) {
+            const int64_t strides[3] = {scales[i]->stride_batch, scales[i]->stride_seq,
+                                        scales[i]->stride_head};
+            read[count].name = i ? "v_scale" : "k_scale";
+            read[count++].bytes = fai__byte_range(scales[i]->data, kv_side, strides, 1, 4);
+        }
+    if (pb->mask_kind != FAI_MASK_NONE && kv_rows > 0) {
+        const fai_mask *mask = &t->mask;
+        const int64_t max_kv = plan->max_kv_len;
+        const int bits = pb->mask_kind == FAI_MASK_KEEP_BITS;
+        const int64_t counts[3] = {pb->batch, plan->max_q_len, pb->heads_q};
+        const int64_t strides[3] = {mask->stride_batch, mask->stride_q, mask->stride_head};
+        read[count].name = "mask";
+        read[count++].bytes =
+            fai__byte_range(mask->data, counts, strides, bits ? (max_kv + 7) / 8 : max_kv,
+                            pb->mask_kind == FAI_MASK_ADD ? sizeof(float) : 1);
+    }
+    const fai_byte_range o =
+        fai__byte_range(t->o.data, q_side, o_strides, plan->head_dim_v, fai_dtype_size(t->o.dtype));
+    const fai_byte_range lse =
+        t->lse.data ? fai__byte_range(t->lse.data, q_side, lse_strides, 1, sizeof(float))
+                    : (fai_byte_range){0, 0};
+    if (fai__ranges_meet(o, lse))
+        return fai__fail(FAI_ERR_INVALID_ARG, "o and lse overlap in memory: each needs its own");
+    for (int i = 0; i < count; i++)
+        if (fai__ranges_meet(o, read[i].bytes) || fai__ranges_meet(lse, read[i].bytes))
+            return fai__fail(FAI_ERR_INVALID_ARG,
+                             "%s and %s overlap in memory: a run reads %s while it writes %s",
+                             fai__ranges_meet(o, read[i].bytes) ? "o" : "lse", read[i].name,
+                             read[i].name, fai__ranges_meet(o, read[i].bytes) ? "o" : "lse");
+    return FAI_OK;
+}
+
 /* check_table, check_scales_too: whether the block table's entries and the quantized K/V's
  * scales are read and checked (fai_run skips what the problem trusts). */
 static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, int check_table,
@@ -367,6 +430,7 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
                          "mask.data is set but the problem's mask_kind is NONE: set it to use "
                          "the mask");
     if (pb->mask_kind != FAI_MASK_NONE && q_rows > 0 && kv_rows > 0) FAI_TRY(check_mask(plan, t));
+    if (q_rows > 0) FAI_TRY(check_outputs_apart(plan, t, q_side, kv_side, kv_rows));
     FAI_TRY(check_head_values("alibi_slopes", t->alibi_slopes, pb->alibi, pb->heads_q, 0));
     FAI_TRY(check_head_values("sinks", t->sinks, pb->sinks, pb->heads_q, 1));
     if (plan->paged && kv_rows > 0 && !t->block_table)

@@ -264,6 +264,49 @@ TEST(run_misaligned_data) {
     fixture_free(&fx);
 }
 
+/* Every row of O and element of LSE has its own place, and neither shares memory with the
+ * other or with what the run reads: refused before anything is written. */
+TEST(run_outputs_apart) {
+    run_fixture fx;
+    REQUIRE(fixture_init(&fx, 0, FAI_MASK_KEEP));
+    fai_tensors t = fx.t;
+    t.o.stride_seq = 0; /* every query row of a head in one place */
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "o strides (batch 120, seq 0",
+                    "in one place", NULL));
+    t = fx.t;
+    t.o.stride_head = 3; /* rows of 6 elements, 3 apart: they overlap */
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "o strides", "in one place",
+                    NULL));
+    t = fx.t;
+    t.lse.stride_head = 0;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "lse strides", "in one place",
+                    NULL));
+    t = fx.t;
+    t.lse.data = fx.o + 8;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "o and lse overlap", NULL));
+    t = fx.t;
+    t.lse.data = fx.k + 2; /* K is f16: two of its elements per float */
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "lse and k overlap", NULL));
+    /* O over Q (the same float buffer) and over the mask; nothing of either is written */
+    float *q_before = malloc(320 * sizeof(float));
+    REQUIRE(q_before);
+    memcpy(q_before, fx.q, 320 * sizeof(float));
+    t = fx.t;
+    t.o.data = fx.q;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "o and q overlap",
+                    "reads q while it writes o", NULL));
+    CHECK(memcmp(q_before, fx.q, 320 * sizeof(float)) == 0);
+    free(q_before);
+    t = fx.t;
+    t.o.data = fx.mask;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "o and mask overlap", NULL));
+    t = fx.t;
+    t.v.data = fx.o + 16; /* an input inside the output */
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "o and v overlap", NULL));
+    CHECK(run_succeeds(&fx, &fx.t));
+    fixture_free(&fx);
+}
+
 /* Strides a run never follows may be anything: a batch stride with one sequence (the INT64_MAX
  * fai_tensor_bshd gives when its product overflows), a packed Q's batch stride, a head stride with
  * one head, and the strides of an LSE or scales not given. The result is the same, and nothing

@@ -8,6 +8,7 @@
  * many threads run. */
 #include "fai_internal.h"
 #include "util/fai_half.h"
+#include "util/fai_layout.h"
 #include "util/fai_quant.h"
 
 #include <inttypes.h>
@@ -105,59 +106,6 @@ static fai_status check_offsets(const char *name, const int64_t counts[3], const
                      name, counts[0], counts[1], counts[2], strides[0], strides[1], strides[2],
                      MAX_OFFSET);
 }
-
-/* Whether distinct indices (counts[i] along strides[i], i < 3, each index `tail` elements wide)
- * address distinct elements: taken by increasing stride, each dimension must step past all that
- * the smaller ones span. (A layout that interleaves its dimensions without overlapping fails
- * too; no cache is laid out so.) Two tokens, heads or rows written to one place would leave the
- * last one written, which with threads is any of them. */
-static int indices_distinct(const int64_t counts[3], const int64_t strides[3], int64_t tail) {
-    for (int i = 0; i < 3; i++)
-        if (counts[i] <= 0) return 1; /* no element at all (its strides are not multiplied) */
-    int order[3] = {0, 1, 2};
-    for (int i = 1; i < 3; i++) /* by increasing stride */
-        for (int j = i; j > 0 && strides[order[j]] < strides[order[j - 1]]; j--) {
-            const int t = order[j];
-            order[j] = order[j - 1], order[j - 1] = t;
-        }
-    int64_t span = tail; /* elements from the first index's to past the last one's (offsets fit) */
-    for (int i = 0; i < 3; i++) {
-        const int64_t count = counts[order[i]], stride = strides[order[i]];
-        if (count <= 1) continue;
-        if (stride < span) return 0;
-        span += stride * (count - 1);
-    }
-    return 1;
-}
-
-static fai_status check_distinct_indices(const char *name, const int64_t counts[3],
-                                         const int64_t strides[3], int64_t tail) {
-    if (indices_distinct(counts, strides, tail)) return FAI_OK;
-    return fai__fail(FAI_ERR_INVALID_ARG,
-                     "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
-                     ") put two of its [%" PRId64 ", %" PRId64 ", %" PRId64
-                     "] %s in one place: each must have its own",
-                     name, strides[0], strides[1], strides[2], counts[0], counts[1], counts[2],
-                     tail > 1 ? "rows" : "elements");
-}
-
-/* The bytes [begin, end) an addressed tensor spans (offsets checked to fit). */
-typedef struct byte_range {
-    uintptr_t begin, end;
-} byte_range;
-
-static byte_range range_of(const void *data, const int64_t counts[3], const int64_t strides[3],
-                           int64_t tail, size_t element) {
-    const uintptr_t begin = (uintptr_t)data;
-    for (int i = 0; i < 3; i++)
-        if (counts[i] <= 0) return (byte_range){begin, begin}; /* no element: an empty range */
-    int64_t last = tail;
-    for (int i = 0; i < 3; i++)
-        last += (counts[i] - 1) * strides[i];
-    return (byte_range){begin, begin + (uintptr_t)last * element};
-}
-
-static int ranges_meet(byte_range a, byte_range b) { return a.begin < b.end && b.begin < a.end; }
 
 /* Whether the cache takes scales, and how they are laid out: per token where stride_seq moves,
  * fixed per head where neither stride_batch nor stride_seq does. */
@@ -433,32 +381,34 @@ static fai_status check_arguments(int64_t tokens, int64_t heads, int64_t dim, co
     const int64_t cache_counts[3] = {blocks, block_rows, heads};
     const int64_t cache_strides[3] = {cache->stride_batch, cache->stride_seq, cache->stride_head};
     FAI_TRY(check_offsets("cache", cache_counts, cache_strides, dim));
-    FAI_TRY(check_distinct_indices("cache", cache_counts, cache_strides, dim));
+    FAI_TRY(fai__check_distinct_indices("cache", cache_counts, cache_strides, dim));
     /* what is written must not be what is read, nor the other thing written */
-    const byte_range src_bytes =
-        tokens > 0 ? range_of(src->data, src_counts, src_strides, dim, fai_dtype_size(src->dtype))
-                   : (byte_range){0, 0};
-    const byte_range cache_bytes =
-        range_of(cache->data, cache_counts, cache_strides, dim, fai_dtype_size(cache->dtype));
-    if (ranges_meet(src_bytes, cache_bytes))
+    const fai_byte_range src_bytes =
+        tokens > 0
+            ? fai__byte_range(src->data, src_counts, src_strides, dim, fai_dtype_size(src->dtype))
+            : (fai_byte_range){0, 0};
+    const fai_byte_range cache_bytes = fai__byte_range(cache->data, cache_counts, cache_strides,
+                                                       dim, fai_dtype_size(cache->dtype));
+    if (fai__ranges_meet(src_bytes, cache_bytes))
         return fai__fail(FAI_ERR_INVALID_ARG, "src and cache overlap in memory");
     if (*mode == SCALE_PER_TOKEN) {
         const int64_t scale_strides[3] = {scale->stride_batch, scale->stride_seq,
                                           scale->stride_head};
         FAI_TRY(check_offsets("scale", cache_counts, scale_strides, 1));
-        FAI_TRY(check_distinct_indices("per-token scale", cache_counts, scale_strides, 1));
-        const byte_range scale_bytes =
-            range_of(scale->data, cache_counts, scale_strides, 1, sizeof(float));
-        if (ranges_meet(scale_bytes, cache_bytes) || ranges_meet(scale_bytes, src_bytes))
+        FAI_TRY(fai__check_distinct_indices("per-token scale", cache_counts, scale_strides, 1));
+        const fai_byte_range scale_bytes =
+            fai__byte_range(scale->data, cache_counts, scale_strides, 1, sizeof(float));
+        if (fai__ranges_meet(scale_bytes, cache_bytes) || fai__ranges_meet(scale_bytes, src_bytes))
             return fai__fail(FAI_ERR_INVALID_ARG, "the per-token scales overlap the %s in memory",
-                             ranges_meet(scale_bytes, cache_bytes) ? "cache" : "src");
+                             fai__ranges_meet(scale_bytes, cache_bytes) ? "cache" : "src");
     } else if (*mode == SCALE_FIXED) {
         const int64_t head_counts[3] = {heads, 1, 1};
         const int64_t head_strides[3] = {scale->stride_head, 0, 0};
         FAI_TRY(check_offsets("scale", head_counts, head_strides, 1));
         /* read while the cache is written: a scale inside it would change under the write */
-        if (ranges_meet(range_of(scale->data, head_counts, head_strides, 1, sizeof(float)),
-                        cache_bytes))
+        if (fai__ranges_meet(
+                fai__byte_range(scale->data, head_counts, head_strides, 1, sizeof(float)),
+                cache_bytes))
             return fai__fail(FAI_ERR_INVALID_ARG, "the fixed scales overlap the cache in memory");
         FAI_TRY(check_fixed_scales(scale, heads));
     }
