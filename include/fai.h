@@ -453,12 +453,12 @@ FAI_API size_t fai_plan_workspace_size(const fai_plan *plan);
  * memory with each other nor with Q, K, V, the mask and the scales (the spans from each one's
  * first byte to its last are compared), and every block-table entry of a page that holds keys
  * inside the pool; entries past a sequence's length are never read) before anything is read or
- * written; on failure nothing is written. Allocates nothing: all scratch lives in the caller's workspace of
- * at least fai_plan_workspace_size(plan) bytes (NULL is accepted only when that size is 0), at
- * any alignment (the size includes the bytes to align it to a cache line). Runs the plan's workers
- * on the plan's pool (the process-wide default pool unless fai_plan_set_pool chose another).
- * Thread-safety: a plan is read-only, so several threads may run one plan at once, each with its
- * own tensors and workspace; runs on one pool are served one after another. */
+ * written; on failure nothing is written. Allocates nothing: all scratch lives in the caller's
+ * workspace of at least fai_plan_workspace_size(plan) bytes (NULL is accepted only when that size
+ * is 0), at any alignment (the size includes the bytes to align it to a cache line). Runs the
+ * plan's workers on the plan's pool (the process-wide default pool unless fai_plan_set_pool chose
+ * another). Thread-safety: a plan is read-only, so several threads may run one plan at once, each
+ * with its own tensors and workspace; runs on one pool are served one after another. */
 FAI_API fai_status fai_run(const fai_plan *plan, const fai_tensors *tensors, void *workspace,
                            size_t workspace_size);
 
