@@ -23,8 +23,8 @@
 /* Cap of B * Hq * Sq * max(Skv, 8) * (D + Dv): a few milliseconds per run under the sanitizers. */
 #define WORK_CAP 4e5
 
-static const char *isas[] = {"ref", "avx2", "avx512", "neon", "amx", "amx-emu"};
-#define ISA_COUNT 6
+static const char *isas[] = {"ref", "avx2", "avx512", "neon", "amx", "amx-emu", "amx-emu-avx512"};
+#define ISA_COUNT 7
 static int isa_ok[ISA_COUNT];
 static fai_pool *pools[2]; /* 1 and 2 threads; the default pool is the third choice */
 
