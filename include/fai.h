@@ -189,7 +189,9 @@ typedef enum fai_split { FAI_SPLIT_AUTO = 0, FAI_SPLIT_UNITS = 1, FAI_SPLIT_GREE
  *
  * Packed rows of Q (and O) after the last sequence (cu_seqlens_q[batch] <= r < seq_q) count as
  * padding of the last sequence and are written as zeros; with batch = 0 a packed Q must have no
- * rows. */
+ * rows.
+ *
+ * Switches (the int fields documented "1: ..." below) are 0 or 1: other values are refused. */
 typedef struct fai_problem {
     int64_t batch;      /* B >= 0 */
     int64_t heads_q;    /* Hq >= 1 */
@@ -225,7 +227,7 @@ typedef struct fai_problem {
     int64_t page_size;     /* 0: K/V are dense; >= 1: paged */
     int64_t num_pages;     /* pages in each pool (paged only; 0 when dense) */
     int64_t pages_per_seq; /* width of the block table (paged only; 0 when dense) */
-    /* Nonzero: fai_run does not check the block-table entries a run reads (they must then be
+    /* 1: fai_run does not check the block-table entries a run reads (they must then be
      * inside the pool: a bad entry is undefined behaviour). For callers that guarantee them and
      * want to save the check, which reads ceil(length / page_size) entries per sequence (`fai
      * bench` prints its cost). Everything else is checked regardless. */
@@ -252,11 +254,11 @@ typedef struct fai_problem {
     const int32_t *q_positions;
     const int32_t *kv_positions;
 
-    /* Nonzero: the planner ignores the tuning cache (see fai_tuning_store) and chooses the tile
+    /* 1: the planner ignores the tuning cache (see fai_tuning_store) and chooses the tile
      * by its own rule. */
     int ignore_tuning;
 
-    /* Nonzero: where O = P V multiplies P in bf16 (plan info p_parts: the matrix engine, or
+    /* 1: where O = P V multiplies P in bf16 (plan info p_parts: the matrix engine, or
      * bf16 dot products for all-bf16 Q, K and V), P is rounded to bf16 first, as PyTorch's and
      * vLLM's CPU kernels do: one pass fewer, and each element of O may differ by up to
      * 2^-8 sum_j p_j |v_j| (p the row's normalised weights) more than the documented tolerances
@@ -275,7 +277,7 @@ typedef struct fai_problem {
      * more: the scores are multiplied by 1 / softcap); other values are refused. */
     float softcap;
 
-    /* Nonzero: ALiBi (BLOOM, MPT). Query head h's score for key j of query i gains
+    /* 1: ALiBi (BLOOM, MPT). Query head h's score for key j of query i gains
      * -alibi_slopes[h] x |pos(j) - pos(i)|, the slopes (f32 [heads_q], finite) given at run
      * time in fai_tensors.alibi_slopes (fai_alibi_slopes fills the standard ones). Positions
      * are those of the causal diagonal: key j at j, query i at i + lk - lq (bottom-right),
@@ -284,7 +286,7 @@ typedef struct fai_problem {
      * sequence. 0 (the default): off. */
     int alibi;
 
-    /* Nonzero: attention sinks (gpt-oss). Query head h's softmax denominator gains
+    /* 1: attention sinks (gpt-oss). Query head h's softmax denominator gains
      * exp(sinks[h] - m) (m the row's max), the sink logits (f32 [heads_q]) given at run time in
      * fai_tensors.sinks: P_j = exp(s_j) / (exp(sink_h) + sum_k exp(s_k)), and LSE = log(exp
      * (sink_h) + sum_k exp(s_k)). The sink carries no value. A sink of -inf is no sink for
@@ -295,7 +297,7 @@ typedef struct fai_problem {
      * fai_apply_sinks. 0 (the default): off. */
     int sinks;
 
-    /* Nonzero: fai_run does not read the scales of a quantized K/V (fai_scale) to check them
+    /* 1: fai_run does not read the scales of a quantized K/V (fai_scale) to check them
      * before computing, which costs a pass over them (about 3 % of an int8 decode step). For
      * callers whose scales come from fai_cache_write or are otherwise known to be finite and >
      * 0: a bad scale then gives wrong values (NaN or Inf where it is NaN, 0 or Inf), never a read
@@ -303,7 +305,7 @@ typedef struct fai_problem {
      * default): checked. */
     int trust_scales;
 
-    /* Nonzero: a quantized K (k_dtype int8, e4m3 or e5m2) also has a scale per kv head and
+    /* 1: a quantized K (k_dtype int8, e4m3 or e5m2) also has a scale per kv head and
      * channel, given at run time in fai_tensors.k_channel_scale, as KIVI and OpenVINO keep for
      * keys: element d of a key of kv head h is code x its scale (fai_scale) x the channel's.
      * fai multiplies Q by the channels' scales once per unit instead (q . (c x codes) =
@@ -433,10 +435,10 @@ typedef struct fai_pool fai_pool;
  * and FAI_OK is returned; on failure *plan is NULL, the status says why and fai_last_error()
  * names the field and the value. The problem and its arrays are only read during the call.
  * The micro-kernel table is the best the CPU runs, or the one FAI_ISA names (amx, avx512, avx2,
- * neon, ref, amx-emu; auto: the best); FAI_AMX=0 keeps the amx table off and FAI_BF16_DOT=0 or 1
- * turns bf16 dot products off or on (switches for comparisons, read by the first plan of the
- * process), and any value of theirs other than 0, 1 or empty is refused (FAI_ERR_INVALID_ARG).
- * Thread-safe. */
+ * neon, ref, the emulations amx-emu and amx-emu-avx512; auto: the best); FAI_AMX=0 keeps the amx
+ * table off and FAI_BF16_DOT=0 or 1 turns bf16 dot products off or on (switches for comparisons,
+ * read by the first plan of the process), and any value of theirs other than 0, 1 or empty is
+ * refused (FAI_ERR_INVALID_ARG). Thread-safe. */
 FAI_API fai_status fai_plan_create(const fai_problem *problem, fai_plan **plan);
 
 /* Releases a plan. NULL is a no-op. No run may be using the plan. */

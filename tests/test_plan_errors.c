@@ -259,6 +259,33 @@ TEST(plan_modifiers) {
     CHECK(plan_succeeds(&pb));
 }
 
+/* Switches are 0 or 1: any other value is refused with its field named, not read as on. */
+TEST(plan_switches_are_0_or_1) {
+    fai_problem pb;
+    base_problem(&pb);
+    int *const fields[] = {&pb.alibi,        &pb.sinks,
+                           &pb.round_p_bf16, &pb.trust_block_table,
+                           &pb.trust_scales, &pb.k_channel_scales,
+                           &pb.ignore_tuning};
+    const char *const names[] = {"alibi = ",        "sinks = ",
+                                 "round_p_bf16 = ", "trust_block_table = ",
+                                 "trust_scales = ", "k_channel_scales = ",
+                                 "ignore_tuning = "};
+    const int bad[] = {2, -1, 12345};
+    for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++)
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            base_problem(&pb);
+            *fields[f] = bad[b];
+            char value[16];
+            snprintf(value, sizeof value, "%d", bad[b]);
+            CHECK(plan_fails(&pb, FAI_ERR_INVALID_ARG, names[f], value, "not 0 (off) or 1 (on)",
+                             NULL));
+        }
+    base_problem(&pb);
+    pb.round_p_bf16 = pb.trust_block_table = pb.trust_scales = pb.ignore_tuning = 1;
+    CHECK(plan_succeeds(&pb));
+}
+
 TEST(plan_seqlens) {
     fai_problem pb;
     int32_t lens[2];

@@ -79,6 +79,21 @@ void fai__problem_defaults(const fai_problem *pb, int64_t *head_dim_v, float *sc
 
 fai_status fai__validate_problem(const fai_problem *pb) {
     if (!pb) return fai__fail(FAI_ERR_INVALID_ARG, "problem = NULL");
+    /* switches are 0 or 1: another value is a caller's mistake, not a second way to say on */
+    const struct {
+        const char *name;
+        int value;
+    } switches[] = {{"alibi", pb->alibi},
+                    {"sinks", pb->sinks},
+                    {"round_p_bf16", pb->round_p_bf16},
+                    {"trust_block_table", pb->trust_block_table},
+                    {"trust_scales", pb->trust_scales},
+                    {"k_channel_scales", pb->k_channel_scales},
+                    {"ignore_tuning", pb->ignore_tuning}};
+    for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++)
+        if (switches[i].value != 0 && switches[i].value != 1)
+            return fai__fail(FAI_ERR_INVALID_ARG, "%s = %d is not 0 (off) or 1 (on)",
+                             switches[i].name, switches[i].value);
     FAI_TRY(check_range("batch", pb->batch, 0, MAX_BATCH));
     FAI_TRY(check_range("heads_q", pb->heads_q, 1, MAX_HEADS));
     FAI_TRY(check_range("heads_kv", pb->heads_kv, 1, MAX_HEADS));
@@ -130,10 +145,6 @@ fai_status fai__validate_problem(const fai_problem *pb) {
                          "softcap = %g is too small: 1 / softcap overflows float32 (a cap is 0, "
                          "none, or about 1 / FLT_MAX = 2.9e-39 or more)",
                          (double)pb->softcap);
-    if (pb->alibi != 0 && pb->alibi != 1)
-        return fai__fail(FAI_ERR_INVALID_ARG, "alibi = %d is not 0 (off) or 1 (on)", pb->alibi);
-    if (pb->sinks != 0 && pb->sinks != 1)
-        return fai__fail(FAI_ERR_INVALID_ARG, "sinks = %d is not 0 (off) or 1 (on)", pb->sinks);
     FAI_TRY(check_range("workers", pb->workers, 0, FAI_MAX_WORKERS));
     if (pb->split != FAI_SPLIT_AUTO && pb->split != FAI_SPLIT_UNITS &&
         pb->split != FAI_SPLIT_GREEDY)
