@@ -365,9 +365,10 @@ typedef struct fai_mask {
  * addressed as the tensor's rows are (a page pool's page and slot; a packed row with
  * cu_seqlens, stride_batch then unused). Zero strides broadcast: one scale per token and kv head
  * is [B, Skv, Hkv] (or the page pool's [num_pages, page_size, Hkv]); one per kv head is
- * stride_batch = stride_seq = 0, stride_head = 1; one for the whole tensor all strides 0. Every
- * scale a run reads must be finite and > 0: fai_run refuses the run otherwise, naming the scale.
- * Keys and values may have scales of different shapes. */
+ * stride_batch = stride_seq = 0, stride_head = 1; one for the whole tensor all strides 0. The
+ * scales of every key within the length of a sequence that has queries (keys a window or a
+ * mask hides too) must be finite and > 0: fai_run refuses the run otherwise, naming the
+ * scale. Keys and values may have scales of different shapes. */
 typedef struct fai_scale {
     float *data;
     int64_t stride_batch, stride_seq, stride_head;
