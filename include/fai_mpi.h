@@ -36,8 +36,11 @@
  * Score modifiers. local->softcap and local->alibi apply within each shard or chunk (ALiBi over
  * the global positions, so every key gets the bias it has in the whole sequence);
  * local->sinks (with tensors->sinks) are counted once per row, in the final merge: the shards
- * and the ring's pairs run without them. Bit-packed masks shard with the keys like the byte
- * masks (fai_mpi_attention; the ring takes no explicit mask).
+ * and the ring's pairs run without them. The ranks must hold the same ALiBi slopes and sinks
+ * (compared by a hash of their bits, like the other values they must agree on). Bit-packed masks
+ * shard with the keys like the byte masks (fai_mpi_attention; the ring takes no explicit mask).
+ * A receiving rank's O and LSE are checked as fai_run checks its outputs (aligned, each row its
+ * own place, O and LSE apart), before the ranks agree.
  *
  * Determinism. Partial results are merged in a fixed order (rank order; in the ring, the order
  * of its steps, which is fixed for a rank and a ring size), never in arrival order, and each rank's

@@ -29,6 +29,20 @@ void fai_mpi__signature_add_float(fai_mpi__signature *signature, const char *nam
     if (at < signature->count) signature->is_float[at] = 1;
 }
 
+uint64_t fai_mpi__hash_floats(uint64_t hash, const float *values, int64_t count, int64_t stride) {
+    for (int64_t i = 0; i < count; i++) {
+        uint32_t bits;
+        memcpy(&bits, values + i * stride, sizeof bits);
+        hash = (hash ^ bits) * UINT64_C(1099511628211);
+    }
+    return hash;
+}
+
+int64_t fai_mpi__head_values_hash(const fai_problem *pb, int wanted, const float *values) {
+    if (!pb || !wanted || !values || pb->heads_q < 1 || pb->heads_q > 65536) return 0;
+    return fai_mpi__hash_value(fai_mpi__hash_floats(FAI_MPI_HASH_START, values, pb->heads_q, 1));
+}
+
 /* A signature value as the caller gave it. */
 static void format_value(const fai_mpi__signature *signature, int i, int64_t value, char *text,
                          size_t size) {

@@ -72,6 +72,12 @@ static void describe_call(const shard_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add_float(sig, "softcap", pb ? pb->softcap : 0.0f);
     fai_mpi__signature_add(sig, "alibi", pb ? pb->alibi : 0);
     fai_mpi__signature_add(sig, "sinks", pb ? pb->sinks : 0);
+    const fai_tensors *t = call->tensors;
+    fai_mpi__signature_add(
+        sig, "alibi_slopes (their values)",
+        fai_mpi__head_values_hash(pb, pb && pb->alibi, t ? t->alibi_slopes : NULL));
+    fai_mpi__signature_add(sig, "sinks (their values)",
+                           fai_mpi__head_values_hash(pb, pb && pb->sinks, t ? t->sinks : NULL));
 }
 
 /* -- Step 1 -- */
@@ -219,7 +225,8 @@ static int outputs_ok(shard_call *call) {
     if (!fai_mpi__output_ok(&call->outcome, &t->o, call->local->o_dtype, 0, "o", &call->shape))
         return 0;
     return !t->lse.data ||
-           fai_mpi__output_ok(&call->outcome, &t->lse, FAI_DTYPE_F32, 1, "lse", &call->shape);
+           (fai_mpi__output_ok(&call->outcome, &t->lse, FAI_DTYPE_F32, 1, "lse", &call->shape) &&
+            fai_mpi__outputs_apart(&call->outcome, &t->o, &t->lse, &call->shape));
 }
 
 static void run_shard(shard_call *call) {

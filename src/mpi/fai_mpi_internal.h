@@ -36,7 +36,7 @@ void fai_mpi__outcome_fai(fai_mpi__outcome *outcome, fai_status status);
 
 /* -- agreement (fai_mpi_agree.c) --------------------------------------------------------------- */
 
-#define FAI_MPI_SIGNATURE_MAX 24
+#define FAI_MPI_SIGNATURE_MAX 32
 
 /* Values every rank must hold alike (shapes that size the exchanged buffers, masks that give the
  * merge its meaning), each with the name used when the ranks disagree. */
@@ -50,6 +50,16 @@ typedef struct fai_mpi__signature {
 
 void fai_mpi__signature_add(fai_mpi__signature *signature, const char *name, int64_t value);
 void fai_mpi__signature_add_float(fai_mpi__signature *signature, const char *name, float value);
+/* FNV-1a over the bits of `count` floats `stride` apart, continuing `hash` (start with
+ * FAI_MPI_HASH_START): values the ranks must hold alike, compared as one signature value. */
+#define FAI_MPI_HASH_START UINT64_C(1469598103934665603)
+uint64_t fai_mpi__hash_floats(uint64_t hash, const float *values, int64_t count, int64_t stride);
+/* A hash as a signature value (nonnegative: the agreement also negates it). */
+static inline int64_t fai_mpi__hash_value(uint64_t hash) { return (int64_t)(hash >> 1); }
+/* The hash of a per-head modifier array (ALiBi slopes, sinks: heads_q floats), 0 when the problem
+ * has none (`wanted` 0) or its sizes are not yet valid: every rank must bias and weigh the heads
+ * alike, or the merged rows match no single attention. */
+int64_t fai_mpi__head_values_hash(const fai_problem *pb, int wanted, const float *values);
 
 /* Collective: every rank passes its outcome (and the same number of signature values). Returns
  * FAI_OK on every rank when every rank succeeded and the signatures match; otherwise the same
@@ -79,11 +89,15 @@ typedef struct fai_mpi__part_shape {
     int64_t batch, seq, heads, dim_v;
 } fai_mpi__part_shape;
 
-/* 1 if `tensor` can receive an output of `dtype` over `shape` (data set, dtype, strides none
- * negative and within 2^63 bytes: fai_merge_states would refuse them after the ranks agreed);
+/* 1 if `tensor` can receive an output of `dtype` over `shape` (data set and aligned to its
+ * elements, dtype, strides none negative, within 2^63 bytes and giving each row its own place:
+ * fai_merge_states would refuse them after the ranks agreed, or write rows over each other);
  * else 0, with the failure, naming `name`, recorded in the outcome. */
 int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_dtype dtype,
                        int is_lse, const char *name, const fai_mpi__part_shape *shape);
+/* 1 if O and LSE (checked by fai_mpi__output_ok) share no memory, else 0 with the failure. */
+int fai_mpi__outputs_apart(fai_mpi__outcome *outcome, const fai_tensor *o, const fai_tensor *lse,
+                           const fai_mpi__part_shape *shape);
 int64_t fai_mpi__part_rows(const fai_mpi__part_shape *shape);
 int64_t fai_mpi__part_floats(const fai_mpi__part_shape *shape);
 /* The views fai_run writes and fai_merge_states reads: (b, i, h) of the LSE at

@@ -57,14 +57,10 @@ static int64_t channel_scales_hash(const ring_call *call) {
     if (!pb || !pb->k_channel_scales || !c || !c->data || c->stride_head < 0 || pb->heads_kv < 1 ||
         pb->heads_kv > 65536 || pb->head_dim < 1 || pb->head_dim > FAI_MAX_HEAD_DIM)
         return 0;
-    uint64_t hash = 1469598103934665603u;
+    uint64_t hash = FAI_MPI_HASH_START;
     for (int64_t h = 0; h < pb->heads_kv; h++)
-        for (int64_t x = 0; x < pb->head_dim; x++) {
-            uint32_t bits;
-            memcpy(&bits, c->data + h * c->stride_head + x, sizeof bits);
-            hash = (hash ^ bits) * 1099511628211u;
-        }
-    return (int64_t)(hash >> 1);
+        hash = fai_mpi__hash_floats(hash, c->data + h * c->stride_head, pb->head_dim, 1);
+    return fai_mpi__hash_value(hash);
 }
 
 static void describe_ring(const ring_call *call, fai_mpi__signature *sig) {
@@ -85,6 +81,12 @@ static void describe_ring(const ring_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add_float(sig, "softcap", pb ? pb->softcap : 0.0f);
     fai_mpi__signature_add(sig, "alibi", pb ? pb->alibi : 0);
     fai_mpi__signature_add(sig, "sinks", pb ? pb->sinks : 0);
+    const fai_tensors *t = call->tensors;
+    fai_mpi__signature_add(
+        sig, "alibi_slopes (their values)",
+        fai_mpi__head_values_hash(pb, pb && pb->alibi, t ? t->alibi_slopes : NULL));
+    fai_mpi__signature_add(sig, "sinks (their values)",
+                           fai_mpi__head_values_hash(pb, pb && pb->sinks, t ? t->sinks : NULL));
     fai_mpi__signature_add(sig, "k_channel_scales", pb ? pb->k_channel_scales : 0);
     fai_mpi__signature_add(sig, "k_channel_scale (its values)", channel_scales_hash(call));
 }

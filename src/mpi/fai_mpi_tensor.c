@@ -1,6 +1,8 @@
 /* Tensor views, output checks, packing and sizes shared by the two kinds of sharding. */
 #include "fai_mpi_internal.h"
+#include "util/fai_layout.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,13 @@ int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_
     if (tensor->dtype != dtype) {
         fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG, "tensors.%s.dtype = %d is not %s", name,
                               (int)tensor->dtype, is_lse ? "f32" : "the problem's o_dtype");
+        return 0;
+    }
+    const size_t element = fai_dtype_size(dtype);
+    if ((uintptr_t)tensor->data % element != 0) {
+        fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG,
+                              "tensors.%s.data = %p is not aligned to its %zu-byte elements", name,
+                              tensor->data, element);
         return 0;
     }
     if (!is_lse && tensor->stride_dim != 0 && tensor->stride_dim != 1) {
@@ -52,7 +61,32 @@ int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_
                               (long long)counts[2]);
         return 0;
     }
+    /* each row its own place: the merge writes every one (fai_run's rule for its outputs) */
+    if (!fai__indices_distinct(counts, strides, is_lse ? 1 : shape->dim_v)) {
+        fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG,
+                              "tensors.%s strides (batch %lld, seq %lld, head %lld) put two of "
+                              "its [%lld, %lld, %lld] %s in one place: each must have its own",
+                              name, (long long)strides[0], (long long)strides[1],
+                              (long long)strides[2], (long long)counts[0], (long long)counts[1],
+                              (long long)counts[2], is_lse ? "elements" : "rows");
+        return 0;
+    }
     return 1;
+}
+
+int fai_mpi__outputs_apart(fai_mpi__outcome *outcome, const fai_tensor *o, const fai_tensor *lse,
+                           const fai_mpi__part_shape *shape) {
+    if (!lse->data) return 1;
+    const int64_t counts[3] = {shape->batch, shape->seq, shape->heads};
+    const int64_t o_strides[3] = {o->stride_batch, o->stride_seq, o->stride_head};
+    const int64_t lse_strides[3] = {lse->stride_batch, lse->stride_seq, lse->stride_head};
+    if (!fai__ranges_meet(
+            fai__byte_range(o->data, counts, o_strides, shape->dim_v, fai_dtype_size(o->dtype)),
+            fai__byte_range(lse->data, counts, lse_strides, 1, sizeof(float))))
+        return 1;
+    fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG,
+                          "tensors.o and tensors.lse overlap in memory: each needs its own");
+    return 0;
 }
 
 void fai_mpi__pack_rows(void *dst, const fai_tensor *src, int64_t batch, int64_t rows,

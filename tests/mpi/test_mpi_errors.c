@@ -208,6 +208,55 @@ TEST(mpi_error_output_strides_past_the_address_space) {
     CHECK(failed_alike(attend(&f, 1), FAI_ERR_OVERFLOW, &f, "tensors.lse strides", NULL));
 }
 
+/* Outputs that fai_run would refuse, on one rank with every rank receiving the result: data not
+ * aligned to its elements, rows put in one place, O and LSE sharing memory. The shard's own run
+ * writes partials of its own, so these are checked here, before the ranks agree. */
+TEST(mpi_error_outputs_misplaced_on_one_rank) {
+    char where[32];
+    snprintf(where, sizeof where, "rank %d: ", bad_rank());
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.tensors.o.data = (char *)f.o + 2;
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, where, "tensors.o.data"));
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.tensors.lse.data = (char *)f.lse + 1;
+    CHECK(failed_alike(attend(&f, 0), FAI_ERR_INVALID_ARG, &f, where,
+                       "not aligned to its 4-byte elements"));
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.tensors.o.stride_head = 0; /* every head's row in one place */
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, where, "in one place"));
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.tensors.lse.data = f.o;
+    CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, NULL, where,
+                       "tensors.o and tensors.lse overlap"));
+}
+
+/* ALiBi slopes and sinks are values every rank must hold alike: each shard is biased with its
+ * rank's slopes and each receiving rank adds its own sinks, so ranks that differ would merge rows
+ * of no single attention, or receive different results. */
+TEST(mpi_error_ranks_disagree_on_modifier_values) {
+    float slopes[8], sinks[8];
+    for (int h = 0; h < 8; h++)
+        slopes[h] = 0.5f / (float)(h + 1), sinks[h] = 0.25f * (float)h;
+    for (int which = 0; which < 2; which++) {
+        decode_fixture f;
+        decode_fixture_init(&f, 0);
+        if (which == 0) f.problem.alibi = 1, f.tensors.alibi_slopes = slopes;
+        if (which == 1) f.problem.sinks = 1, f.tensors.sinks = sinks;
+        CHECK(attend(&f, 1) == FAI_OK); /* alike on every rank */
+        decode_fixture_init(&f, 0);
+        float mine[8];
+        memcpy(mine, which ? sinks : slopes, sizeof mine);
+        if (test_rank == bad_rank()) mine[3] += 1.0f;
+        if (which == 0) f.problem.alibi = 1, f.tensors.alibi_slopes = mine;
+        if (which == 1) f.problem.sinks = 1, f.tensors.sinks = mine;
+        const fai_status status = attend(&f, 1);
+        CHECK(test_size == 1 ||
+              failed_alike(status, FAI_ERR_INVALID_ARG, &f, "disagree",
+                           which ? "sinks (their values)" : "alibi_slopes (their values)"));
+    }
+}
+
 TEST(mpi_error_bad_root_and_positions_given) {
     decode_fixture f;
     decode_fixture_init(&f, 0);
