@@ -114,7 +114,8 @@ fai_status fai_mpi_zigzag_layout(int64_t seq, int ranks, int rank, fai_mpi_zigza
 /* Attention of the same queries over keys sharded across the ranks of comm (collective).
  *
  * Each rank holds a disjoint shard of every sequence's keys, a contiguous run of global positions
- * (shards may be empty; together they are the whole sequence):
+ * (shards may be empty; together they are the whole sequence, or the keys of it that are kept:
+ * a position no shard holds is not attended; shards that overlap are refused):
  *   local     the problem of the shard, as for fai_plan_create: the same batch, heads, seq_q,
  *             head dims, dtypes, scale, causal and window on every rank; seq_kv / seqlens_kv /
  *             cu_seqlens_kv are the shard's own lengths, and a paged shard has its own
@@ -150,8 +151,10 @@ fai_status fai_mpi_zigzag_layout(int64_t seq, int ranks, int rank, fai_mpi_zigza
  * Collectives: one MPI_Allreduce before the local run (the ranks' status and the arguments
  * that must match, q_start given or NULL among them), one for every 128 sequences' query
  * lengths and q_start (ranks holding other queries of a sequence are refused: their parts would
- * merge into a wrong result), one more for the sequence lengths when q_start is NULL, one after
- * the local run, then the gather; an MPI_Bcast of the message on failure. */
+ * merge into a wrong result), an MPI_Allreduce and an MPI_Allgather of every 128 sequences'
+ * shards (each rank's first key and length, to refuse overlaps), one more MPI_Allreduce for the
+ * sequence lengths when q_start is NULL, one after the local run, then the gather; an MPI_Bcast
+ * of the message on failure. */
 fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int32_t *kv_start,
                              const int32_t *q_start, const fai_tensors *tensors, int root,
                              fai_mpi_stats *stats);

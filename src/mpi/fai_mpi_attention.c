@@ -313,6 +313,73 @@ static fai_status agree_queries(shard_call *call) {
     return FAI_OK;
 }
 
+/* A shard's keys of a sequence as [begin, end) global positions, and the rank holding them. */
+typedef struct shard_keys {
+    int64_t begin, end;
+    int rank;
+} shard_keys;
+
+static int by_begin(const void *a, const void *b) {
+    const shard_keys *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->rank - y->rank;
+}
+
+/* No two ranks may hold keys at one global position of a sequence: the merge would count such
+ * keys twice. (Positions no rank holds are allowed: such keys are not attended, as a cache that
+ * dropped them would have it.) Every rank gathers every rank's shards, in blocks of sequences,
+ * and judges them alike. */
+static fai_status agree_shards_apart(shard_call *call) {
+    enum { BLOCK = 128 };
+    const fai_problem *pb = call->local;
+    int64_t mine[2 * BLOCK];
+    int64_t *all = fai_mpi__alloc(sizeof(int64_t) * 2 * BLOCK * (size_t)call->size);
+    shard_keys *keys = fai_mpi__alloc(sizeof(shard_keys) * (size_t)call->size);
+    int ok = all && keys;
+    /* every rank learns whether every rank has the memory, before the first gather */
+    const double t_alloc = MPI_Wtime();
+    int rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, call->comm);
+    call->stats.wait_seconds += MPI_Wtime() - t_alloc;
+    fai_status status = fai_mpi__check_mpi(rc, "MPI_Allreduce");
+    if (status == FAI_OK && !ok)
+        status =
+            fai_mpi__fail(FAI_ERR_NO_MEMORY, "no memory for the shards of %d ranks", call->size);
+    for (int64_t b0 = 0; status == FAI_OK && b0 < pb->batch; b0 += BLOCK) {
+        const int64_t n = pb->batch - b0 < BLOCK ? pb->batch - b0 : BLOCK;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t length = key_length(pb, b0 + i);
+            mine[2 * i] = call->kv_start[b0 + i];
+            mine[2 * i + 1] = call->kv_start[b0 + i] + (length > 0 ? length : 0);
+        }
+        const double t0 = MPI_Wtime();
+        rc = MPI_Allgather(mine, (int)(2 * n), MPI_INT64_T, all, (int)(2 * n), MPI_INT64_T,
+                           call->comm);
+        call->stats.wait_seconds += MPI_Wtime() - t0;
+        status = fai_mpi__check_mpi(rc, "MPI_Allgather");
+        for (int64_t i = 0; status == FAI_OK && i < n; i++) {
+            int count = 0;
+            for (int r = 0; r < call->size; r++) {
+                const int64_t *at = all + (size_t)r * (size_t)(2 * n) + 2 * i;
+                if (at[1] > at[0]) keys[count++] = (shard_keys){at[0], at[1], r};
+            }
+            qsort(keys, (size_t)count, sizeof *keys, by_begin);
+            for (int k = 1; k < count; k++)
+                if (keys[k].begin < keys[k - 1].end) {
+                    status = fai_mpi__fail(
+                        FAI_ERR_INVALID_ARG,
+                        "the shards of sequence %lld overlap: rank %d holds its keys [%lld, "
+                        "%lld) and rank %d [%lld, %lld) (kv_start and the shards' lengths)",
+                        (long long)(b0 + i), keys[k - 1].rank, (long long)keys[k - 1].begin,
+                        (long long)keys[k - 1].end, keys[k].rank, (long long)keys[k].begin,
+                        (long long)keys[k].end);
+                    break;
+                }
+        }
+    }
+    free(all);
+    free(keys);
+    return status;
+}
+
 static fai_status attend(shard_call *call) {
     check_arguments(call);
     fai_mpi__signature sig;
@@ -320,6 +387,7 @@ static fai_status attend(shard_call *call) {
     /* the arguments and the signature first: the collectives that follow depend on them */
     fai_status status = fai_mpi__agree(call->comm, &call->outcome, &sig, &call->stats.wait_seconds);
     if (status == FAI_OK) status = agree_queries(call);
+    if (status == FAI_OK) status = agree_shards_apart(call);
     if (status != FAI_OK) return status;
     if (!call->q_start) {
         status = agree_sequence_lengths(call);

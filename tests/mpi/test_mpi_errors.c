@@ -257,6 +257,24 @@ TEST(mpi_error_ranks_disagree_on_modifier_values) {
     }
 }
 
+/* Two ranks holding keys at the same global positions would have them counted twice: refused on
+ * every rank, naming the sequence and both ranks. Positions no rank holds are allowed (not
+ * attended, as a cache that dropped them). */
+TEST(mpi_error_shards_overlap) {
+    decode_fixture f;
+    for (int explicit_q = 0; explicit_q < 2; explicit_q++) {
+        decode_fixture_init(&f, 0);
+        if (test_rank == bad_rank()) f.kv_start[1] = 16 * (bad_rank() - 1) + 8;
+        const fai_status status = attend(&f, explicit_q);
+        CHECK(test_size == 1 ||
+              failed_alike(status, FAI_ERR_INVALID_ARG, &f, "the shards of sequence 1 overlap",
+                           "(kv_start and the shards' lengths)"));
+    }
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.kv_start[0] += 100; /* a gap before this rank's keys */
+    CHECK(attend(&f, 1) == FAI_OK);
+}
+
 TEST(mpi_error_bad_root_and_positions_given) {
     decode_fixture f;
     decode_fixture_init(&f, 0);
