@@ -95,10 +95,20 @@ static void place_shard(shard_call *call) {
         q_begin += shift;
         const int64_t kv_begin = call->kv_start[b] + shift;
         if (q_begin > INT32_MAX || kv_begin > INT32_MAX) {
-            fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
-                                  "sequence %lld: positions %lld (queries) and %lld (keys) "
-                                  "exceed int32",
-                                  (long long)b, (long long)q_begin, (long long)kv_begin);
+            if (call->q_start || kv_begin > INT32_MAX)
+                fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
+                                      "sequence %lld: positions %lld (queries, q_start) and "
+                                      "%lld (keys, kv_start[%lld] = %d moved up by %lld) exceed "
+                                      "int32",
+                                      (long long)b, (long long)q_begin, (long long)kv_begin,
+                                      (long long)b, call->kv_start[b], (long long)shift);
+            else /* placed from the length the ranks agreed on */
+                fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
+                                      "sequence %lld: its queries would start at %lld (the whole "
+                                      "sequence's length %lld, the largest kv_start + shard "
+                                      "length over the ranks, minus %lld queries), past int32",
+                                      (long long)b, (long long)q_begin, (long long)call->kv_end[b],
+                                      (long long)query_length(pb, b));
             return;
         }
         call->q_pos[b] = (int32_t)q_begin;

@@ -273,6 +273,12 @@ TEST(mpi_error_shards_overlap) {
     decode_fixture_init(&f, 0);
     if (test_rank == bad_rank()) f.kv_start[0] += 100; /* a gap before this rank's keys */
     CHECK(attend(&f, 1) == FAI_OK);
+    /* a shard that ends past int32: without q_start the queries, placed at the end of the
+     * agreed length, are what overflows, and the message says where that length came from */
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.kv_start[0] = INT32_MAX - 1;
+    CHECK(failed_alike(attend(&f, 0), FAI_ERR_OVERFLOW, &f, "its queries would start at",
+                       "the largest kv_start + shard length"));
 }
 
 TEST(mpi_error_bad_root_and_positions_given) {
