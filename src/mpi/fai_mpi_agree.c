@@ -5,6 +5,8 @@
  * in a collective it skipped. */
 #include "fai_mpi_internal.h"
 
+#include "fai_internal.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -36,6 +38,14 @@ uint64_t fai_mpi__hash_floats(uint64_t hash, const float *values, int64_t count,
         hash = (hash ^ bits) * UINT64_C(1099511628211);
     }
     return hash;
+}
+
+float fai_mpi__scale_of(const fai_problem *pb) {
+    if (!pb) return 0.0f;
+    int64_t head_dim_v;
+    float scale;
+    fai__problem_defaults(pb, &head_dim_v, &scale);
+    return scale;
 }
 
 int64_t fai_mpi__head_values_hash(const fai_problem *pb, int wanted, const float *values) {

@@ -62,7 +62,7 @@ static void describe_call(const shard_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add(sig, "k_dtype", pb ? pb->k_dtype : 0);
     fai_mpi__signature_add(sig, "v_dtype", pb ? pb->v_dtype : 0);
     fai_mpi__signature_add(sig, "o_dtype", pb ? pb->o_dtype : 0);
-    fai_mpi__signature_add_float(sig, "scale", pb ? pb->scale : 0.0f);
+    fai_mpi__signature_add_float(sig, "scale", fai_mpi__scale_of(pb));
     fai_mpi__signature_add(sig, "q_start (given or NULL)", call->q_start != NULL);
     fai_mpi__signature_add(sig, "cu_seqlens_q (packed queries)", pb && pb->cu_seqlens_q);
     fai_mpi__signature_add(sig, "causal", pb ? pb->causal : 0);

@@ -60,6 +60,9 @@ static inline int64_t fai_mpi__hash_value(uint64_t hash) { return (int64_t)(hash
  * has none (`wanted` 0) or its sizes are not yet valid: every rank must bias and weigh the heads
  * alike, or the merged rows match no single attention. */
 int64_t fai_mpi__head_values_hash(const fai_problem *pb, int wanted, const float *values);
+/* The scale a problem asks for, FAI_SCALE_DEFAULT resolved (1/sqrt(D)), as the ranks compare it:
+ * the default on one rank and the same value written out on another agree. 0 for NULL. */
+float fai_mpi__scale_of(const fai_problem *pb);
 
 /* Collective: every rank passes its outcome (and the same number of signature values). Returns
  * FAI_OK on every rank when every rank succeeded and the signatures match; otherwise the same

@@ -72,12 +72,14 @@ static void describe_ring(const ring_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add(sig, "heads_kv", pb ? pb->heads_kv : 0);
     fai_mpi__signature_add(sig, "head_dim", pb ? pb->head_dim : 0);
     fai_mpi__signature_add(sig, "head_dim_v", call->dim_v);
+    fai_mpi__signature_add(sig, "q_dtype", pb ? pb->q_dtype : 0);
     fai_mpi__signature_add(sig, "k_dtype", pb ? pb->k_dtype : 0);
     fai_mpi__signature_add(sig, "v_dtype", pb ? pb->v_dtype : 0);
+    fai_mpi__signature_add(sig, "o_dtype", pb ? pb->o_dtype : 0);
     fai_mpi__signature_add(sig, "causal", pb ? pb->causal != FAI_CAUSAL_NONE : 0);
     fai_mpi__signature_add(sig, "window_left", pb ? pb->window_left : 0);
     fai_mpi__signature_add(sig, "window_right", pb ? pb->window_right : 0);
-    fai_mpi__signature_add_float(sig, "scale", pb ? pb->scale : 0.0f);
+    fai_mpi__signature_add_float(sig, "scale", fai_mpi__scale_of(pb));
     fai_mpi__signature_add_float(sig, "softcap", pb ? pb->softcap : 0.0f);
     fai_mpi__signature_add(sig, "alibi", pb ? pb->alibi : 0);
     fai_mpi__signature_add(sig, "sinks", pb ? pb->sinks : 0);

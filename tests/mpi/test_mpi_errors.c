@@ -180,6 +180,10 @@ TEST(mpi_error_ranks_disagree_on_arguments) {
     decode_fixture_init(&f, 0);
     if (test_rank == bad_rank()) f.problem.scale = 3.0f;
     CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, "disagree", "scale"));
+    /* the default scale on some ranks and its value (1/sqrt(16)) written out on others agree */
+    decode_fixture_init(&f, 0);
+    if (test_rank == bad_rank()) f.problem.scale = 0.25f;
+    CHECK(attend(&f, 1) == FAI_OK);
     decode_fixture_init(&f, 0);
     if (test_rank == bad_rank()) f.problem.k_dtype = FAI_DTYPE_F16;
     CHECK(failed_alike(attend(&f, 1), FAI_ERR_INVALID_ARG, &f, "disagree", "k_dtype"));
