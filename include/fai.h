@@ -453,8 +453,9 @@ FAI_API size_t fai_plan_workspace_size(const fai_plan *plan);
 /* Computes attention for the plan's problem. Checks the tensors against the plan (dtypes,
  * pointers aligned to their elements, strides not negative, the head dimension contiguous
  * (stride_dim 1), every row of O and element of LSE in a place of its own, O and LSE sharing no
- * memory with each other nor with Q, K, V, the mask and the scales (the spans from each one's
- * first byte to its last are compared), and every block-table entry of a page that holds keys
+ * memory with each other nor with anything the run reads (Q, K, V, the mask, the scales, the
+ * ALiBi slopes, the sinks, the block table: the spans from each one's first byte to its last
+ * are compared), and every block-table entry of a page that holds keys
  * inside the pool; entries past a sequence's length are never read) before anything is read or
  * written; on failure nothing is written. Allocates nothing: all scratch lives in the caller's
  * workspace of at least fai_plan_workspace_size(plan) bytes (NULL is accepted only when that size
@@ -546,7 +547,8 @@ typedef struct fai_plan_info {
      * their capacities, and whether the tile fits them (an override may not). */
     int64_t l1d_bytes, l1d_capacity, l2_bytes, l2_capacity;
     int tile_fits;
-    const char *isa; /* micro-kernel table in use: "ref", "avx2", "avx512", "neon" */
+    const char *isa; /* micro-kernel table in use: "amx", "avx512", "avx2", "neon", "ref",
+                        "amx-emu", "amx-emu-avx512" */
     /* Where the tile came from: "user" (tile_q / tile_kv given), "tuned" (the tuning cache
      * holds a tile for this CPU and shape class) or "heuristic" (the planner's rule). */
     const char *tile_source;

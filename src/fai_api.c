@@ -340,7 +340,7 @@ static fai_status check_outputs_apart(const fai_plan *plan, const fai_tensors *t
     struct {
         const char *name;
         fai_byte_range bytes;
-    } read[6];
+    } read[10];
     int count = 0;
     const fai_tensor *qkv[3] = {&t->q, &t->k, &t->v};
     const int64_t dims[3] = {pb->head_dim, pb->head_dim, plan->head_dim_v};
@@ -370,19 +370,51 @@ static fai_status check_outputs_apart(const fai_plan *plan, const fai_tensors *t
             fai__byte_range(mask->data, counts, strides, bits ? (max_kv + 7) / 8 : max_kv,
                             pb->mask_kind == FAI_MASK_ADD ? sizeof(float) : 1);
     }
+    /* the small arrays: each as a span of its elements */
+    const int64_t one[3] = {1, 1, 1}, none[3] = {0, 0, 0};
+    if (pb->k_channel_scales && t->k_channel_scale.data && kv_rows > 0) {
+        const int64_t heads[3] = {1, 1, pb->heads_kv};
+        const int64_t strides[3] = {0, 0, t->k_channel_scale.stride_head};
+        read[count].name = "k_channel_scale";
+        read[count++].bytes =
+            fai__byte_range(t->k_channel_scale.data, heads, strides, pb->head_dim, 4);
+    }
+    const float *heads_arrays[2] = {pb->alibi ? t->alibi_slopes : NULL,
+                                    pb->sinks ? t->sinks : NULL};
+    for (int i = 0; i < 2; i++)
+        if (heads_arrays[i]) {
+            read[count].name = i ? "sinks" : "alibi_slopes";
+            read[count++].bytes = fai__byte_range(heads_arrays[i], one, none, pb->heads_q, 4);
+        }
+    if (plan->paged && t->block_table && kv_rows > 0) {
+        const int64_t rows[3] = {pb->batch, 1, 1};
+        const int64_t strides[3] = {
+            t->block_table_stride ? t->block_table_stride : pb->pages_per_seq, 0, 0};
+        read[count].name = "block_table";
+        read[count++].bytes =
+            fai__byte_range(t->block_table, rows, strides, pb->pages_per_seq, sizeof(int32_t));
+    }
     const fai_byte_range o =
         fai__byte_range(t->o.data, q_side, o_strides, plan->head_dim_v, fai_dtype_size(t->o.dtype));
     const fai_byte_range lse =
         t->lse.data ? fai__byte_range(t->lse.data, q_side, lse_strides, 1, sizeof(float))
                     : (fai_byte_range){0, 0};
     if (fai__ranges_meet(o, lse))
-        return fai__fail(FAI_ERR_INVALID_ARG, "o and lse overlap in memory: each needs its own");
-    for (int i = 0; i < count; i++)
-        if (fai__ranges_meet(o, read[i].bytes) || fai__ranges_meet(lse, read[i].bytes))
-            return fai__fail(FAI_ERR_INVALID_ARG,
-                             "%s and %s overlap in memory: a run reads %s while it writes %s",
-                             fai__ranges_meet(o, read[i].bytes) ? "o" : "lse", read[i].name,
-                             read[i].name, fai__ranges_meet(o, read[i].bytes) ? "o" : "lse");
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "o and lse overlap in memory (bytes [%p, %p) and [%p, %p)): each needs "
+                         "its own",
+                         (void *)o.begin, (void *)o.end, (void *)lse.begin, (void *)lse.end);
+    for (int i = 0; i < count; i++) {
+        const int on_o = fai__ranges_meet(o, read[i].bytes);
+        if (!on_o && !fai__ranges_meet(lse, read[i].bytes)) continue;
+        const fai_byte_range out = on_o ? o : lse;
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "%s and %s overlap in memory (bytes [%p, %p) and [%p, %p)): a run reads "
+                         "%s while it writes %s",
+                         on_o ? "o" : "lse", read[i].name, (void *)out.begin, (void *)out.end,
+                         (void *)read[i].bytes.begin, (void *)read[i].bytes.end, read[i].name,
+                         on_o ? "o" : "lse");
+    }
     return FAI_OK;
 }
 
@@ -430,7 +462,6 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
                          "mask.data is set but the problem's mask_kind is NONE: set it to use "
                          "the mask");
     if (pb->mask_kind != FAI_MASK_NONE && q_rows > 0 && kv_rows > 0) FAI_TRY(check_mask(plan, t));
-    if (q_rows > 0) FAI_TRY(check_outputs_apart(plan, t, q_side, kv_side, kv_rows));
     FAI_TRY(check_head_values("alibi_slopes", t->alibi_slopes, pb->alibi, pb->heads_q, 0));
     FAI_TRY(check_head_values("sinks", t->sinks, pb->sinks, pb->heads_q, 1));
     if (plan->paged && kv_rows > 0 && !t->block_table)
@@ -453,6 +484,8 @@ static fai_status validate_tensors(const fai_plan *plan, const fai_tensors *t, i
     FAI_TRY(check_scales(plan, t, "k_scale", &t->k_scale, pb->k_dtype, kv_rows, check_scales_too));
     FAI_TRY(check_scales(plan, t, "v_scale", &t->v_scale, pb->v_dtype, kv_rows, check_scales_too));
     FAI_TRY(check_channel_scales(plan, &t->k_channel_scale, kv_rows, check_scales_too));
+    /* last: every span it compares is known to be addressable */
+    if (q_rows > 0) FAI_TRY(check_outputs_apart(plan, t, q_side, kv_side, kv_rows));
     return FAI_OK;
 }
 

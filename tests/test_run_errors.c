@@ -305,6 +305,21 @@ TEST(run_outputs_apart) {
     CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "o and v overlap", NULL));
     CHECK(run_succeeds(&fx, &fx.t));
     fixture_free(&fx);
+    /* the modifiers' per-head arrays are read by every unit: not inside an output either */
+    REQUIRE(fixture_init_with(&fx, 0, FAI_MASK_NONE, 1, 1));
+    float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f}, sinks[4] = {0.0f, 1.0f, -1.0f, 2.0f};
+    fx.t.alibi_slopes = slopes;
+    fx.t.sinks = sinks;
+    CHECK(run_succeeds(&fx, &fx.t));
+    t = fx.t;
+    t.sinks = fx.o + 4;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "o and sinks overlap",
+                    "reads sinks while it writes o", NULL));
+    t = fx.t;
+    t.alibi_slopes = fx.lse;
+    CHECK(run_fails(&fx, &t, fx.ws, fx.ws_size, FAI_ERR_INVALID_ARG, "lse and alibi_slopes overlap",
+                    NULL));
+    fixture_free(&fx);
 }
 
 /* Strides a run never follows may be anything: a batch stride with one sequence (the INT64_MAX

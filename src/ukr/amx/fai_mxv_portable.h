@@ -57,8 +57,10 @@ static inline float v_hmax(fvec v) {
 }
 
 /* x - k for an integer k <= x, rounded toward -inf as VREDUCEPS rounds it with its round-down
- * mode (the AMX table's reduction): the nearest difference, one step down where it came out
- * above the exact one (its error, by TwoSum, negative). Rounded to nearest instead, the
+ * mode (the AMX table's reduction; the same value for every float x >= -150, checked against the
+ * instruction, but for a zero's sign, which the polynomial after it does not see): the nearest
+ * difference, one step down where it came out above the exact one (its error, by TwoSum,
+ * negative). Rounded to nearest instead, the
  * softmax's P differed from the AMX table's in about one score in 250 (those of x in (-1, 0)
  * whose difference is inexact). */
 static inline float sub_rounded_down(float x, float k) {
