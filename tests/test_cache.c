@@ -540,7 +540,7 @@ TEST(cache_write_refuses_places_written_twice) {
     fai_scale inside = f.per_token;
     inside.data = (float *)(void *)f.cache;
     check_refused(test_failed_, &f, fixture_write(&f, &inside), FAI_ERR_INVALID_ARG,
-                  "scales overlap the cache");
+                  "the per-token scales (scale) overlap the cache");
     /* fixed scales inside the cache: read while the cache is written, they would change under
      * the write (the first token's codes over them, every later token quantized with those) */
     fai_scale fixed_inside = f.fixed_scale;
@@ -549,7 +549,7 @@ TEST(cache_write_refuses_places_written_twice) {
     memcpy(f.cache_before, f.cache, sizeof f.cache);
     fixed_inside.data = (float *)(void *)(f.cache + 4);
     check_refused(test_failed_, &f, fixture_write(&f, &fixed_inside), FAI_ERR_INVALID_ARG,
-                  "the fixed scales overlap the cache");
+                  "the fixed scales (scale) overlap the cache");
 }
 
 TEST(cache_write_refuses_nonfinite_values_and_bad_scales) {

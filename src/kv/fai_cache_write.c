@@ -107,6 +107,12 @@ static fai_status check_offsets(const char *name, const int64_t counts[3], const
                      MAX_OFFSET);
 }
 
+/* The refusal of two spans that meet: `what`, then both spans' bytes. */
+static fai_status overlap(fai_byte_range a, fai_byte_range b, const char *what) {
+    return fai__fail(FAI_ERR_INVALID_ARG, "%s (bytes [%p, %p) and [%p, %p))", what, (void *)a.begin,
+                     (void *)a.end, (void *)b.begin, (void *)b.end);
+}
+
 /* Whether the cache takes scales, and how they are laid out: per token where stride_seq moves,
  * fixed per head where neither stride_batch nor stride_seq does. */
 static fai_status check_scale(const fai_tensor *cache, const fai_scale *scale, scale_mode *mode) {
@@ -390,7 +396,7 @@ static fai_status check_arguments(int64_t tokens, int64_t heads, int64_t dim, co
     const fai_byte_range cache_bytes = fai__byte_range(cache->data, cache_counts, cache_strides,
                                                        dim, fai_dtype_size(cache->dtype));
     if (fai__ranges_meet(src_bytes, cache_bytes))
-        return fai__fail(FAI_ERR_INVALID_ARG, "src and cache overlap in memory");
+        return overlap(src_bytes, cache_bytes, "src and cache overlap in memory");
     if (*mode == SCALE_PER_TOKEN) {
         const int64_t scale_strides[3] = {scale->stride_batch, scale->stride_seq,
                                           scale->stride_head};
@@ -398,18 +404,22 @@ static fai_status check_arguments(int64_t tokens, int64_t heads, int64_t dim, co
         FAI_TRY(fai__check_distinct_indices("per-token scale", cache_counts, scale_strides, 1));
         const fai_byte_range scale_bytes =
             fai__byte_range(scale->data, cache_counts, scale_strides, 1, sizeof(float));
-        if (fai__ranges_meet(scale_bytes, cache_bytes) || fai__ranges_meet(scale_bytes, src_bytes))
-            return fai__fail(FAI_ERR_INVALID_ARG, "the per-token scales overlap the %s in memory",
-                             fai__ranges_meet(scale_bytes, cache_bytes) ? "cache" : "src");
+        if (fai__ranges_meet(scale_bytes, cache_bytes))
+            return overlap(scale_bytes, cache_bytes,
+                           "the per-token scales (scale) overlap the cache in memory");
+        if (fai__ranges_meet(scale_bytes, src_bytes))
+            return overlap(scale_bytes, src_bytes,
+                           "the per-token scales (scale) overlap the src in memory");
     } else if (*mode == SCALE_FIXED) {
         const int64_t head_counts[3] = {heads, 1, 1};
         const int64_t head_strides[3] = {scale->stride_head, 0, 0};
         FAI_TRY(check_offsets("scale", head_counts, head_strides, 1));
         /* read while the cache is written: a scale inside it would change under the write */
-        if (fai__ranges_meet(
-                fai__byte_range(scale->data, head_counts, head_strides, 1, sizeof(float)),
-                cache_bytes))
-            return fai__fail(FAI_ERR_INVALID_ARG, "the fixed scales overlap the cache in memory");
+        const fai_byte_range scale_bytes =
+            fai__byte_range(scale->data, head_counts, head_strides, 1, sizeof(float));
+        if (fai__ranges_meet(scale_bytes, cache_bytes))
+            return overlap(scale_bytes, cache_bytes,
+                           "the fixed scales (scale) overlap the cache in memory");
         FAI_TRY(check_fixed_scales(scale, heads));
     }
     return check_slots(slots, tokens, *rows);
