@@ -48,9 +48,22 @@ float fai_mpi__scale_of(const fai_problem *pb) {
     return scale;
 }
 
-int64_t fai_mpi__head_values_hash(const fai_problem *pb, int wanted, const float *values) {
+/* A hash of a per-head modifier array (heads_q floats), 0 when the problem has none or its head
+ * count is not yet valid. */
+static int64_t head_values_hash(const fai_problem *pb, int wanted, const float *values) {
     if (!pb || !wanted || !values || pb->heads_q < 1 || pb->heads_q > 65536) return 0;
     return fai_mpi__hash_value(fai_mpi__hash_floats(FAI_MPI_HASH_START, values, pb->heads_q, 1));
+}
+
+void fai_mpi__signature_add_modifiers(fai_mpi__signature *sig, const fai_problem *pb,
+                                      const fai_tensors *t) {
+    fai_mpi__signature_add_float(sig, "softcap", pb ? pb->softcap : 0.0f);
+    fai_mpi__signature_add(sig, "alibi", pb ? pb->alibi : 0);
+    fai_mpi__signature_add(sig, "sinks", pb ? pb->sinks : 0);
+    fai_mpi__signature_add(sig, "alibi_slopes (their values)",
+                           head_values_hash(pb, pb && pb->alibi, t ? t->alibi_slopes : NULL));
+    fai_mpi__signature_add(sig, "sinks (their values)",
+                           head_values_hash(pb, pb && pb->sinks, t ? t->sinks : NULL));
 }
 
 /* A signature value as the caller gave it. */

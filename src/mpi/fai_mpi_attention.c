@@ -69,15 +69,7 @@ static void describe_call(const shard_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add(sig, "window_left", pb ? pb->window_left : 0);
     fai_mpi__signature_add(sig, "window_right", pb ? pb->window_right : 0);
     fai_mpi__signature_add(sig, "root", call->root);
-    fai_mpi__signature_add_float(sig, "softcap", pb ? pb->softcap : 0.0f);
-    fai_mpi__signature_add(sig, "alibi", pb ? pb->alibi : 0);
-    fai_mpi__signature_add(sig, "sinks", pb ? pb->sinks : 0);
-    const fai_tensors *t = call->tensors;
-    fai_mpi__signature_add(
-        sig, "alibi_slopes (their values)",
-        fai_mpi__head_values_hash(pb, pb && pb->alibi, t ? t->alibi_slopes : NULL));
-    fai_mpi__signature_add(sig, "sinks (their values)",
-                           fai_mpi__head_values_hash(pb, pb && pb->sinks, t ? t->sinks : NULL));
+    fai_mpi__signature_add_modifiers(sig, pb, call->tensors);
 }
 
 /* -- Step 1 -- */

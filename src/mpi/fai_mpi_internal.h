@@ -56,10 +56,12 @@ void fai_mpi__signature_add_float(fai_mpi__signature *signature, const char *nam
 uint64_t fai_mpi__hash_floats(uint64_t hash, const float *values, int64_t count, int64_t stride);
 /* A hash as a signature value (nonnegative: the agreement also negates it). */
 static inline int64_t fai_mpi__hash_value(uint64_t hash) { return (int64_t)(hash >> 1); }
-/* The hash of a per-head modifier array (ALiBi slopes, sinks: heads_q floats), 0 when the problem
- * has none (`wanted` 0) or its sizes are not yet valid: every rank must bias and weigh the heads
- * alike, or the merged rows match no single attention. */
-int64_t fai_mpi__head_values_hash(const fai_problem *pb, int wanted, const float *values);
+/* The score modifiers every rank must hold alike into the signature: softcap, the alibi and sinks
+ * switches, and a hash of the slopes' and sinks' values (each rank biases its keys with its own
+ * slopes and weighs its rows with its own sinks: ranks that differ would merge rows of no single
+ * attention, or receive different results). */
+void fai_mpi__signature_add_modifiers(fai_mpi__signature *sig, const fai_problem *pb,
+                                      const fai_tensors *t);
 /* The scale a problem asks for, FAI_SCALE_DEFAULT resolved (1/sqrt(D)), as the ranks compare it:
  * the default on one rank and the same value written out on another agree. 0 for NULL. */
 float fai_mpi__scale_of(const fai_problem *pb);
