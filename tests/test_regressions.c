@@ -142,3 +142,38 @@ static int window_past_tile_body(void) {
 }
 
 TEST(regress_window_past_a_later_blocks_tile) { CHECK(in_child(window_past_tile_body) == 0); }
+
+/* The matrix engine left out the pass P_lo V_lo for f16 V (held as bf16 hi + lo), taking it for
+ * 2^-16 relative; but both lo parts are rests of truncations, up to 2^-7 of their values and of
+ * their sign, so the pass can hold 2^-14 A. A constructed row makes them near their largest:
+ * every V element f16(1 + 7/1024) (a lo part of 7/8 of bf16's step), key 0 scoring 0 and every
+ * other key ln(0.5 (1 + 0.99 / 128)), so each P sits just below a bf16 step. The output is V
+ * itself; without the pass it was 1.02 of the tolerance off on `amx-emu`. Every table must hold
+ * it within the tolerance. */
+TEST(regress_f16_v_parts_all_summed) {
+    for (int64_t keys = 64; keys <= 128; keys += 64) {
+        fai_case_spec s;
+        fai_case_spec_plain(&s);
+        s.seq_q = 64;
+        s.seq_kv = keys;
+        s.head_dim = s.head_dim_v = 32;
+        s.k_dtype = FAI_DTYPE_BF16;
+        s.v_dtype = FAI_DTYPE_F16;
+        s.scale = 1.0;
+        s.workers = s.threads = 0;
+        fai_case c;
+        REQUIRE(fai_case_build(&c, &s, 1) == 0);
+        const double score = log(0.5 * (1.0 + 0.99 / 128.0));
+        for (int64_t i = 0; i < s.seq_q; i++)
+            for (int64_t d = 0; d < 32; d++)
+                fai_case_set(&c.tensors.q, 0, i, 0, d, d ? 0.0 : -(double)(float)score);
+        for (int64_t j = 0; j < keys; j++)
+            for (int64_t d = 0; d < 32; d++) {
+                fai_case_set(&c.tensors.k, 0, j, 0, d, d == 0 && j > 0 ? -1.0 : 0.0);
+                fai_case_set(&c.tensors.v, 0, j, 0, d, 1.0 + 7.0 / 1024.0);
+            }
+        fai_case_reset(&c);
+        CHECK(case_check_says_why(&c));
+        fai_case_free(&c);
+    }
+}

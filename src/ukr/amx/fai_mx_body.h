@@ -341,9 +341,13 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
 }
 
 /* O [m_pad, ld_o] += P V over the keys [j_begin, j_end) in 32 x 32 blocks: accumulators 0-3, P in
- * tiles 4-5, V in 6-7; P is hi + lo (2^-16 relative; or hi alone, rounded, when asked), and V's
- * parts pass as above: P_hi V_hi + P_lo V_hi (+ P_hi V_lo), each V part's tiles loaded once for the
- * P parts it meets (a load fewer per pass pair: all-bf16 P1 and P2 1.03-1.04x on one thread). */
+ * tiles 4-5, V in 6-7; P is hi + lo (2^-16 relative; or hi alone, rounded, when asked), and every
+ * pass of P's and V's parts is summed: P_hi V_hi + P_lo V_hi (+ P_hi V_lo + P_lo V_lo for f16 V,
+ * exact as hi + lo). P_lo V_lo may not be left out: both lo parts are truncations' rests, up to
+ * 2^-7 of their values and of the same sign as them, so the pass holds up to 2^-14 A (A = sum
+ * p |v|), the whole 16-bit inputs' budget, and adversarial rows exceeded the tolerance without it.
+ * Each V part's tiles are loaded once for the P parts it meets (a load fewer per pass pair:
+ * all-bf16 P1 and P2 1.03-1.04x on one thread). */
 static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const uint16_t *v,
                   int v_parts, int64_t m_pad, int64_t n_pad, int64_t j_begin, int64_t j_end,
                   int64_t dv_pad) {
@@ -359,7 +363,7 @@ static void mx_pv(float *o, int64_t ld_o, const uint16_t *p, int p_parts, const 
                     const uint16_t *vb = v + vj * v_part + v_at;
                     TILE_LOAD(6, vb, v_stride);
                     TILE_LOAD(7, vb + 2 * TILE, v_stride);
-                    for (int pi = 0; pi < p_parts && pi + vj <= 1; pi++) {
+                    for (int pi = 0; pi < p_parts; pi++) {
                         const uint16_t *pa = p + pi * p_part + p_at;
                         TILE_LOAD(4, pa, p_stride);
                         TILE_DP(0, 4, 6);
