@@ -303,9 +303,19 @@ static fai_status check_tensor_reach(const char *name, const int64_t counts[3], 
                             fai_dtype_size(x->dtype));
 }
 
+/* What a run reads of the mask: rows up to the longest query length of every batch and head
+ * (counts), each of `row` elements of `element` bytes (keys up to the longest key length: bytes
+ * of them for KEEP_BITS, floats for ADD). */
+static void mask_extent(const fai_plan *plan, int64_t counts[3], int64_t *row, size_t *element) {
+    const fai_problem *pb = &plan->pb;
+    const int64_t max_kv = plan->max_kv_len;
+    counts[0] = pb->batch, counts[1] = plan->max_q_len, counts[2] = pb->heads_q;
+    *row = pb->mask_kind == FAI_MASK_KEEP_BITS ? max_kv / 8 + (max_kv % 8 != 0) : max_kv;
+    *element = pb->mask_kind == FAI_MASK_ADD ? sizeof(float) : 1;
+}
+
 /* The mask tensor of a plan with a mask_kind: given, strides not negative, and every element a
- * run reads (rows up to the longest query length, keys up to the longest key length: bytes of
- * them for KEEP_BITS) addressable. */
+ * run reads (mask_extent) addressable. */
 static fai_status check_mask(const fai_plan *plan, const fai_tensors *t) {
     const fai_problem *pb = &plan->pb;
     const fai_mask *mask = &t->mask;
@@ -316,19 +326,18 @@ static fai_status check_mask(const fai_plan *plan, const fai_tensors *t) {
     FAI_TRY(fai__check_not_negative("mask", mask->stride_batch, mask->stride_q, mask->stride_head));
     if (pb->mask_kind == FAI_MASK_ADD)
         FAI_TRY(fai__check_aligned("mask", mask->data, sizeof(float)));
-    const int bits = pb->mask_kind == FAI_MASK_KEEP_BITS;
-    const int64_t max_kv = plan->max_kv_len;
-    const int64_t counts[3] = {pb->batch, plan->max_q_len, pb->heads_q};
-    const int64_t row = bits ? max_kv / 8 + (max_kv % 8 != 0) : max_kv;
+    int64_t counts[3], row;
+    size_t element;
+    mask_extent(plan, counts, &row, &element);
     return fai__check_reach("mask", counts, mask->stride_batch, mask->stride_q, mask->stride_head,
-                            row, pb->mask_kind == FAI_MASK_ADD ? sizeof(float) : 1);
+                            row, element);
 }
 
 /* The outputs' places: each row of O and each element of LSE its own (a stride of 0, or rows
  * that overlap, would keep whichever thread wrote last), and O and LSE apart from each other and
- * from what the run reads (Q, K, V, the mask, the scales): fai would read values it has already
- * overwritten. Spans compared whole (the bytes from a tensor's first element to past its last);
- * the offsets are known to fit. */
+ * from everything the run reads (Q, K, V, the mask, the scales, the channel scales, ALiBi slopes,
+ * sinks, the block table): fai would read values it has already overwritten. Spans compared whole
+ * (the bytes from a tensor's first element to past its last); the offsets are known to fit. */
 static fai_status check_outputs_apart(const fai_plan *plan, const fai_tensors *t,
                                       const int64_t q_side[3], const int64_t kv_side[3],
                                       int64_t kv_rows) {
@@ -361,14 +370,12 @@ static fai_status check_outputs_apart(const fai_plan *plan, const fai_tensors *t
         }
     if (pb->mask_kind != FAI_MASK_NONE && kv_rows > 0) {
         const fai_mask *mask = &t->mask;
-        const int64_t max_kv = plan->max_kv_len;
-        const int bits = pb->mask_kind == FAI_MASK_KEEP_BITS;
-        const int64_t counts[3] = {pb->batch, plan->max_q_len, pb->heads_q};
         const int64_t strides[3] = {mask->stride_batch, mask->stride_q, mask->stride_head};
+        int64_t counts[3], row;
+        size_t element;
+        mask_extent(plan, counts, &row, &element);
         read[count].name = "mask";
-        read[count++].bytes =
-            fai__byte_range(mask->data, counts, strides, bits ? (max_kv + 7) / 8 : max_kv,
-                            pb->mask_kind == FAI_MASK_ADD ? sizeof(float) : 1);
+        read[count++].bytes = fai__byte_range(mask->data, counts, strides, row, element);
     }
     /* the small arrays: each as a span of its elements */
     const int64_t one[3] = {1, 1, 1}, none[3] = {0, 0, 0};

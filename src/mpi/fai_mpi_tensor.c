@@ -1,8 +1,11 @@
 /* Tensor views, output checks, packing and sizes shared by the two kinds of sharding. */
 #include "fai_mpi_internal.h"
+
+#include "fai_internal.h"
 #include "util/fai_layout.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,13 +28,6 @@ int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_
                               (int)tensor->dtype, is_lse ? "f32" : "the problem's o_dtype");
         return 0;
     }
-    const size_t element = fai_dtype_size(dtype);
-    if ((uintptr_t)tensor->data % element != 0) {
-        fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG,
-                              "tensors.%s.data = %p is not aligned to its %zu-byte elements", name,
-                              tensor->data, element);
-        return 0;
-    }
     if (!is_lse && tensor->stride_dim != 0 && tensor->stride_dim != 1) {
         fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG,
                               "tensors.%s.stride_dim = %lld: the head dimension must be "
@@ -44,34 +40,20 @@ int fai_mpi__output_ok(fai_mpi__outcome *outcome, const fai_tensor *tensor, fai_
                               name);
         return 0;
     }
-    /* the last element's byte offset, as fai_merge_states checks it */
+    /* aligned, every element addressable (as fai_merge_states checks them) and each row its own
+     * place (the merge writes every one): fai_run's rules for its outputs, in fai's words */
+    char label[32];
+    snprintf(label, sizeof label, "tensors.%s", name);
     const int64_t counts[3] = {shape->batch, shape->seq, shape->heads};
     const int64_t strides[3] = {tensor->stride_batch, tensor->stride_seq, tensor->stride_head};
-    int64_t last = is_lse ? 1 : shape->dim_v, step, bytes;
-    int fits = 1;
-    for (int i = 0; i < 3 && fits; i++)
-        fits = counts[i] <= 1 || (!__builtin_mul_overflow(counts[i] - 1, strides[i], &step) &&
-                                  !__builtin_add_overflow(last, step, &last));
-    if (!fits || __builtin_mul_overflow(last, (int64_t)fai_dtype_size(dtype), &bytes)) {
-        fai_mpi__outcome_fail(outcome, FAI_ERR_OVERFLOW,
-                              "tensors.%s strides (batch %lld, seq %lld, head %lld) address past "
-                              "2^63 bytes over [%lld, %lld, %lld]",
-                              name, (long long)strides[0], (long long)strides[1],
-                              (long long)strides[2], (long long)counts[0], (long long)counts[1],
-                              (long long)counts[2]);
-        return 0;
-    }
-    /* each row its own place: the merge writes every one (fai_run's rule for its outputs) */
-    if (!fai__indices_distinct(counts, strides, is_lse ? 1 : shape->dim_v)) {
-        fai_mpi__outcome_fail(outcome, FAI_ERR_INVALID_ARG,
-                              "tensors.%s strides (batch %lld, seq %lld, head %lld) put two of "
-                              "its [%lld, %lld, %lld] %s in one place: each must have its own",
-                              name, (long long)strides[0], (long long)strides[1],
-                              (long long)strides[2], (long long)counts[0], (long long)counts[1],
-                              (long long)counts[2], is_lse ? "elements" : "rows");
-        return 0;
-    }
-    return 1;
+    const int64_t tail = is_lse ? 1 : shape->dim_v;
+    fai_status status = fai__check_aligned(label, tensor->data, fai_dtype_size(dtype));
+    if (status == FAI_OK)
+        status = fai__check_reach(label, counts, strides[0], strides[1], strides[2], tail,
+                                  fai_dtype_size(dtype));
+    if (status == FAI_OK) status = fai__check_distinct_indices(label, counts, strides, tail);
+    fai_mpi__outcome_fai(outcome, status);
+    return status == FAI_OK;
 }
 
 int fai_mpi__outputs_apart(fai_mpi__outcome *outcome, const fai_tensor *o, const fai_tensor *lse,

@@ -87,11 +87,11 @@ static tile_policy policy_of(const fai_plan *plan) {
 static int fits_caches(const fai_plan *plan, int decode, int64_t rows, int64_t tile_kv) {
     const fai_cache_sizes *caches = fai__cache_sizes();
     if (decode) return stream_bytes(plan, tile_kv) <= caches->l2 / 4;
+    if (slice_bytes(plan, rows, tile_kv) > caches->l2 / 2) return 0;
     /* the matrix engine's L1d budget is its row block's (policy_of, fai__mx_block_bytes), not
      * the vector kernels' hot set */
-    const int small_enough = tile_kv <= MIN_PREFILL_TILE_KV || fai__mx_serves(plan);
-    return slice_bytes(plan, rows, tile_kv) <= caches->l2 / 2 &&
-           (small_enough || hot_bytes(plan, tile_kv) <= policy_of(plan).hot_budget);
+    if (fai__mx_serves(plan) || tile_kv <= MIN_PREFILL_TILE_KV) return 1;
+    return hot_bytes(plan, tile_kv) <= policy_of(plan).hot_budget;
 }
 
 void fai__choose_tile(fai_plan *plan) {

@@ -60,9 +60,8 @@ static inline float v_hmax(fvec v) {
  * mode (the AMX table's reduction; the same value for every float x >= -150, checked against the
  * instruction, but for a zero's sign, which the polynomial after it does not see): the nearest
  * difference, one step down where it came out above the exact one (its error, by TwoSum,
- * negative). Rounded to nearest instead, the
- * softmax's P differed from the AMX table's in about one score in 250 (those of x in (-1, 0)
- * whose difference is inexact). */
+ * negative). Rounded to nearest instead, the softmax's P differed from the AMX table's in about
+ * one score in 250 (those of x in (-1, 0) whose difference is inexact). */
 static inline float sub_rounded_down(float x, float k) {
     const float r = x - k, back = r - x;
     const float err = (x - (r - back)) + (-k - back); /* exact: x - k - r */
