@@ -36,7 +36,8 @@
  * Score modifiers. local->softcap and local->alibi apply within each shard or chunk (ALiBi over
  * the global positions, so every key gets the bias it has in the whole sequence);
  * local->sinks (with tensors->sinks) are counted once per row, in the final merge: the shards
- * and the ring's pairs run without them. The ranks must hold the same ALiBi slopes and sinks
+ * and the ring's pairs run without them (rows past a sequence's queries stay O = 0, LSE = -inf,
+ * as fai leaves them). The ranks must hold the same ALiBi slopes and sinks
  * (compared by a hash of their bits, like the other values they must agree on). Bit-packed masks
  * shard with the keys like the byte masks (fai_mpi_attention; the ring takes no explicit mask).
  * A receiving rank's O and LSE are checked as fai_run checks its outputs (aligned, each row its
@@ -177,7 +178,8 @@ fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int3
  *            k_scale, v_scale: for a quantized K / V, the scales of the rank's rows, any
  *            fai_scale shape (per token, per kv head, per tensor: each rank its own).
  *            k_channel_scale (local->k_channel_scales): the same on every rank, which reads
- *            every rank's K blocks with its own (compared, by a hash of their values).
+ *            every rank's K blocks with its own (compared, by a hash of their values); a rank
+ *            whose chunks hold no rows reads none, and may pass none.
  *   stats    NULL, or filled with this rank's bytes and times.
  *
  * In R steps each rank computes its two q chunks against the K/V block (two chunks) it holds

@@ -23,6 +23,12 @@ void fai_mpi__signature_add(fai_mpi__signature *signature, const char *name, int
     signature->count++;
 }
 
+void fai_mpi__signature_add_absent(fai_mpi__signature *signature, const char *name) {
+    const int at = signature->count;
+    fai_mpi__signature_add(signature, name, 0);
+    if (at < signature->count) signature->absent[at] = 1;
+}
+
 void fai_mpi__signature_add_float(fai_mpi__signature *signature, const char *name, float value) {
     int32_t bits;
     memcpy(&bits, &value, sizeof bits);
@@ -48,11 +54,17 @@ float fai_mpi__scale_of(const fai_problem *pb) {
     return scale;
 }
 
-/* A hash of a per-head modifier array (heads_q floats), 0 when the problem has none or its head
- * count is not yet valid. */
-static int64_t head_values_hash(const fai_problem *pb, int wanted, const float *values) {
-    if (!pb || !wanted || !values || pb->heads_q < 1 || pb->heads_q > 65536) return 0;
-    return fai_mpi__hash_value(fai_mpi__hash_floats(FAI_MPI_HASH_START, values, pb->heads_q, 1));
+/* A hash of a per-head modifier array (heads_q floats), absent when the problem has none or the
+ * rank passes none (its own checks judge that). */
+static void add_head_values(fai_mpi__signature *sig, const char *name, const fai_problem *pb,
+                            int wanted, const float *values) {
+    if (!pb || !wanted || !values || pb->heads_q < 1 || pb->heads_q > 65536) {
+        fai_mpi__signature_add_absent(sig, name);
+        return;
+    }
+    fai_mpi__signature_add(
+        sig, name,
+        fai_mpi__hash_value(fai_mpi__hash_floats(FAI_MPI_HASH_START, values, pb->heads_q, 1)));
 }
 
 void fai_mpi__signature_add_modifiers(fai_mpi__signature *sig, const fai_problem *pb,
@@ -60,10 +72,9 @@ void fai_mpi__signature_add_modifiers(fai_mpi__signature *sig, const fai_problem
     fai_mpi__signature_add_float(sig, "softcap", pb ? pb->softcap : 0.0f);
     fai_mpi__signature_add(sig, "alibi", pb ? pb->alibi : 0);
     fai_mpi__signature_add(sig, "sinks", pb ? pb->sinks : 0);
-    fai_mpi__signature_add(sig, "alibi_slopes (their values)",
-                           head_values_hash(pb, pb && pb->alibi, t ? t->alibi_slopes : NULL));
-    fai_mpi__signature_add(sig, "sinks (their values)",
-                           head_values_hash(pb, pb && pb->sinks, t ? t->sinks : NULL));
+    add_head_values(sig, "alibi_slopes (their values)", pb, pb && pb->alibi,
+                    t ? t->alibi_slopes : NULL);
+    add_head_values(sig, "sinks (their values)", pb, pb && pb->sinks, t ? t->sinks : NULL);
 }
 
 /* A signature value as the caller gave it. */
@@ -108,9 +119,12 @@ fai_status fai_mpi__agree(MPI_Comm comm, const fai_mpi__outcome *outcome,
     int64_t buf[1 + 2 * FAI_MPI_SIGNATURE_MAX];
     /* size - rank: the largest belongs to the lowest failing rank */
     buf[0] = outcome->status != FAI_OK ? size - rank : 0;
+    /* a value held gives v and -v, both above INT64_MIN (fai_mpi__signature_add), so an absent
+     * one's INT64_MIN in both changes neither extreme, and stays only where no rank held one */
     for (int i = 0; i < n; i++) {
-        buf[1 + i] = signature->value[i];
-        buf[1 + n + i] = -signature->value[i];
+        const int held = !signature->absent[i];
+        buf[1 + i] = held ? signature->value[i] : INT64_MIN;
+        buf[1 + n + i] = held ? -signature->value[i] : INT64_MIN;
     }
     const double t0 = MPI_Wtime();
     const int rc = MPI_Allreduce(MPI_IN_PLACE, buf, 1 + 2 * n, MPI_INT64_T, MPI_MAX, comm);
@@ -119,7 +133,7 @@ fai_status fai_mpi__agree(MPI_Comm comm, const fai_mpi__outcome *outcome,
 
     if (buf[0] > 0) return adopt_message(comm, rank, size - (int)buf[0], outcome, wait_seconds);
     for (int i = 0; i < n; i++)
-        if (buf[1 + i] != -buf[1 + n + i]) {
+        if (buf[1 + i] != INT64_MIN && buf[1 + i] != -buf[1 + n + i]) {
             char low[32], high[32];
             format_value(signature, i, -buf[1 + n + i], low, sizeof low);
             format_value(signature, i, buf[1 + i], high, sizeof high);

@@ -10,6 +10,7 @@
 #include "fai_mpi_internal.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,7 @@ typedef struct shard_call {
     float *part;             /* this rank's partial result */
     float *gathered;         /* size parts, on the ranks that merge */
     float **part_ptrs;       /* [size]: each part in gathered, on the ranks that merge */
+    float *sink_lse;         /* the sinks' part's LSE, on the ranks that merge sinks */
     fai_tensor *views;       /* [2 * size]: the merge's views of them */
     fai_mpi__outcome outcome;
     fai_mpi_stats stats;
@@ -69,7 +71,9 @@ static void describe_call(const shard_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add(sig, "window_left", pb ? pb->window_left : 0);
     fai_mpi__signature_add(sig, "window_right", pb ? pb->window_right : 0);
     fai_mpi__signature_add(sig, "root", call->root);
-    fai_mpi__signature_add_modifiers(sig, pb, call->tensors);
+    /* the arrays are read only once fai has judged the sizes they are read by */
+    fai_mpi__signature_add_modifiers(sig, pb,
+                                     call->outcome.status == FAI_OK ? call->tensors : NULL);
 }
 
 /* -- Step 1 -- */
@@ -85,22 +89,24 @@ static void place_shard(shard_call *call) {
                               : call->kv_end[b] - query_length(pb, b);
         const int64_t shift = q_begin < 0 ? -q_begin : 0;
         q_begin += shift;
-        const int64_t kv_begin = call->kv_start[b] + shift;
-        if (q_begin > INT32_MAX || kv_begin > INT32_MAX) {
-            if (call->q_start || kv_begin > INT32_MAX)
-                fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
-                                      "sequence %lld: positions %lld (queries, q_start) and "
-                                      "%lld (keys, kv_start[%lld] = %d moved up by %lld) exceed "
-                                      "int32",
-                                      (long long)b, (long long)q_begin, (long long)kv_begin,
-                                      (long long)b, call->kv_start[b], (long long)shift);
-            else /* placed from the length the ranks agreed on */
-                fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
-                                      "sequence %lld: its queries would start at %lld (the whole "
-                                      "sequence's length %lld, the largest kv_start + shard "
-                                      "length over the ranks, minus %lld queries), past int32",
-                                      (long long)b, (long long)q_begin, (long long)call->kv_end[b],
-                                      (long long)query_length(pb, b));
+        /* a shard without keys of the sequence places none: its kv_start tells nothing */
+        const int64_t kv_begin = key_length(pb, b) == 0 ? 0 : call->kv_start[b] + shift;
+        if (kv_begin > INT32_MAX) {
+            fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
+                                  "sequence %lld: its keys would start at %lld (kv_start[%lld] = "
+                                  "%d moved up by %lld), past int32",
+                                  (long long)b, (long long)kv_begin, (long long)b,
+                                  call->kv_start[b], (long long)shift);
+            return;
+        }
+        if (q_begin > INT32_MAX) { /* only placed from the length the ranks agreed on: q_start
+                                      holds int32 values, and is not negative */
+            fai_mpi__outcome_fail(&call->outcome, FAI_ERR_OVERFLOW,
+                                  "sequence %lld: its queries would start at %lld (the whole "
+                                  "sequence's length %lld, the largest kv_start + shard "
+                                  "length over the ranks, minus %lld queries), past int32",
+                                  (long long)b, (long long)q_begin, (long long)call->kv_end[b],
+                                  (long long)query_length(pb, b));
             return;
         }
         call->q_pos[b] = (int32_t)q_begin;
@@ -210,9 +216,11 @@ static int allocate_parts(shard_call *call) {
         call->gathered = fai_mpi__alloc(sizeof(float) * (size_t)floats * size);
         call->part_ptrs = fai_mpi__alloc(sizeof(float *) * size);
         call->views = fai_mpi__alloc(sizeof(fai_tensor) * 2 * (size + 1));
+        if (call->local->sinks) call->sink_lse = fai_mpi__alloc(sizeof(float) * (size_t)rows);
     }
     if (!call->part ||
-        (receives_result(call) && (!call->gathered || !call->part_ptrs || !call->views))) {
+        (receives_result(call) && (!call->gathered || !call->part_ptrs || !call->views ||
+                                   (call->local->sinks && !call->sink_lse)))) {
         fai_mpi__outcome_fail(&call->outcome, FAI_ERR_NO_MEMORY,
                               "no memory for partial results (%lld floats per rank)",
                               (long long)floats);
@@ -260,6 +268,25 @@ static void run_shard(shard_call *call) {
 
 /* -- Step 3 -- */
 
+/* The sinks' part's LSE: the head's sink on the rows of a sequence's queries, -inf on the rows
+ * past its length (or past the packed rows), which fai leaves empty (O = 0, LSE = -inf) and
+ * the merge must too. */
+static fai_tensor sink_lse_of(shard_call *call) {
+    const fai_problem *pb = call->local;
+    const fai_mpi__part_shape *shape = &call->shape;
+    float *row = call->sink_lse;
+    for (int64_t b = 0; b < shape->batch; b++) {
+        const int64_t queries =
+            pb->cu_seqlens_q ? pb->cu_seqlens_q[pb->batch] : query_length(pb, b);
+        for (int64_t i = 0; i < shape->seq; i++)
+            for (int64_t h = 0; h < shape->heads; h++)
+                *row++ = i < queries ? call->tensors->sinks[h] : -INFINITY;
+    }
+    fai_tensor lse = fai_mpi__part_lse(call->part, shape);
+    lse.data = call->sink_lse;
+    return lse;
+}
+
 static fai_status exchange_and_merge(shard_call *call) {
     fai_status status = fai_mpi__gather_parts(call->comm, call->root, call->part, &call->shape,
                                               call->gathered, &call->stats);
@@ -268,9 +295,10 @@ static fai_status exchange_and_merge(shard_call *call) {
     for (int p = 0; p < call->size; p++)
         call->part_ptrs[p] = call->gathered + (size_t)p * (size_t)floats;
     const double t0 = MPI_Wtime();
-    status = fai_mpi__merge_parts(call->size, call->part_ptrs, &call->shape, &call->tensors->o,
-                                  &call->tensors->lse, call->views,
-                                  call->local->sinks ? call->tensors->sinks : NULL);
+    const fai_tensor sink_lse = call->sink_lse ? sink_lse_of(call) : (fai_tensor){0};
+    status =
+        fai_mpi__merge_parts(call->size, call->part_ptrs, &call->shape, &call->tensors->o,
+                             &call->tensors->lse, call->views, call->sink_lse ? &sink_lse : NULL);
     call->stats.merge_seconds += MPI_Wtime() - t0;
     return status;
 }
@@ -429,6 +457,7 @@ fai_status fai_mpi_attention(MPI_Comm comm, const fai_problem *local, const int3
     free(call.gathered);
     free(call.part_ptrs);
     free(call.views);
+    free(call.sink_lse);
     call.stats.total_seconds = MPI_Wtime() - t0;
     if (stats) *stats = call.stats;
     return status;

@@ -46,10 +46,15 @@ typedef struct fai_mpi__signature {
     const char *name[FAI_MPI_SIGNATURE_MAX];
     int is_float[FAI_MPI_SIGNATURE_MAX]; /* value holds a float's bits: compared exactly, shown
                                             as the float */
+    int absent[FAI_MPI_SIGNATURE_MAX];   /* this rank holds no such value */
 } fai_mpi__signature;
 
 void fai_mpi__signature_add(fai_mpi__signature *signature, const char *name, int64_t value);
 void fai_mpi__signature_add_float(fai_mpi__signature *signature, const char *name, float value);
+/* A value this rank does not hold: it reads none (a rank without rows reads no scales), or it
+ * has failed already, and its failure is what the ranks will agree on (values are not read
+ * through sizes fai refused). The ranks that hold the value are compared among themselves. */
+void fai_mpi__signature_add_absent(fai_mpi__signature *signature, const char *name);
 /* FNV-1a over the bits of `count` floats `stride` apart, continuing `hash` (start with
  * FAI_MPI_HASH_START): values the ranks must hold alike, compared as one signature value. */
 #define FAI_MPI_HASH_START UINT64_C(1469598103934665603)
@@ -59,7 +64,8 @@ static inline int64_t fai_mpi__hash_value(uint64_t hash) { return (int64_t)(hash
 /* The score modifiers every rank must hold alike into the signature: softcap, the alibi and sinks
  * switches, and a hash of the slopes' and sinks' values (each rank biases its keys with its own
  * slopes and weighs its rows with its own sinks: ranks that differ would merge rows of no single
- * attention, or receive different results). */
+ * attention, or receive different results). t NULL: the values are absent (the rank has failed,
+ * and its arrays are not read). */
 void fai_mpi__signature_add_modifiers(fai_mpi__signature *sig, const fai_problem *pb,
                                       const fai_tensors *t);
 /* The scale a problem asks for, FAI_SCALE_DEFAULT resolved (1/sqrt(D)), as the ranks compare it:
@@ -114,12 +120,16 @@ void fai_mpi__part_empty(float *part, const fai_mpi__part_shape *shape);
 
 /* Merges `count` parts (parts[p] points to part p, merged in that order) into o (its dtype) and
  * lse (NULL data skips it); views is room for 2 * (count + 1) tensors, so that nothing is
- * allocated once the ranks have agreed to write. sinks (f32 [heads], or NULL): the attention
- * sinks, merged once as one more part whose O is 0 and whose LSE is the head's sink (the parts
- * themselves are computed without them). */
+ * allocated once the ranks have agreed to write. sink_lse (or NULL): the attention sinks, merged
+ * once as one more part whose O is 0 and whose LSE, indexed as the parts' LSE, is this tensor
+ * (the parts themselves are computed without them). */
 fai_status fai_mpi__merge_parts(int64_t count, float *const *parts,
                                 const fai_mpi__part_shape *shape, const fai_tensor *o,
-                                const fai_tensor *lse, fai_tensor *views, const float *sinks);
+                                const fai_tensor *lse, fai_tensor *views,
+                                const fai_tensor *sink_lse);
+/* The sinks (f32 [heads]) as a sink part's LSE: the head's sink on every row, for parts
+ * whose rows are all queries. */
+fai_tensor fai_mpi__sinks_per_head(const float *sinks);
 
 /* Checks the problem's per-head arrays of sinks against the tensors (given exactly when the
  * problem has sinks, each finite or -inf); records a failure in out. */

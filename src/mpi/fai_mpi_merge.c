@@ -39,23 +39,30 @@ void fai_mpi__part_empty(float *part, const fai_mpi__part_shape *shape) {
         lse[r] = -INFINITY;
 }
 
+fai_tensor fai_mpi__sinks_per_head(const float *sinks) {
+    fai_tensor lse;
+    memset(&lse, 0, sizeof lse);
+    lse.data = (void *)sinks;
+    lse.dtype = FAI_DTYPE_F32;
+    lse.stride_head = 1;
+    return lse;
+}
+
 fai_status fai_mpi__merge_parts(int64_t count, float *const *parts,
                                 const fai_mpi__part_shape *shape, const fai_tensor *o,
-                                const fai_tensor *lse, fai_tensor *views, const float *sinks) {
+                                const fai_tensor *lse, fai_tensor *views,
+                                const fai_tensor *sink_lse) {
     static const float zeros[FAI_MAX_HEAD_DIM];
-    const int64_t all = count + (sinks != NULL);
+    const int64_t all = count + (sink_lse != NULL);
     for (int64_t p = 0; p < count; p++) {
         views[p] = fai_mpi__part_o(parts[p], shape);
         views[all + p] = fai_mpi__part_lse(parts[p], shape);
     }
-    if (sinks) { /* a part of O = 0 everywhere, its LSE sinks[h] for every row of head h */
+    if (sink_lse) { /* a part of O = 0 everywhere, its LSE the sinks' */
         memset(&views[count], 0, sizeof views[count]);
         views[count].data = (void *)zeros;
         views[count].dtype = FAI_DTYPE_F32;
-        memset(&views[all + count], 0, sizeof views[all + count]);
-        views[all + count].data = (void *)sinks;
-        views[all + count].dtype = FAI_DTYPE_F32;
-        views[all + count].stride_head = 1;
+        views[all + count] = *sink_lse;
     }
     const fai_status status = fai_merge_states(all, views, views + all, shape->batch, shape->seq,
                                                shape->heads, shape->dim_v, o, lse);

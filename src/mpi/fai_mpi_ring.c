@@ -48,19 +48,23 @@ typedef struct ring_call {
     fai_mpi_stats stats;
 } ring_call;
 
-/* A hash of K's channel scales (FNV-1a over their bits), 0 without them: every rank dequantizes
- * the K blocks it receives with its own, so the ranks must hold the same. Sizes not yet
- * validated (the plan judges them after the agreement) are not read. */
-static int64_t channel_scales_hash(const ring_call *call) {
+/* K's channel scales into the signature, as a hash (FNV-1a over their bits): every rank
+ * dequantizes the K blocks it receives with its own, so the ranks must hold the same. Absent on a
+ * rank that reads none (no rows: fai takes NULL then) or has failed (its sizes may be what
+ * failed). */
+static void add_channel_scales(fai_mpi__signature *sig, const ring_call *call) {
+    const char *name = "k_channel_scale (its values)";
     const fai_problem *pb = call->local;
-    const fai_channel_scale *c = call->tensors ? &call->tensors->k_channel_scale : NULL;
-    if (!pb || !pb->k_channel_scales || !c || !c->data || c->stride_head < 0 || pb->heads_kv < 1 ||
-        pb->heads_kv > 65536 || pb->head_dim < 1 || pb->head_dim > FAI_MAX_HEAD_DIM)
-        return 0;
+    const fai_channel_scale *c = &call->tensors->k_channel_scale;
+    if (call->outcome.status != FAI_OK || call->mine.rows == 0 || !pb->k_channel_scales ||
+        !c->data) {
+        fai_mpi__signature_add_absent(sig, name);
+        return;
+    }
     uint64_t hash = FAI_MPI_HASH_START;
     for (int64_t h = 0; h < pb->heads_kv; h++)
         hash = fai_mpi__hash_floats(hash, c->data + h * c->stride_head, pb->head_dim, 1);
-    return fai_mpi__hash_value(hash);
+    fai_mpi__signature_add(sig, name, fai_mpi__hash_value(hash));
 }
 
 static void describe_ring(const ring_call *call, fai_mpi__signature *sig) {
@@ -80,9 +84,13 @@ static void describe_ring(const ring_call *call, fai_mpi__signature *sig) {
     fai_mpi__signature_add(sig, "window_left", pb ? pb->window_left : 0);
     fai_mpi__signature_add(sig, "window_right", pb ? pb->window_right : 0);
     fai_mpi__signature_add_float(sig, "scale", fai_mpi__scale_of(pb));
-    fai_mpi__signature_add_modifiers(sig, pb, call->tensors);
+    const int checked = call->outcome.status == FAI_OK; /* pb and its tensors, by fai */
+    fai_mpi__signature_add_modifiers(sig, pb, checked ? call->tensors : NULL);
     fai_mpi__signature_add(sig, "k_channel_scales", pb ? pb->k_channel_scales : 0);
-    fai_mpi__signature_add(sig, "k_channel_scale (its values)", channel_scales_hash(call));
+    if (checked)
+        add_channel_scales(sig, call);
+    else
+        fai_mpi__signature_add_absent(sig, "k_channel_scale (its values)");
 }
 
 /* Chunk c of the whole sequence: its first position and rows. */
@@ -450,8 +458,9 @@ static fai_status store_chunk(ring_call *call, int64_t qc) {
     const fai_tensor o = fai_mpi__tensor_from_row(&call->tensors->o, row0);
     const fai_tensor lse = fai_mpi__tensor_from_row(&call->tensors->lse, row0);
     fai_tensor views[4];
-    return fai_mpi__merge_parts(1, &part, &shape, &o, &lse, views,
-                                pb->sinks ? call->tensors->sinks : NULL);
+    /* a ring's rows are all queries: every row takes its head's sink */
+    const fai_tensor sink_lse = fai_mpi__sinks_per_head(call->tensors->sinks);
+    return fai_mpi__merge_parts(1, &part, &shape, &o, &lse, views, pb->sinks ? &sink_lse : NULL);
 }
 
 static fai_status ring_attend(ring_call *call) {

@@ -419,6 +419,12 @@ TEST(mpi_score_modifiers) {
     c.root = 0;
     c.alibi = 0;
     CHECK(run_both_placements(c, 43));
+    /* rows past a sequence's queries stay empty (O = 0, LSE = -inf) with sinks too, as fai
+     * leaves them: the sink joins the rows of queries only */
+    static const int32_t q_lens[2] = {1, 3};
+    c = kv_case_of(2, 4, 2, 3, 40, 16);
+    c.seqlens_q = q_lens, c.causal = FAI_CAUSAL_BOTTOM_RIGHT, c.sinks = 1;
+    CHECK(run_both_placements(c, 44));
 }
 
 /* Quantized K and V: each shard with the scales of its own keys (per token: the shard's rows, or

@@ -428,6 +428,91 @@ TEST(mpi_error_quantized_kv_on_one_rank) {
     }
 }
 
+/* A rank whose ring chunks hold no rows reads no K at all, so fai takes its tensors without
+ * channel scales: the ranks agree on the values of the ranks that read them. */
+TEST(mpi_ring_rank_without_rows_needs_no_channel_scales) {
+    fai_mpi_zigzag mine;
+    CHECK(fai_mpi_zigzag_layout(1, test_size, test_rank, &mine) == FAI_OK); /* seq = 1 */
+    fai_problem pb;
+    fai_problem_init(&pb);
+    pb.batch = 1, pb.heads_q = pb.heads_kv = 1, pb.head_dim = 8, pb.threads = 1;
+    pb.seq_q = pb.seq_kv = mine.rows, pb.causal = FAI_CAUSAL_BOTTOM_RIGHT;
+    pb.k_dtype = FAI_DTYPE_I8, pb.v_dtype = FAI_DTYPE_F32, pb.k_channel_scales = 1;
+    float q[8], v[8], o[8], lse[1], k_scale = 0.25f, channels[8];
+    int8_t k[8];
+    test_fill(q, 8, 7), test_fill(v, 8, 8);
+    for (int i = 0; i < 8; i++)
+        k[i] = (int8_t)(3 * i - 11), channels[i] = 1.0f + (float)i / 8.0f;
+    fai_tensors t;
+    memset(&t, 0, sizeof t);
+    if (mine.rows > 0) {
+        t.q = fai_tensor_bshd(q, FAI_DTYPE_F32, 1, 1, 8);
+        t.k = fai_tensor_bshd(k, FAI_DTYPE_I8, 1, 1, 8);
+        t.v = fai_tensor_bshd(v, FAI_DTYPE_F32, 1, 1, 8);
+        t.o = fai_tensor_bshd(o, FAI_DTYPE_F32, 1, 1, 8);
+        t.lse = (fai_tensor){lse, FAI_DTYPE_F32, 1, 1, 1, 0};
+        t.k_scale = (fai_scale){&k_scale, 0, 0, 0};
+        t.k_channel_scale = (fai_channel_scale){channels, 0};
+    }
+    const fai_status status = fai_mpi_ring_attention(MPI_COMM_WORLD, &pb, 1, &t, NULL);
+    if (status != FAI_OK) fprintf(stderr, "  rank %d: %s\n", test_rank, fai_mpi_last_error());
+    CHECK(status == FAI_OK);
+    /* one query over its one key: O is that key's V row */
+    for (int i = 0; mine.rows > 0 && i < 8; i++)
+        CHECK(o[i] == v[i]);
+}
+
+/* A rank that fails its own checks has its arrays left unread by the agreement (they may be
+ * what failed): a channel-scale stride past the address space, and ALiBi slopes of a problem
+ * whose head count fai refuses, give fai's error on every rank (the sanitizers' runs would see
+ * a read through them). */
+TEST(mpi_error_arrays_of_a_failing_rank_unread) {
+    char where[32];
+    snprintf(where, sizeof where, "rank %d: ", bad_rank());
+    float scales[2] = {0.01f, 0.02f}, channels[2 * 8];
+    for (int i = 0; i < 2 * 8; i++)
+        channels[i] = 1.0f;
+    ring_fixture r;
+    ring_fixture_init(&r);
+    r.problem.k_dtype = FAI_DTYPE_E5M2, r.tensors.k.dtype = FAI_DTYPE_E5M2;
+    r.tensors.k_scale = (fai_scale){scales, 0, 0, 1};
+    r.problem.k_channel_scales = 1;
+    r.tensors.k_channel_scale = (fai_channel_scale){channels, 8};
+    if (test_rank == bad_rank()) r.tensors.k_channel_scale.stride_head = (INT64_C(1) << 62) + 8;
+    CHECK(failed_alike(ring(&r), FAI_ERR_OVERFLOW, NULL, where, "k_channel_scale"));
+    CHECK(ring_o_untouched(&r));
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    float slopes[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.5f, 0.25f, 0.125f, 0.0625f};
+    f.problem.alibi = 1, f.tensors.alibi_slopes = slopes;
+    if (test_rank == bad_rank()) /* heads past slopes[8], refused by the plan */
+        f.problem.heads_q = 4096, f.problem.heads_kv = 3;
+    CHECK(failed_alike(attend(&f, 0), FAI_ERR_INVALID_ARG, &f, where, "heads_q = 4096"));
+}
+
+/* A shard without keys of a sequence places none of them: its kv_start, whatever it is, moves
+ * nothing past int32 (the whole's 18 queries over its 16 keys move every position up by 2,
+ * which took INT32_MAX past it). */
+TEST(mpi_empty_shard_start_not_placed) {
+    decode_fixture f;
+    decode_fixture_init(&f, 0);
+    f.problem.seq_q = 18; /* more queries than the shard's 16 keys: placed from 2 below 0 */
+    float q[2 * 18 * 8 * 16], o[2 * 18 * 8 * 16], lse[2 * 8 * 18];
+    test_fill(q, 2 * 18 * 8 * 16, 93);
+    f.tensors.q = fai_tensor_bshd(q, FAI_DTYPE_F32, 18, 8, 16);
+    f.tensors.o = fai_tensor_bshd(o, FAI_DTYPE_F32, 18, 8, 16);
+    f.tensors.lse = (fai_tensor){lse, FAI_DTYPE_F32, 8 * 18, 1, 18, 0};
+    if (test_rank > 0) { /* rank 0 holds the keys [0, 16), the others none */
+        f.problem.seq_kv = 0;
+        f.tensors.k.data = f.tensors.v.data = NULL;
+        for (int b = 0; b < 2; b++)
+            f.kv_start[b] = INT32_MAX;
+    }
+    const fai_status status = attend(&f, 0);
+    if (status != FAI_OK) fprintf(stderr, "  rank %d: %s\n", test_rank, fai_mpi_last_error());
+    CHECK(status == FAI_OK);
+}
+
 TEST(mpi_layout_helpers) {
     int64_t start = -1, len = -1, total = 0;
     for (int r = 0; r < 3; r++) {
