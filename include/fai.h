@@ -607,10 +607,16 @@ FAI_API fai_status fai_plan_get_unit(const fai_plan *plan, int64_t unit, fai_uni
 /* Stores tile_q x tile_kv as the tuned tile of the plan's CPU and shape class (replacing an
  * earlier one), creating the directory if needed, and makes later plans of this process use it.
  * FAI_ERR_INVALID_ARG names a bad argument, a tile out of range (1..4096), a disabled cache or
- * a path too long (with the variable it came from); FAI_ERR_IO an unwritable or unreadable file,
- * or something other than a regular file at the path, which is left as it was. A symbolic link
- * is written through. Thread-safe. */
+ * a path too long (with the variable it came from); FAI_ERR_IO an unwritable (read-only) or
+ * unreadable file, a path ending in '/', or something other than a regular file at the path,
+ * which is left as it was. A symbolic link is written through. Thread-safe. */
 FAI_API fai_status fai_tuning_store(const fai_plan *plan, int64_t tile_q, int64_t tile_kv);
+
+/* Whether fai_tuning_store could write the cache file now, checked without writing anything:
+ * the path set and not a directory's name, the file fai's own (or absent, with a directory it
+ * can be made in), writable. FAI_OK, or the error (and message) the store would give. For tools
+ * that measure before they store. Thread-safe. */
+FAI_API fai_status fai_tuning_check_store(void);
 
 /* Forgets what was read and reads the cache file again (at the path the environment now gives)
  * on the next plan. Thread-safe. */

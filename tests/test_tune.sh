@@ -61,4 +61,11 @@ touch "$tmp/blocker"
 FAI_TUNE_CACHE="$tmp/blocker/tiles.tsv" "$fai" tune "${shape[@]}" --runs 1 --max-seconds 1 \
     --threads 1 >"$tmp/stdout" 2>"$tmp/stderr" || status=$?
 [ "$status" -eq 2 ] && grep -q "blocker" "$tmp/stderr" || { echo "unwritable cache: $status"; exit 1; }
+# a cache a store would refuse (a directory at its path): said before measuring, nothing printed
+mkdir "$tmp/dir"
+status=0
+FAI_TUNE_CACHE="$tmp/dir" "$fai" tune "${shape[@]}" --runs 1 --max-seconds 1 --threads 1 \
+    >"$tmp/stdout" 2>"$tmp/stderr" || status=$?
+[ "$status" -eq 2 ] && grep -q "not a regular file" "$tmp/stderr" && [ ! -s "$tmp/stdout" ] ||
+    { echo "a directory as the cache: exit $status, or measured first"; exit 1; }
 echo "test_tune: ok"

@@ -353,3 +353,147 @@ TEST(tuning_concurrent_stores_all_land) {
     CHECK(tuned == 2 * PER_CHILD);
     drop_cache_file(path);
 }
+
+/* A line the 1 MiB read limit cuts is no entry (its last number would be cut short): the plan
+ * does not take it, and a store does not write it back. The same line a byte earlier is read. */
+TEST(tuning_line_cut_by_the_read_limit_is_ignored) {
+    char path[512];
+    use_cache_file(path, sizeof path);
+    fai_problem pb;
+    prefill_problem(&pb);
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    REQUIRE(fai_tuning_store(plan, 4, 16) == FAI_OK);
+    const char *text = read_file(path);
+    REQUIRE(text != NULL);
+    const char *entry = strchr(text, '\n') + 1; /* after the header: "key\t4\t16\n" */
+    char key[400];
+    const size_t key_length = (size_t)(strstr(entry, "\t4\t16\n") - entry);
+    REQUIRE(key_length < sizeof key);
+    memcpy(key, entry, key_length);
+    key[key_length] = '\0';
+    char header[200];
+    snprintf(header, sizeof header, "%.*s", (int)(strchr(text, '\n') - text + 1), text);
+    const long limit = 1L << 20;
+    for (int whole = 0; whole < 2; whole++) {
+        /* the limit falls after "key\t16\t3" (or, one byte earlier, after the newline) */
+        const long before = limit - (long)(key_length + strlen("\t16\t3")) - (whole ? 4 : 0);
+        FILE *f = fopen(path, "w");
+        REQUIRE(f != NULL);
+        long written = fputs(header, f) >= 0 ? (long)strlen(header) : 0;
+        while (written < before) { /* comment lines (or empty ones), which do not parse */
+            const long n = before - written > 100 ? 100 : before - written; /* with its newline */
+            for (long i = 0; i < n - 1; i++)
+                fputc(i ? 'x' : '#', f);
+            fputc('\n', f);
+            written += n;
+        }
+        REQUIRE(written == before);
+        fprintf(f, "%s\t16\t32\n", key);
+        fclose(f);
+        fai_tuning_reload();
+        fai_plan_info info;
+        REQUIRE(plan_tile(&pb, &info));
+        if (whole)
+            CHECK(strcmp(info.tile_source, "tuned") == 0 && info.tile_q == 16 &&
+                  info.tile_kv == 32);
+        else
+            CHECK(strcmp(info.tile_source, "heuristic") == 0);
+    }
+    /* a store of another class keeps no cut entry */
+    fai_problem other = pb;
+    other.head_dim = 32;
+    fai_plan *other_plan;
+    REQUIRE(fai_plan_create(&other, &other_plan) == FAI_OK);
+    CHECK(fai_tuning_store(other_plan, 8, 8) == FAI_OK);
+    text = read_file(path);
+    CHECK(text && strstr(text, "\t16\t3\n") == NULL);
+    fai_plan_free(other_plan);
+    fai_plan_free(plan);
+    drop_cache_file(path);
+}
+
+/* The file is anyone's to edit: a tile past the L2 budget `fai tune` measures within (here a
+ * 4096 x 4096 prefill tile, gigabytes of workspace) is not taken; one within it is. */
+TEST(tuning_tile_past_the_l2_budget_is_ignored) {
+    char path[512];
+    use_cache_file(path, sizeof path);
+    fai_problem pb;
+    prefill_problem(&pb);
+    pb.seq_q = pb.seq_kv = 4096;
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    fai_plan_info info;
+    REQUIRE(fai_tuning_store(plan, 4096, 4096) == FAI_OK);
+    REQUIRE(plan_tile(&pb, &info));
+    CHECK(strcmp(info.tile_source, "heuristic") == 0 && info.tile_q < 4096);
+    CHECK(info.tile_fits);
+    REQUIRE(fai_tuning_store(plan, 16, 32) == FAI_OK);
+    REQUIRE(plan_tile(&pb, &info));
+    CHECK(strcmp(info.tile_source, "tuned") == 0 && info.tile_q == 16 && info.tile_kv == 32);
+    fai_plan_free(plan);
+    drop_cache_file(path);
+}
+
+/* What a store would refuse is said before anything is written (fai_tuning_check_store, which
+ * `fai tune` calls before it measures), and a store refuses it alike, leaving the path as it
+ * was: a name ending in '/', a read-only file (for a user the permissions bind), a directory, a
+ * file fai did not write, a disabled cache. A file that does not exist yet, in directories that
+ * do not either, passes and is not made by the check. */
+TEST(tuning_store_checks_before_it_writes) {
+    fai_problem pb;
+    prefill_problem(&pb);
+    fai_plan *plan;
+    REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+    char base[256], path[320];
+    snprintf(base, sizeof base, "/tmp/fai_tuning_check_%ld", (long)getpid());
+    struct stat st;
+    /* absent, with its directories: fine, and nothing made */
+    snprintf(path, sizeof path, "%s/sub/tiles.tsv", base);
+    setenv("FAI_TUNE_CACHE", path, 1);
+    CHECK(fai_tuning_check_store() == FAI_OK);
+    CHECK(stat(base, &st) != 0);
+    /* a directory's name */
+    snprintf(path, sizeof path, "%s/tiles.tsv/", base);
+    setenv("FAI_TUNE_CACHE", path, 1);
+    CHECK(fai_tuning_check_store() == FAI_ERR_IO);
+    CHECK(strstr(fai_last_error(), "names a directory") != NULL);
+    CHECK(fai_tuning_store(plan, 8, 8) == FAI_ERR_IO);
+    CHECK(stat(base, &st) != 0); /* nothing made on the way */
+    /* a directory at the path */
+    REQUIRE(mkdir(base, 0700) == 0);
+    setenv("FAI_TUNE_CACHE", base, 1);
+    CHECK(fai_tuning_check_store() == FAI_ERR_IO);
+    CHECK(strstr(fai_last_error(), "not a regular file") != NULL);
+    rmdir(base);
+    /* a file fai did not write */
+    FILE *f = fopen(base, "w");
+    REQUIRE(f != NULL);
+    fputs("notes\n", f);
+    fclose(f);
+    CHECK(fai_tuning_check_store() == FAI_ERR_IO);
+    CHECK(strstr(fai_last_error(), "not replaced") != NULL);
+    remove(base);
+    /* a file of fai's, made read-only by its owner: left as it was */
+    setenv("FAI_TUNE_CACHE", base, 1);
+    REQUIRE(fai_tuning_store(plan, 4, 16) == FAI_OK);
+    CHECK(fai_tuning_check_store() == FAI_OK);
+    REQUIRE(chmod(base, 0444) == 0);
+    if (geteuid() != 0) { /* root writes whatever the permissions say */
+        CHECK(fai_tuning_check_store() == FAI_ERR_IO);
+        CHECK(strstr(fai_last_error(), "not writable") != NULL);
+        CHECK(fai_tuning_store(plan, 8, 8) == FAI_ERR_IO);
+        const char *text = read_file(base);
+        CHECK(text && strstr(text, "\t4\t16\n") && !strstr(text, "\t8\t8\n"));
+    }
+    chmod(base, 0644);
+    remove(base);
+    char lock[300];
+    snprintf(lock, sizeof lock, "%s.lock", base);
+    remove(lock);
+    setenv("FAI_TUNE_CACHE", "off", 1);
+    CHECK(fai_tuning_check_store() == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "disabled") != NULL);
+    fai_tuning_reload();
+    fai_plan_free(plan);
+}

@@ -83,11 +83,18 @@ static tile_policy policy_of(const fai_plan *plan) {
     return policy;
 }
 
-/* Whether a tile shape fits this core's cache budgets (see the top of this file). */
-static int fits_caches(const fai_plan *plan, int decode, int64_t rows, int64_t tile_kv) {
+/* Whether a tile shape fits this core's L2 budget (see the top of this file): what `fai tune`
+ * measures, and what a tuned tile must pass. */
+static int fits_l2(const fai_plan *plan, int decode, int64_t rows, int64_t tile_kv) {
     const fai_cache_sizes *caches = fai__cache_sizes();
     if (decode) return stream_bytes(plan, tile_kv) <= caches->l2 / 4;
-    if (slice_bytes(plan, rows, tile_kv) > caches->l2 / 2) return 0;
+    return slice_bytes(plan, rows, tile_kv) <= caches->l2 / 2;
+}
+
+/* Whether a tile shape fits this core's cache budgets (see the top of this file). */
+static int fits_caches(const fai_plan *plan, int decode, int64_t rows, int64_t tile_kv) {
+    if (!fits_l2(plan, decode, rows, tile_kv)) return 0;
+    if (decode) return 1;
     /* the matrix engine's L1d budget is its row block's (policy_of, fai__mx_block_bytes), not
      * the vector kernels' hot set */
     if (fai__mx_serves(plan) || tile_kv <= MIN_PREFILL_TILE_KV) return 1;
@@ -108,10 +115,17 @@ void fai__choose_tile(fai_plan *plan) {
     fai__tuning_class(plan, max_q, max_kv);
     int64_t tuned_q = 0, tuned_kv = 0;
     const int user = pb->tile_q != 0 || pb->tile_kv != 0;
-    const int tuned = !user && !pb->ignore_tuning && fai__tuning_lookup(plan, &tuned_q, &tuned_kv);
+    int tuned = !user && !pb->ignore_tuning && fai__tuning_lookup(plan, &tuned_q, &tuned_kv);
+    if (tuned) { /* clamped to the lengths, and taken only within the L2 budget `fai tune` keeps
+                    to: the file is anyone's to edit */
+        tuned_q = tuned_q < max_q ? tuned_q : max_q > 0 ? max_q : 1;
+        tuned_kv = tuned_kv < max_kv ? tuned_kv : max_kv > 0 ? max_kv : 1;
+        const int64_t tuned_rows = tuned_q * plan->group_slice;
+        tuned = fits_l2(plan, fai__is_decode_tile(tuned_rows), tuned_rows, tuned_kv);
+    }
     plan->tile_source = user ? "user" : tuned ? "tuned" : "heuristic";
 
-    int64_t tile_q = tuned ? (tuned_q < max_q ? tuned_q : max_q > 0 ? max_q : 1) : pb->tile_q;
+    int64_t tile_q = tuned ? tuned_q : pb->tile_q;
     if (tile_q == 0) {
         tile_q = policy_of(plan).target_rows / plan->group_slice;
         if (tile_q < 1) tile_q = 1;
@@ -127,10 +141,7 @@ void fai__choose_tile(fai_plan *plan) {
 
     static const int64_t candidates[] = {256, 128, 64, 32, 16};
     const int count = (int)(sizeof candidates / sizeof candidates[0]);
-    int64_t tile_kv = tuned ? (tuned_kv < max_kv ? tuned_kv
-                               : max_kv > 0      ? max_kv
-                                                 : 1)
-                            : pb->tile_kv;
+    int64_t tile_kv = tuned ? tuned_kv : pb->tile_kv;
     if (tile_kv == 0) {
         tile_kv = candidates[count - 1];
         const int64_t max_prefill_kv = policy_of(plan).max_prefill_kv;

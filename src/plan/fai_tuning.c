@@ -151,6 +151,9 @@ static int read_line(FILE *f, char *buf, size_t size, int *usable, size_t *budge
         else
             buf[length++] = (char)c;
     }
+    /* a line the budget cut is not whole (its last number may be cut short), unless the file
+     * ends there too */
+    if (any && c != '\n' && c != EOF && *budget == 0 && getc(f) != EOF) *usable = 0;
     buf[length] = '\0';
     return any;
 }
@@ -161,8 +164,8 @@ static int read_line(FILE *f, char *buf, size_t size, int *usable, size_t *budge
 
 /* Reads up to MAX_FILE_BYTES of the file into a fresh table (later lines win); a larger file is
  * no file of ours, and its tail is ignored. *ours (when not NULL) says whether the file is empty
- * or starts with FILE_HEADER. Returns 0, or -1 with errno set when the file exists but cannot be
- * read (a store must not then replace it). Called with the lock held. */
+ * or starts with FILE_HEADER. Returns 0, or -1 with errno set (and no table) when the file exists
+ * but cannot be read (a store must not then replace it). Called with the lock held. */
 static int read_entries(const char *path, tuned_entry **entries, size_t *count, int *ours) {
     *entries = NULL;
     *count = 0;
@@ -187,6 +190,9 @@ static int read_entries(const char *path, tuned_entry **entries, size_t *count, 
                 tuned_entry *more = realloc(*entries, grown * sizeof *more);
                 if (!more) {
                     fclose(f);
+                    free(*entries);
+                    *entries = NULL;
+                    *count = 0;
                     errno = ENOMEM;
                     return -1;
                 }
@@ -199,7 +205,12 @@ static int read_entries(const char *path, tuned_entry **entries, size_t *count, 
     }
     const int failed = ferror(f);
     fclose(f);
-    if (failed) errno = EIO;
+    if (failed) {
+        free(*entries);
+        *entries = NULL;
+        *count = 0;
+        errno = EIO;
+    }
     return failed ? -1 : 0;
 }
 
@@ -259,49 +270,95 @@ static fai_status refuse_foreign(const char *path) {
                      path, FILE_HEADER);
 }
 
+/* The nearest directory of `path` that exists (the one a store creates the rest in) is a
+ * directory this process may create files in. */
+static fai_status check_nearest_dir(const char *path) {
+    char dir[PATH_BYTES];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (;;) {
+        char *slash = strrchr(dir, '/');
+        if (!slash) {
+            snprintf(dir, sizeof dir, ".");
+        } else {
+            if (slash == dir) slash++; /* the root */
+            *slash = '\0';
+        }
+        struct stat st;
+        if (stat(dir, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return fai__fail(FAI_ERR_IO, "tuning cache %s: %s is not a directory", path, dir);
+            if (access(dir, W_OK | X_OK) != 0)
+                return fai__fail(FAI_ERR_IO, "tuning cache %s: cannot create it in %s: %s", path,
+                                 dir, strerror(errno));
+            return FAI_OK;
+        }
+        if (errno != ENOENT || strcmp(dir, ".") == 0 || strcmp(dir, "/") == 0)
+            return fai__fail(FAI_ERR_IO, "tuning cache %s: %s: %s", path, dir, strerror(errno));
+    }
+}
+
+/* Whether a store may write the file at `path`, before anything is made: a name that is not a
+ * directory's, a regular file fai wrote (or nothing, or a link to such a file), writable (a file
+ * its owner made read-only is left as it was), or a place where it can be made. Fills target
+ * (the file a store replaces: the path, or a link's target) and *exists, *st. */
+static fai_status check_target(const char *path, char target[PATH_BYTES], int *exists,
+                               struct stat *st) {
+    const size_t length = strlen(path);
+    if (length == 0 || path[length - 1] == '/')
+        return fai__fail(FAI_ERR_IO, "tuning cache '%s' names a directory, not a file", path);
+    *exists = stat(path, st) == 0;
+    int stat_errno = errno;
+    struct stat link;
+    if (!*exists && stat_errno == ENOENT && lstat(path, &link) == 0) {
+        /* a link to nowhere, or a file (or a link's target) another writer made since: looked
+         * at again, so that two first stores at once do not take each other's file for a link */
+        *exists = stat(path, st) == 0;
+        stat_errno = errno;
+        if (!*exists && stat_errno == ENOENT && S_ISLNK(link.st_mode)) /* its target is not made */
+            return fai__fail(FAI_ERR_IO, "tuning cache %s is a dangling symbolic link", path);
+    }
+    if (*exists && !S_ISREG(st->st_mode))
+        return fai__fail(FAI_ERR_IO, "tuning cache %s is not a regular file", path);
+    if (!*exists && stat_errno != ENOENT)
+        return fai__fail(FAI_ERR_IO, "tuning cache %s: %s", path, strerror(stat_errno));
+    if (!*exists) {
+        snprintf(target, PATH_BYTES, "%s", path);
+        return check_nearest_dir(path);
+    }
+    char resolved[PATH_MAX];
+    if (!realpath(path, resolved) || snprintf(target, PATH_BYTES, "%s", resolved) >= PATH_BYTES)
+        return fai__fail(FAI_ERR_IO, "tuning cache %s: cannot resolve its path", path);
+    if (access(target, W_OK) != 0)
+        return fai__fail(FAI_ERR_IO, "tuning cache %s is not writable (%s): not replaced", target,
+                         strerror(errno));
+    /* someone else's file at the path is never overwritten: checked before the lock file is
+     * made beside it, and again under the lock */
+    tuned_entry *entries;
+    size_t count;
+    int ours;
+    if (read_entries(target, &entries, &count, &ours) != 0)
+        return fai__fail(FAI_ERR_IO, "tuning cache %s cannot be read (%s): not replaced", target,
+                         strerror(errno));
+    free(entries);
+    return ours ? FAI_OK : refuse_foreign(target);
+}
+
 /* Rewrites the file with every entry of it except the one for `key`, then the new entry, through
  * a temporary file in the same directory renamed over it: a reader never sees half a file. An
  * advisory lock (fcntl) on `path`.lock serialises the writers of every process, so that two stores
  * at once both land. A symbolic link is written through (its target is replaced, the link stays);
  * anything but a regular file at the path is refused, never replaced. */
 static fai_status write_entry(const char *path, const char *key, int64_t tile_q, int64_t tile_kv) {
+    char target[PATH_BYTES];
+    struct stat st;
+    int exists;
+    FAI_TRY(check_target(path, target, &exists, &st));
     if (!make_parent_dirs(path))
         return fai__fail(FAI_ERR_IO, "tuning cache %s: cannot create its directory: %s", path,
                          strerror(errno));
-    char target[PATH_BYTES];
-    struct stat st;
-    int exists = stat(path, &st) == 0;
-    int stat_errno = errno;
-    struct stat link;
-    if (!exists && stat_errno == ENOENT && lstat(path, &link) == 0) {
-        /* a link to nowhere, or a file (or a link's target) another writer made since: looked
-         * at again, so that two first stores at once do not take each other's file for a link */
-        exists = stat(path, &st) == 0;
-        stat_errno = errno;
-        if (!exists && stat_errno == ENOENT && S_ISLNK(link.st_mode)) /* its target is not made */
-            return fai__fail(FAI_ERR_IO, "tuning cache %s is a dangling symbolic link", path);
-    }
-    if (exists && !S_ISREG(st.st_mode))
-        return fai__fail(FAI_ERR_IO, "tuning cache %s is not a regular file", path);
-    if (!exists && stat_errno != ENOENT)
-        return fai__fail(FAI_ERR_IO, "tuning cache %s: %s", path, strerror(stat_errno));
-    if (!exists) {
-        snprintf(target, sizeof target, "%s", path);
-    } else {
-        char resolved[PATH_MAX];
-        if (!realpath(path, resolved) ||
-            snprintf(target, sizeof target, "%s", resolved) >= (int)sizeof target)
-            return fai__fail(FAI_ERR_IO, "tuning cache %s: cannot resolve its path", path);
-    }
-    /* someone else's file at the path is never overwritten: checked before the lock file is
-     * made beside it, and again under the lock */
     tuned_entry *entries;
     size_t count;
     int ours;
-    if (exists && read_entries(target, &entries, &count, &ours) == 0) {
-        free(entries);
-        if (!ours) return refuse_foreign(target);
-    }
     char lock_path[PATH_BYTES + 8], tmp[PATH_BYTES + 8];
     snprintf(lock_path, sizeof lock_path, "%s.lock", target);
     snprintf(tmp, sizeof tmp, "%s.XXXXXX", target);
@@ -389,6 +446,23 @@ fai_status fai_tuning_store(const fai_plan *plan, int64_t tile_q, int64_t tile_k
     pthread_mutex_lock(&cache_lock);
     const fai_status status = write_entry(path, key, tile_q, tile_kv);
     if (status == FAI_OK) load_locked();
+    pthread_mutex_unlock(&cache_lock);
+    return status;
+}
+
+fai_status fai_tuning_check_store(void) {
+    fai__clear_error();
+    char path[PATH_BYTES], target[PATH_BYTES];
+    const char *source;
+    const int known = cache_path(path, sizeof path, &source);
+    if (known < 0) return fail_long_path(source);
+    if (known == 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "the tuning cache is disabled (FAI_TUNE_CACHE=off, or no HOME)");
+    struct stat st;
+    int exists;
+    pthread_mutex_lock(&cache_lock);
+    const fai_status status = check_target(path, target, &exists, &st);
     pthread_mutex_unlock(&cache_lock);
     return status;
 }

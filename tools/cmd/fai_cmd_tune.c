@@ -349,9 +349,8 @@ int ft_cmd_tune(int argc, char **argv) {
     }
     if (ft_options_once(argc, argv, "tune")) goto done;
     /* a store that cannot be made is said before a minute of measuring, not after */
-    if (opt.store && fai_tuning_path()[0] == '\0') {
-        fprintf(stderr, "fai tune: the tuning cache is off or has no path (FAI_TUNE_CACHE, "
-                        "XDG_CACHE_HOME, HOME): use --no-store to measure only\n");
+    if (opt.store && fai_tuning_check_store() != FAI_OK) {
+        fprintf(stderr, "fai tune: %s: use --no-store to measure only\n", fai_last_error());
         goto done;
     }
     if (opt.threads == 0) opt.threads = fai_cpu_count();
