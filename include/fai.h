@@ -694,7 +694,10 @@ FAI_API void fai_cache_free(void *memory, size_t bytes);
  * (b, i, h) at data[b*stride_batch + i*stride_seq + h*stride_head] (lse_out.data NULL skips it).
  * The output may be one of the parts itself (the same data, dtype and strides: each row is read
  * from every part before it is written, so a running result can absorb the next part in place),
- * and may not overlap the parts otherwise. Nothing is written on failure. Thread-safe.
+ * and may not overlap the parts otherwise: checked by the bytes each spans (an output interleaved
+ * with a part without touching it is refused too), with each output row its own place and O and
+ * LSE apart. A 16-bit output is the double result rounded once. Nothing is written on failure.
+ * Thread-safe.
  * Sinks: the merge treats every part's LSE as the log of its whole denominator, so parts
  * computed with fai_problem.sinks would each bring the sink and the merged row would count it
  * once per part (its O too small by that weight). Merge parts computed without sinks, then call

@@ -1,6 +1,7 @@
 /* fai_merge_states: the LSE-weighted merge of partial attention results. */
 #include "fai_internal.h"
 #include "util/fai_half.h"
+#include "util/fai_layout.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -30,6 +31,64 @@ static fai_status check_part(const char *name, int64_t index, const fai_tensor *
     FAI_TRY(fai__check_not_negative(label, t->stride_batch, t->stride_seq, t->stride_head));
     return fai__check_reach(label, counts, t->stride_batch, t->stride_seq, t->stride_head,
                             lse ? 1 : head_dim, fai_dtype_size(t->dtype));
+}
+
+static int64_t tail_of(int lse, int64_t head_dim) { return lse ? 1 : head_dim; }
+
+static fai_byte_range span_of(const fai_tensor *t, int lse, const int64_t counts[3],
+                              int64_t head_dim) {
+    const int64_t strides[3] = {t->stride_batch, t->stride_seq, t->stride_head};
+    return fai__byte_range(t->data, counts, strides, tail_of(lse, head_dim),
+                           fai_dtype_size(t->dtype));
+}
+
+/* The same tensor: an output merged in place over a part. */
+static int same_tensor(const fai_tensor *a, const fai_tensor *b) {
+    return a->data == b->data && a->dtype == b->dtype && a->stride_batch == b->stride_batch &&
+           a->stride_seq == b->stride_seq && a->stride_head == b->stride_head;
+}
+
+/* An output apart from what the merge reads, or the very tensor it replaces: a row written
+ * over another part's row (or LSE) would change the rows merged after it. */
+static fai_status check_apart(const char *name, const fai_tensor *out, int out_lse,
+                              const char *part_name, int64_t p, const fai_tensor *part,
+                              int part_lse, const int64_t counts[3], int64_t head_dim) {
+    if (out_lse == part_lse && same_tensor(out, part)) return FAI_OK;
+    if (!fai__ranges_meet(span_of(out, out_lse, counts, head_dim),
+                          span_of(part, part_lse, counts, head_dim)))
+        return FAI_OK;
+    return fai__fail(FAI_ERR_INVALID_ARG,
+                     "%s overlaps %s[%" PRId64 "] (their bytes meet): an output is either one of "
+                     "the parts itself (the same data, dtype and strides) or apart from them",
+                     name, part_name, p);
+}
+
+/* Each output row its own place, the outputs apart from each other, and each apart from every
+ * part it does not replace (checked by the bytes each spans: an output interleaved with a part
+ * without touching it is refused too). */
+static fai_status check_outputs_placed(int64_t count, const fai_tensor *o_parts,
+                                       const fai_tensor *lse_parts, const int64_t counts[3],
+                                       int64_t head_dim, const fai_tensor *o_out,
+                                       const fai_tensor *lse_out) {
+    const int64_t o_strides[3] = {o_out->stride_batch, o_out->stride_seq, o_out->stride_head};
+    FAI_TRY(fai__check_distinct_indices("o_out", counts, o_strides, head_dim));
+    if (lse_out) {
+        const int64_t lse_strides[3] = {lse_out->stride_batch, lse_out->stride_seq,
+                                        lse_out->stride_head};
+        FAI_TRY(fai__check_distinct_indices("lse_out", counts, lse_strides, 1));
+        if (fai__ranges_meet(span_of(o_out, 0, counts, head_dim),
+                             span_of(lse_out, 1, counts, head_dim)))
+            return fai__fail(FAI_ERR_INVALID_ARG, "o_out and lse_out overlap (their bytes meet)");
+    }
+    for (int64_t p = 0; p < count; p++) {
+        FAI_TRY(check_apart("o_out", o_out, 0, "o_parts", p, &o_parts[p], 0, counts, head_dim));
+        FAI_TRY(check_apart("o_out", o_out, 0, "lse_parts", p, &lse_parts[p], 1, counts, head_dim));
+        if (!lse_out) continue;
+        FAI_TRY(
+            check_apart("lse_out", lse_out, 1, "lse_parts", p, &lse_parts[p], 1, counts, head_dim));
+        FAI_TRY(check_apart("lse_out", lse_out, 1, "o_parts", p, &o_parts[p], 0, counts, head_dim));
+    }
+    return FAI_OK;
 }
 
 static double lse_at(const fai_tensor *lse, int64_t b, int64_t i, int64_t h) {
@@ -94,6 +153,9 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
     fai_status status = check_part("o_out", -1, o_out, 0, counts, head_dim);
     if (status == FAI_OK && lse_out && lse_out->data)
         status = check_part("lse_out", -1, lse_out, 1, counts, head_dim);
+    if (status == FAI_OK)
+        status = check_outputs_placed(count, o_parts, lse_parts, counts, head_dim, o_out,
+                                      lse_out && lse_out->data ? lse_out : NULL);
     if (status != FAI_OK) return status;
 
     for (int64_t b = 0; b < batch; b++)
@@ -131,8 +193,8 @@ fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts, const fai_
                         dst[x] = (float)(acc[x] / denom);
                 } else {
                     for (int64_t x = 0; x < head_dim; x++)
-                        fai__store_element(o_out->data, out_row + x, o_out->dtype,
-                                           (float)(acc[x] / denom));
+                        fai__store_element_f64(o_out->data, out_row + x, o_out->dtype,
+                                               acc[x] / denom);
                 }
                 if (lse_out && lse_out->data)
                     ((float *)lse_out->data)[b * lse_out->stride_batch + i * lse_out->stride_seq +
@@ -184,9 +246,8 @@ fai_status fai_apply_sinks(const float *sinks, int64_t batch, int64_t seq, int64
                 const double mul = kept / (kept + added);
                 const int64_t row = b * o->stride_batch + i * o->stride_seq + h * o->stride_head;
                 for (int64_t x = 0; x < head_dim; x++)
-                    fai__store_element(
-                        o->data, row + x, o->dtype,
-                        (float)(fai__load_element(o->data, row + x, o->dtype) * mul));
+                    fai__store_element_f64(o->data, row + x, o->dtype,
+                                           fai__load_element(o->data, row + x, o->dtype) * mul);
                 *lse_row = (float)total;
             }
     return FAI_OK;

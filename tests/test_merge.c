@@ -228,3 +228,88 @@ TEST(merge_errors_name_the_field) {
     for (int x = 0; x < 4; x++)
         CHECK(out[x] == 7.0f);
 }
+
+/* Outputs placed where the merge would read what it writes are refused, with nothing written:
+ * o_out a row over a part, lse_out over a part's LSE shifted by one, O and LSE outputs in one
+ * another, every row of o_out in one place; the output exactly one of the parts (the same data,
+ * dtype and strides) merges in place. */
+TEST(merge_outputs_placed_apart_or_in_place) {
+    enum { ROWS = 3, D = 4 };
+    float o_a[(ROWS + 1) * D], o_b[ROWS * D], lse_a[ROWS + 1], lse_b[ROWS];
+    for (int i = 0; i < (ROWS + 1) * D; i++)
+        o_a[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < ROWS * D; i++)
+        o_b[i] = (float)(i % 5) + 0.5f;
+    for (int i = 0; i < ROWS; i++)
+        lse_a[i] = 0.25f * (float)i, lse_b[i] = 1.0f - 0.5f * (float)i;
+    lse_a[ROWS] = 0.0f;
+    fai_tensor parts[2] = {fai_tensor_bshd(o_a, FAI_DTYPE_F32, ROWS, 1, D),
+                           fai_tensor_bshd(o_b, FAI_DTYPE_F32, ROWS, 1, D)};
+    fai_tensor lses[2] = {{lse_a, FAI_DTYPE_F32, 0, 1, 0, 0}, {lse_b, FAI_DTYPE_F32, 0, 1, 0, 0}};
+    float before_a[(ROWS + 1) * D], before_lse[ROWS + 1], out[ROWS * D + ROWS];
+    memcpy(before_a, o_a, sizeof o_a);
+    memcpy(before_lse, lse_a, sizeof lse_a);
+    fai_tensor shifted = fai_tensor_bshd(o_a + D, FAI_DTYPE_F32, ROWS, 1, D); /* a row on */
+    CHECK(fai_merge_states(2, parts, lses, 1, ROWS, 1, D, &shifted, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "o_out overlaps o_parts[0]") != NULL);
+    fai_tensor o_out = fai_tensor_bshd(out, FAI_DTYPE_F32, ROWS, 1, D);
+    fai_tensor lse_shifted = {lse_a + 1, FAI_DTYPE_F32, 0, 1, 0, 0};
+    CHECK(fai_merge_states(2, parts, lses, 1, ROWS, 1, D, &o_out, &lse_shifted) ==
+          FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "lse_out overlaps lse_parts[0]") != NULL);
+    fai_tensor lse_in_o = {out + D, FAI_DTYPE_F32, 0, 1, 0, 0};
+    CHECK(fai_merge_states(2, parts, lses, 1, ROWS, 1, D, &o_out, &lse_in_o) ==
+          FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "o_out and lse_out overlap") != NULL);
+    fai_tensor one_place = o_out;
+    one_place.stride_seq = 0;
+    CHECK(fai_merge_states(2, parts, lses, 1, ROWS, 1, D, &one_place, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "o_out") != NULL);
+    fai_tensor over_lse = fai_tensor_bshd(lse_a, FAI_DTYPE_F32, 1, 1, D); /* O over an LSE */
+    CHECK(fai_merge_states(2, parts, lses, 1, 1, 1, D, &over_lse, NULL) == FAI_ERR_INVALID_ARG);
+    CHECK(strstr(fai_last_error(), "o_out overlaps lse_parts[0]") != NULL);
+    CHECK(memcmp(o_a, before_a, sizeof o_a) == 0 && memcmp(lse_a, before_lse, sizeof lse_a) == 0);
+    /* in place over part 0 (O and LSE), against a merge into fresh outputs */
+    float lse_out[ROWS];
+    fai_tensor lse_fresh = {lse_out, FAI_DTYPE_F32, 0, 1, 0, 0};
+    REQUIRE(fai_merge_states(2, parts, lses, 1, ROWS, 1, D, &o_out, &lse_fresh) == FAI_OK);
+    REQUIRE(fai_merge_states(2, parts, lses, 1, ROWS, 1, D, &parts[0], &lses[0]) == FAI_OK);
+    CHECK(memcmp(o_a, out, sizeof(float) * ROWS * D) == 0);
+    CHECK(memcmp(lse_a, lse_out, sizeof lse_out) == 0);
+}
+
+/* A 16-bit output is the merged value rounded once (as the oracle rounds the exact mean): the
+ * parts' mean 1 + 2^-11 + 2^-24 lies just above the midpoint of f16's 1 and 1 + 2^-10, and
+ * rounding it through f32 (which holds it as 1 + 2^-11, the midpoint, then rounds to even) gave
+ * 1. bf16 alike, at 1 + 2^-8 + 2^-24; and fai_apply_sinks' rescaling the same way. */
+TEST(merge_16bit_output_rounds_once) {
+    const float halves[2][2] = {{1.0f + 0x1p-11f + 0x1p-23f, 1.0f + 0x1p-11f},
+                                {1.0f + 0x1p-8f + 0x1p-23f, 1.0f + 0x1p-8f}};
+    const fai_dtype dtypes[2] = {FAI_DTYPE_F16, FAI_DTYPE_BF16};
+    for (int t = 0; t < 2; t++) {
+        float a = halves[t][0], b = halves[t][1], lse[2] = {0.5f, 0.5f};
+        fai_tensor parts[2] = {fai_tensor_bshd(&a, FAI_DTYPE_F32, 1, 1, 1),
+                               fai_tensor_bshd(&b, FAI_DTYPE_F32, 1, 1, 1)};
+        fai_tensor lses[2] = {{&lse[0], FAI_DTYPE_F32, 0, 0, 0, 0},
+                              {&lse[1], FAI_DTYPE_F32, 0, 0, 0, 0}};
+        uint16_t out = 0;
+        fai_tensor o_out = fai_tensor_bshd(&out, dtypes[t], 1, 1, 1);
+        REQUIRE(fai_merge_states(2, parts, lses, 1, 1, 1, 1, &o_out, NULL) == FAI_OK);
+        const double mean = ((double)a + (double)b) / 2.0;
+        const uint16_t wanted = t == 0 ? fai_oracle_f16_encode(mean) : fai_oracle_bf16_encode(mean);
+        CHECK(out == wanted);
+        CHECK(wanted == (t == 0 ? 0x3c01 : 0x3f81)); /* 1 + 2^-10, 1 + 2^-7: rounded up */
+    }
+    /* a sink of weight 1 beside an f16 O of weight e^-1.705: O = 1 + 2^-9 times
+     * e^-1.705 / (e^-1.705 + 1) is 0.15411377..., which rounds to f16's 0.1542 but through
+     * f32 to 0.154 */
+    uint16_t o16 = 0x3c02;
+    float lse = -1.705f;
+    const float sink = 0.0f;
+    const double kept = exp((double)lse), mul = kept / (kept + 1.0);
+    const double exact = fai_oracle_f16_decode(o16) * mul;
+    fai_tensor o = fai_tensor_bshd(&o16, FAI_DTYPE_F16, 1, 1, 1);
+    fai_tensor lse_t = {&lse, FAI_DTYPE_F32, 0, 0, 0, 0};
+    REQUIRE(fai_apply_sinks(&sink, 1, 1, 1, 1, &o, &lse_t) == FAI_OK);
+    CHECK(o16 == fai_oracle_f16_encode(exact));
+}

@@ -12,11 +12,13 @@ __all__ = ["merge_states"]
 
 
 def _parts(parts, name):
-    """The arrays of a sequence of parts, as a list."""
-    try:
-        return list(parts)
-    except TypeError:
-        _fail(f"{name} = {parts!r}: expected a sequence of arrays")
+    """The arrays of a list or tuple of parts, as a list. One array is refused: iterating it
+    would take its first axis (the batch) for the parts."""
+    if not isinstance(parts, (list, tuple)):
+        kind = type(parts).__name__
+        _fail(f"{name}: got {kind}, expected a list or tuple of arrays, one per part (one array "
+              f"is not split into parts)")
+    return list(parts)
 
 
 def _fill_o_lse(t_o, t_l, o, lse, packed):
@@ -34,9 +36,9 @@ def _fill_o_lse(t_o, t_l, o, lse, packed):
 def merge_states(o_parts, lse_parts, *, out_dtype=None, sinks=None):
     """Merges attention results over disjoint key sets: (O, LSE) over their union.
 
-    o_parts: a sequence of O [B, S, H, D] (or packed [rows, H, D]), float32/float16/bfloat16 each;
-    lse_parts: the matching LSE float32 [B, H, S] (or [H, rows]), as attention(return_lse=True)
-    gives them. Returns O in the first part's dtype (or out_dtype) and LSE float32, shaped like
+    o_parts: a list (or tuple) of O [B, S, H, D] (or packed [rows, H, D]), each float32, float16
+    or bfloat16; lse_parts: the matching LSE float32 [B, H, S] (or [H, rows]), as
+    attention(return_lse=True) gives them. Returns O in the first part's dtype (or out_dtype) and LSE float32, shaped like
     the parts. A part whose LSE is -inf contributes nothing; rows where every part is -inf get
     O = 0, LSE = -inf. sinks (float32 [H]): the parts were computed without sinks, and the
     merged result gets them once (fai_apply_sinks); parts computed with sinks would each count

@@ -563,8 +563,13 @@ def test_merge_states_refuses():
     with pytest.raises(fai.FaiError, match=r"o_parts\[1\] has shape \[1, 3, 1, 4\]; o_parts\[0\] "
                                            r"has \[1, 2, 1, 4\]"):
         fai.merge_states([o, np.zeros((1, 3, 1, 4), np.float32)], [lse, lse])
-    with pytest.raises(fai.FaiError, match="o_parts = 3: expected a sequence of arrays"):
+    with pytest.raises(fai.FaiError, match="o_parts: got int, expected a list or tuple"):
         fai.merge_states(3, [lse])
+    # one array is not read as its batch's parts (it would have merged the two sequences)
+    with pytest.raises(fai.FaiError, match="o_parts: got ndarray, expected a list or tuple"):
+        fai.merge_states(np.zeros((2, 2, 1, 4), np.float32), [lse, lse])
+    with pytest.raises(fai.FaiError, match="lse_parts: got ndarray, expected"):
+        fai.merge_states([o], lse)
 
 
 def test_inputs_in_another_byte_order_are_read_and_outputs_refused():

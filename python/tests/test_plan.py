@@ -233,5 +233,5 @@ def test_merge_states_takes_float_lse_only(lse, match):
 
 
 def test_merge_states_refuses_parts_that_are_not_a_sequence():
-    with pytest.raises(fai.FaiError, match="o_parts = 5: expected a sequence"):
+    with pytest.raises(fai.FaiError, match="o_parts: got int, expected a list"):
         fai.merge_states(5, [])

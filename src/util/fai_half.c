@@ -3,6 +3,7 @@
 #include "util/fai_half.h"
 #include "util/fai_quant.h"
 
+#include <math.h>
 #include <string.h>
 
 static float bits_to_f32(uint32_t bits) {
@@ -102,4 +103,24 @@ void fai__store_element(void *data, int64_t index, fai_dtype dtype, float value)
     default:
         ((float *)data)[index] = value;
     }
+}
+
+/* value rounded to an f32 with its last bit set when inexact (rounding to odd): the f32 below
+ * |value| (truncation), made odd. Exact values, infinities and NaN pass as they are. */
+static float f64_to_f32_odd(double value) {
+    float rounded = (float)value;
+    if ((double)rounded == value || isnan(value)) return rounded;
+    if (fabs((double)rounded) > fabs(value)) rounded = nextafterf(rounded, 0.0f);
+    uint32_t bits;
+    memcpy(&bits, &rounded, sizeof bits);
+    bits |= 1u;
+    memcpy(&rounded, &bits, sizeof rounded);
+    return rounded;
+}
+
+void fai__store_element_f64(void *data, int64_t index, fai_dtype dtype, double value) {
+    if (dtype == FAI_DTYPE_F32)
+        ((float *)data)[index] = (float)value;
+    else
+        fai__store_element(data, index, dtype, f64_to_f32_odd(value));
 }

@@ -18,5 +18,9 @@ uint16_t fai__f32_to_bf16(float value);
  * and storing an f32 there, rounded as above (quantized: as fai_quant.h encodes). */
 float fai__load_element(const void *data, int64_t index, fai_dtype dtype);
 void fai__store_element(void *data, int64_t index, fai_dtype dtype, float value);
+/* Storing a double there, rounded once as the dtype rounds (f32: to nearest even; the narrower
+ * formats through an f32 rounded to odd, whose 24 bits hold theirs and two more, so that the
+ * second rounding gives what rounding the double itself would: no double rounding). */
+void fai__store_element_f64(void *data, int64_t index, fai_dtype dtype, double value);
 
 #endif
