@@ -96,7 +96,7 @@ def _thread_count(threads):
     """A pool's thread count as given (None: libfai's default pool), checked."""
     if threads is None:
         return None
-    return _integer(threads, "threads", 1, note=" (None: libfai's default pool)")
+    return _integer(threads, "threads", 1, _lib.MAX_WORKERS, note=" (None: libfai's default pool)")
 
 
 @contextlib.contextmanager

@@ -239,6 +239,9 @@ def test_shape_and_dtype_errors():
         fai.cache_write(src, cache, slots, scale=scale)
     with pytest.raises(fai.FaiError, match="threads"):
         fai.cache_write(src, np.zeros_like(cache), slots, scale=scale, threads=0)
+    # the pools' bound is libfai's, said before any pool is asked for
+    with pytest.raises(fai.FaiError, match=r"threads = 1025: expected an integer from 1 to 1024"):
+        fai.empty_cache((4, 8), np.float32, threads=1025)
 
 
 @pytest.mark.parametrize("scale, match", [
