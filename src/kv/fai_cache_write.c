@@ -422,6 +422,22 @@ static fai_status check_arguments(int64_t tokens, int64_t heads, int64_t dim, co
                            "the fixed scales (scale) overlap the cache in memory");
         FAI_TRY(check_fixed_scales(scale, heads));
     }
+    /* the slots are read again as each token is written: inside what is written, a token's
+     * row (or scale) would change the slot of a token after it, unchecked */
+    if (tokens > 0) {
+        const fai_byte_range slot_bytes = {(uintptr_t)slots, (uintptr_t)(slots + tokens)};
+        if (fai__ranges_meet(slot_bytes, cache_bytes))
+            return overlap(slot_bytes, cache_bytes, "slots and cache overlap in memory");
+        if (*mode == SCALE_PER_TOKEN) {
+            const int64_t scale_strides[3] = {scale->stride_batch, scale->stride_seq,
+                                              scale->stride_head};
+            const fai_byte_range scale_bytes =
+                fai__byte_range(scale->data, cache_counts, scale_strides, 1, sizeof(float));
+            if (fai__ranges_meet(slot_bytes, scale_bytes))
+                return overlap(slot_bytes, scale_bytes,
+                               "slots and the per-token scales (scale) overlap in memory");
+        }
+    }
     return check_slots(slots, tokens, *rows);
 }
 
