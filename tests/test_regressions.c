@@ -177,3 +177,36 @@ TEST(regress_f16_v_parts_all_summed) {
         fai_case_free(&c);
     }
 }
+
+/* The matrix engine formed each exponent as fma(s, scale log2e, -new_max log2e), the shift
+ * rounded apart from the scores: past 2^31 the row's largest key landed more than 128 from 0,
+ * and a finite logit of 3e9 gave O = NaN (P = Inf) and of 1e10 O = NaN with LSE = -inf (every P
+ * 0). Rows whose max reaches 2^20 now subtract it before log2e. One key scoring X, three 0:
+ * O is that key's V row and LSE X, with and without a pass that scales S first (ALiBi of slope
+ * 0), on every table. */
+TEST(regress_huge_finite_logits_stay_numbers) {
+    static const double logits[] = {3e9, 1e10, 1e20, -3e9};
+    for (size_t l = 0; l < sizeof logits / sizeof logits[0]; l++)
+        for (int alibi = 0; alibi < 2; alibi++) {
+            fai_case_spec s;
+            fai_case_spec_plain(&s);
+            s.seq_q = 16, s.seq_kv = 4, s.head_dim = s.head_dim_v = 2;
+            s.k_dtype = s.v_dtype = FAI_DTYPE_BF16;
+            s.scale = 1.0, s.alibi = alibi;
+            fai_case c;
+            REQUIRE(fai_case_build(&c, &s, 1) == 0);
+            if (alibi) c.alibi_slopes[0] = 0.0f;
+            /* a logit X for key 0 (K's bf16 rounding of X / 2, times 2), 0 for the others */
+            for (int64_t i = 0; i < s.seq_q; i++)
+                for (int64_t d = 0; d < 2; d++)
+                    fai_case_set(&c.tensors.q, 0, i, 0, d, 1.0);
+            for (int64_t j = 0; j < 4; j++)
+                for (int64_t d = 0; d < 2; d++) {
+                    fai_case_set(&c.tensors.k, 0, j, 0, d, j == 0 ? logits[l] / 2 : 0.0);
+                    fai_case_set(&c.tensors.v, 0, j, 0, d, j == 0 ? 1.0 : -1.0);
+                }
+            fai_case_reset(&c);
+            CHECK(case_check_says_why(&c));
+            fai_case_free(&c);
+        }
+}

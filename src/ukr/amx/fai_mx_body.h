@@ -281,6 +281,13 @@ static void mx_qk_exact(float *s, int64_t ld_n, const uint16_t *q, int q_parts, 
  * is below 2^-38. In f32 P is computed down to the smallest subnormal, 2^-149. */
 #define MX_P_CUT_PARTS (-118.0f)
 #define MX_P_CUT_F32 (-150.0f)
+/* Each exponent is fma(s, scale log2e, -new_max log2e), one rounding, where the shift is formed
+ * apart from the scores: its roundings (scale log2e, new_max, new_max log2e) put the row's largest
+ * key a few ulps of the shift from 0, nothing below 2^20, but past 2^31 more than 128 (P then
+ * Inf, or 0 with a sum of 0: NaN for finite scores). From 2^20 on a row takes the scores as
+ * the vector tables do, scaled first and the max subtracted before log2e, so the key that set
+ * the max gets 0 exactly. */
+#define MX_EXACT_SHIFT 1048576.0f
 static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
                        int64_t j_begin, int64_t j_end, float scale, float *row_max, float *row_sums,
                        float *row_alpha, uint16_t *p, int p_parts, const float *p_scale) {
@@ -306,10 +313,18 @@ static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t
          * O through PV and the row's sum) */
         const float shift = new_max == -INFINITY ? 0.0f : new_max * log2e;
         const fvec minus_shift = v_set1(-shift);
+        const int exact = !(fabsf(shift) < MX_EXACT_SHIFT);
+        const fvec v_scale = v_set1(scale), minus_max = v_set1(-new_max), v_log2e = v_set1(log2e);
         fvec sum = v_set1(0.0f);
         for (int64_t j = j_begin; j < j_end; j += 2 * W) {
-            const fvec ta = v_fma(v_load(row + j), scale_log2e, minus_shift);
-            const fvec tb = v_fma(v_load(row + j + W), scale_log2e, minus_shift);
+            fvec ta, tb;
+            if (exact) {
+                ta = v_mul(v_add(v_mul(v_load(row + j), v_scale), minus_max), v_log2e);
+                tb = v_mul(v_add(v_mul(v_load(row + j + W), v_scale), minus_max), v_log2e);
+            } else {
+                ta = v_fma(v_load(row + j), scale_log2e, minus_shift);
+                tb = v_fma(v_load(row + j + W), scale_log2e, minus_shift);
+            }
             fvec a = v_exp2_cut(ta, exp2_poly, cut);
             fvec b = v_exp2_cut(tb, exp2_poly, cut);
             sum = v_add(sum, v_add(a, b));
