@@ -394,9 +394,12 @@ typedef struct fai_tensors {
      * Q, K or an additive mask) makes its O and LSE NaN, also when all its visible scores are
      * NaN (never the 0 / -inf of a masked row); a +Inf score does the same, -Inf scores weigh
      * 0 (all -Inf: an empty row, 0 / -inf). Inf or NaN in V reaches O, not the LSE, of the rows
-     * that weigh that key above 0. Scores are f32: one that leaves its range (|scale q.k|, with
-     * a quantized K's scale, past 3.4e38) is +-Inf and follows these rules. f16 output
-     * saturates finite values at +-65504 and keeps +-Inf and NaN. */
+     * that weigh that key above 0. Scores are f32, formed as scale x (q.k) with q.k summed in
+     * f32 (with a quantized K's scale in q.k): one whose q.k or scaled value leaves f32's range
+     * (past 3.4e38; q.k can, where a small scale would have brought it back) is +-Inf and
+     * follows these rules, and products q_d k_d below f32's normal range (2^-126) keep fewer
+     * bits, which a scale above 1 then magnifies (up to |scale| D 2^-149 on a score). f16
+     * output saturates finite values at +-65504 and keeps +-Inf and NaN. */
     fai_tensor lse;
     /* Used when the plan's mask_kind is not NONE, and refused (data not NULL) when it is. */
     fai_mask mask;
