@@ -236,6 +236,9 @@ int fai__tuning_lookup(const fai_plan *plan, int64_t *tile_q, int64_t *tile_kv);
  * tile_kv keys, exactly as the workspace lays it out (fai_plan.c): the tile chooser's L2
  * footprint. */
 int64_t fai__vector_slot_bytes(const fai_plan *plan, int64_t rows, int64_t tile_kv);
+/* Whether the plan, with this tile, runs on the matrix engine and its slot fits the matrix
+ * engine's L2 budget (half of L2: plan info's tile_fits there). */
+int fai__mx_slot_fits_l2(const fai_plan *plan, int64_t rows, int64_t tile_kv);
 /* The problem's checks (fai_validate.c). */
 fai_status fai__validate_problem(const fai_problem *pb);
 /* Dv and the scale a valid problem asks for, its defaults (fai.h) resolved. */

@@ -553,15 +553,16 @@ TEST(cache_write_refuses_places_written_twice) {
     /* slots inside what is written: a token's row (or scale) would change a later token's
      * slot after the checks (valid slots, 0 and 1, placed in the cache and in the scales) */
     fixture_init(&f);
-    int64_t *in_cache = (int64_t *)(void *)(f.cache + 64);
-    in_cache[0] = 0, in_cache[1] = 1;
+    const int64_t two_slots[2] = {0, 1};
+    memcpy(f.cache + 64, two_slots, sizeof two_slots); /* 8-byte aligned in the fixture */
+    const int64_t *in_cache = (const int64_t *)(const void *)(f.cache + 64);
     memcpy(f.cache_before, f.cache, sizeof f.cache);
     CHECK(fai_cache_write(2, 2, 8, &f.src_tensor, in_cache, 2, 4, &f.cache_tensor, &f.per_token,
                           NULL) == FAI_ERR_INVALID_ARG);
     CHECK(strstr(fai_last_error(), "slots and cache overlap") != NULL);
     CHECK(memcmp(f.cache, f.cache_before, sizeof f.cache) == 0);
-    int64_t *in_scales = (int64_t *)(void *)(f.scales + 4);
-    in_scales[0] = 0, in_scales[1] = 1;
+    memcpy(f.scales + 4, two_slots, sizeof two_slots);
+    const int64_t *in_scales = (const int64_t *)(const void *)(f.scales + 4);
     memcpy(f.scales_before, f.scales, sizeof f.scales);
     CHECK(fai_cache_write(2, 2, 8, &f.src_tensor, in_scales, 2, 4, &f.cache_tensor, &f.per_token,
                           NULL) == FAI_ERR_INVALID_ARG);

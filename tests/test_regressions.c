@@ -181,9 +181,9 @@ TEST(regress_f16_v_parts_all_summed) {
 /* The matrix engine formed each exponent as fma(s, scale log2e, -new_max log2e), the shift
  * rounded apart from the scores: past 2^31 the row's largest key landed more than 128 from 0,
  * and a finite logit of 3e9 gave O = NaN (P = Inf) and of 1e10 O = NaN with LSE = -inf (every P
- * 0). Rows whose max reaches 2^20 now subtract it before log2e. One key scoring X, three 0:
- * O is that key's V row and LSE X, with and without a pass that scales S first (ALiBi of slope
- * 0), on every table. */
+ * 0). Rows whose |max log2e| reaches 2^20 now subtract the max before log2e. One key scoring X,
+ * three 0: O is that key's V row and LSE X, with and without a pass that scales S first (ALiBi of
+ * slope 0), on every table. */
 TEST(regress_huge_finite_logits_stay_numbers) {
     static const double logits[] = {3e9, 1e10, 1e20, -3e9};
     for (size_t l = 0; l < sizeof logits / sizeof logits[0]; l++)

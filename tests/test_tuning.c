@@ -375,9 +375,11 @@ TEST(tuning_line_cut_by_the_read_limit_is_ignored) {
     char header[200];
     snprintf(header, sizeof header, "%.*s", (int)(strchr(text, '\n') - text + 1), text);
     const long limit = 1L << 20;
-    for (int whole = 0; whole < 2; whole++) {
-        /* the limit falls after "key\t16\t3" (or, one byte earlier, after the newline) */
-        const long before = limit - (long)(key_length + strlen("\t16\t3")) - (whole ? 4 : 0);
+    /* the entry "key\t16\t32\n" with its last 0, 1 or 3 bytes past the limit: whole (its
+     * newline the limit's last byte, or just past it) or cut after "key\t16\t3" */
+    static const long past_limit[] = {0, 1, 3};
+    for (int v = 0; v < 3; v++) {
+        const long before = limit - (long)(key_length + strlen("\t16\t32\n")) + past_limit[v];
         FILE *f = fopen(path, "w");
         REQUIRE(f != NULL);
         long written = fputs(header, f) >= 0 ? (long)strlen(header) : 0;
@@ -394,13 +396,13 @@ TEST(tuning_line_cut_by_the_read_limit_is_ignored) {
         fai_tuning_reload();
         fai_plan_info info;
         REQUIRE(plan_tile(&pb, &info));
-        if (whole)
+        if (past_limit[v] < 3)
             CHECK(strcmp(info.tile_source, "tuned") == 0 && info.tile_q == 16 &&
                   info.tile_kv == 32);
         else
             CHECK(strcmp(info.tile_source, "heuristic") == 0);
     }
-    /* a store of another class keeps no cut entry */
+    /* a store of another class, over the cut file, keeps no cut entry */
     fai_problem other = pb;
     other.head_dim = 32;
     fai_plan *other_plan;
@@ -432,6 +434,41 @@ TEST(tuning_tile_past_the_l2_budget_is_ignored) {
     REQUIRE(plan_tile(&pb, &info));
     CHECK(strcmp(info.tile_source, "tuned") == 0 && info.tile_q == 16 && info.tile_kv == 32);
     fai_plan_free(plan);
+    drop_cache_file(path);
+}
+
+/* A tuned tile is taken exactly when `fai tune` would have measured it: its slot within half of
+ * L2 (the matrix engine's own slot on plans it runs, a decode tile's rows within a quarter), as
+ * the plan reports for that tile given as the problem's own. Several tiles of an f16 prefill,
+ * on whichever table runs the suite (the matrix engine's slot is larger than the vector
+ * tables' slice for the same tile). */
+TEST(tuning_tile_taken_as_fai_tune_measures) {
+    char path[512];
+    use_cache_file(path, sizeof path);
+    fai_problem pb;
+    prefill_problem(&pb);
+    pb.seq_q = pb.seq_kv = 4096, pb.head_dim = 128;
+    pb.q_dtype = pb.k_dtype = pb.v_dtype = pb.o_dtype = FAI_DTYPE_F16;
+    static const int64_t tiles[][2] = {{32, 128}, {16, 256}, {64, 64}, {16, 32}, {8, 128}};
+    int taken = 0;
+    for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
+        fai_problem own = pb;
+        own.tile_q = tiles[i][0], own.tile_kv = tiles[i][1];
+        fai_plan_info info;
+        REQUIRE(plan_tile(&own, &info));
+        const int measured =
+            info.tile_fits || (info.l1d_bytes > 0 && info.l2_bytes <= info.l2_capacity / 2);
+        fai_plan *plan;
+        REQUIRE(fai_plan_create(&pb, &plan) == FAI_OK);
+        REQUIRE(fai_tuning_store(plan, tiles[i][0], tiles[i][1]) == FAI_OK);
+        fai_plan_free(plan);
+        REQUIRE(plan_tile(&pb, &info));
+        const int tuned = strcmp(info.tile_source, "tuned") == 0;
+        CHECK(tuned == measured);
+        if (tuned) CHECK(info.tile_q == tiles[i][0] && info.tile_kv == tiles[i][1]);
+        taken += tuned;
+    }
+    CHECK(taken > 0); /* 16 x 32 fits any L2 this runs on */
     drop_cache_file(path);
 }
 

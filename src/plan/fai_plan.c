@@ -181,7 +181,10 @@ int64_t fai__vector_slot_bytes(const fai_plan *plan, int64_t rows, int64_t tile_
     return (int64_t)offset;
 }
 
-static fai_status layout_workspace(fai_plan *plan) {
+/* One unit's slot of the plan's tile: its leading dimensions, the paths it takes (bf16 dot
+ * products, the matrix engine) and the scratch they lay out; ws.slot is its size. The matrix
+ * engine's budget follows from it. */
+static void layout_slot(fai_plan *plan) {
     set_vector_dims(plan);
     /* (K's channel scales turn Q into f32 values: no bf16 products of Q then) */
     const fai_dtype q_dtype = plan->k_channel_scaled ? FAI_DTYPE_F32 : plan->pb.q_dtype;
@@ -213,7 +216,7 @@ static fai_status layout_workspace(fai_plan *plan) {
                                 : 2;
     }
     const size_t rows = (size_t)plan->tile_rows, keys = (size_t)plan->tile_kv;
-    const size_t ld_o = (size_t)plan->ld_o, ld_s = (size_t)plan->ld_s;
+    const size_t ld_s = (size_t)plan->ld_s;
     fai_ws_layout *ws = &plan->ws;
     size_t offset = 0;
     if (plan->mx)
@@ -240,6 +243,21 @@ static fai_status layout_workspace(fai_plan *plan) {
     ws->q_scaled = offset, offset += align64(scaled_q * sizeof(float));
     ws->slot = offset;
     if (plan->mx) budget_mx(plan);
+}
+
+int fai__mx_slot_fits_l2(const fai_plan *plan, int64_t rows, int64_t tile_kv) {
+    fai_plan trial = *plan; /* only its tile, dimensions and layout change */
+    trial.tile_rows = rows;
+    trial.tile_kv = tile_kv;
+    layout_slot(&trial);
+    return trial.mx && trial.tile_fits;
+}
+
+static fai_status layout_workspace(fai_plan *plan) {
+    layout_slot(plan);
+    fai_ws_layout *ws = &plan->ws;
+    const size_t rows = (size_t)plan->tile_rows, ld_o = (size_t)plan->ld_o;
+    const size_t ld_s = (size_t)plan->ld_s, offset = ws->slot;
     ws->per_thread = offset * (size_t)fai__slots_per_thread(plan);
     if (!plan->direct_kv) layout_kv_cache(plan, &ws->per_thread);
     int64_t total;

@@ -84,7 +84,8 @@ static tile_policy policy_of(const fai_plan *plan) {
 }
 
 /* Whether a tile shape fits this core's L2 budget (see the top of this file): what `fai tune`
- * measures, and what a tuned tile must pass. */
+ * measures, and what a tuned tile must pass (on the matrix engine its own slot's,
+ * fai__mx_slot_fits_l2). */
 static int fits_l2(const fai_plan *plan, int decode, int64_t rows, int64_t tile_kv) {
     const fai_cache_sizes *caches = fai__cache_sizes();
     if (decode) return stream_bytes(plan, tile_kv) <= caches->l2 / 4;
@@ -121,7 +122,10 @@ void fai__choose_tile(fai_plan *plan) {
         tuned_q = tuned_q < max_q ? tuned_q : max_q > 0 ? max_q : 1;
         tuned_kv = tuned_kv < max_kv ? tuned_kv : max_kv > 0 ? max_kv : 1;
         const int64_t tuned_rows = tuned_q * plan->group_slice;
-        tuned = fits_l2(plan, fai__is_decode_tile(tuned_rows), tuned_rows, tuned_kv);
+        const int tuned_decode = fai__is_decode_tile(tuned_rows);
+        tuned = fai__mx_serves(plan) && !tuned_decode
+                    ? fai__mx_slot_fits_l2(plan, tuned_rows, tuned_kv)
+                    : fits_l2(plan, tuned_decode, tuned_rows, tuned_kv);
     }
     plan->tile_source = user ? "user" : tuned ? "tuned" : "heuristic";
 

@@ -152,8 +152,11 @@ static int read_line(FILE *f, char *buf, size_t size, int *usable, size_t *budge
             buf[length++] = (char)c;
     }
     /* a line the budget cut is not whole (its last number may be cut short), unless the file
-     * ends there too */
-    if (any && c != '\n' && c != EOF && *budget == 0 && getc(f) != EOF) *usable = 0;
+     * or the line ends there too */
+    if (any && c != '\n' && c != EOF && *budget == 0) {
+        const int next = getc(f);
+        if (next != EOF && next != '\n') *usable = 0;
+    }
     buf[length] = '\0';
     return any;
 }
@@ -270,8 +273,8 @@ static fai_status refuse_foreign(const char *path) {
                      path, FILE_HEADER);
 }
 
-/* The nearest directory of `path` that exists (the one a store creates the rest in) is a
- * directory this process may create files in. */
+/* The nearest directory of `path` that exists (the file's own, or the one a store creates the
+ * rest in) is a directory this process may make files in. */
 static fai_status check_nearest_dir(const char *path) {
     char dir[PATH_BYTES];
     snprintf(dir, sizeof dir, "%s", path);
@@ -288,7 +291,7 @@ static fai_status check_nearest_dir(const char *path) {
             if (!S_ISDIR(st.st_mode))
                 return fai__fail(FAI_ERR_IO, "tuning cache %s: %s is not a directory", path, dir);
             if (access(dir, W_OK | X_OK) != 0)
-                return fai__fail(FAI_ERR_IO, "tuning cache %s: cannot create it in %s: %s", path,
+                return fai__fail(FAI_ERR_IO, "tuning cache %s: cannot make files in %s: %s", path,
                                  dir, strerror(errno));
             return FAI_OK;
         }
@@ -331,6 +334,8 @@ static fai_status check_target(const char *path, char target[PATH_BYTES], int *e
     if (access(target, W_OK) != 0)
         return fai__fail(FAI_ERR_IO, "tuning cache %s is not writable (%s): not replaced", target,
                          strerror(errno));
+    /* the store makes its lock and temporary files beside the target and renames over it */
+    FAI_TRY(check_nearest_dir(target));
     /* someone else's file at the path is never overwritten: checked before the lock file is
      * made beside it, and again under the lock */
     tuned_entry *entries;

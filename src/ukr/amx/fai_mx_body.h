@@ -283,10 +283,10 @@ static void mx_qk_exact(float *s, int64_t ld_n, const uint16_t *q, int q_parts, 
 #define MX_P_CUT_F32 (-150.0f)
 /* Each exponent is fma(s, scale log2e, -new_max log2e), one rounding, where the shift is formed
  * apart from the scores: its roundings (scale log2e, new_max, new_max log2e) put the row's largest
- * key a few ulps of the shift from 0, nothing below 2^20, but past 2^31 more than 128 (P then
- * Inf, or 0 with a sum of 0: NaN for finite scores). From 2^20 on a row takes the scores as
- * the vector tables do, scaled first and the max subtracted before log2e, so the key that set
- * the max gets 0 exactly. */
+ * key a few ulps of the shift from 0, nothing while |new_max log2e| is below 2^20, but past 2^31
+ * more than 128 (P then Inf, or 0 with a sum of 0: NaN for finite scores). From 2^20 on (a
+ * scaled max of about 7.3e5) a row takes the scores as the vector tables do, scaled first and
+ * the max subtracted before log2e, so the key that set the max gets 0 exactly. */
 #define MX_EXACT_SHIFT 1048576.0f
 static void mx_softmax(float *s, int64_t ld_n, int64_t m, int64_t m_pad, int64_t n, int64_t n_pad,
                        int64_t j_begin, int64_t j_end, float scale, float *row_max, float *row_sums,
