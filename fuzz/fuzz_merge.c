@@ -13,23 +13,23 @@
  *   - no crash, no undefined behaviour (ASan, UBSan);
  *   - a call fai.h says is refused (NULL arrays, negative sizes, head_dim outside [1, 576], a
  *     dtype other than f32, f16, bf16 for O and f32 for the LSE, a NULL data pointer, a negative
- *     stride, stride_dim other than 0 or 1, offsets past int64; for the sinks NaN or +inf) fails,
- *     and a valid call whose output does not overlap a part (other than being it) succeeds;
+ *     stride, stride_dim other than 0 or 1, offsets past int64, outputs placed over what is read:
+ *     an output's rows sharing memory (or its dimensions interleaved), O and LSE outputs
+ *     overlapping, an output overlapping a part it is not; for the sinks NaN or +inf) fails, and
+ *     every other call succeeds;
  *   - a failure has a status with a name and a printable one-line fai_last_error(), and leaves
  *     every byte of every buffer (guards included) as it was;
- *   - a success clears fai_last_error() and writes nothing but the output's elements; where the
- *     result is defined (the output apart from the parts or in place of one with rows of its
- *     own) each row is the formula's: a row whose parts are all -inf has O = 0 and LSE = -inf, a
- *     NaN or +inf part makes O and LSE NaN, NaN and Inf in a weighed part's O reach the row, and
- *     finite values agree within the tolerances below (an output row that shares memory with
- *     others must hold one of their results);
+ *   - a success clears fai_last_error() and writes nothing but the output's elements, each row
+ *     the formula's: a row whose parts are all -inf has O = 0 and LSE = -inf, a NaN or +inf part
+ *     makes O and LSE NaN, NaN and Inf in a weighed part's O reach the row, and finite values
+ *     agree within the tolerances below;
  *   - fai_apply_sinks on the merged rows: a sink of -inf changes nothing, an LSE of -inf becomes
  *     the sink with O unchanged, a NaN LSE stays NaN, and otherwise LSE' = log(e^LSE + e^sink)
  *     and O' = O e^(LSE - LSE') within the same tolerances.
  *
  * Tolerances. The reference is the exact formula in long double. A stored O element may differ
- * from it by half an ulp of the output dtype, plus half an ulp of f32 for f16 and bf16 outputs
- * (the value is rounded to f32 on the way), plus 2^-40 of the magnitude sum_p w_p |O_p| /
+ * from it by half an ulp of the output dtype (the double result rounded once), plus 2^-40 of
+ * the magnitude sum_p w_p |O_p| /
  * sum_p w_p (double accumulation, with room for exp and log). f16 saturates finite values at
  * +-65504; bf16 past its range may round to +-Inf. An LSE may differ by half an ulp of f32 plus
  * 2^-40 (|max LSE| + 1). After the sinks, O' is held to the same bound with the magnitude |O'|,
@@ -191,6 +191,67 @@ static const char *tensor_refusal(const merge_call *c, const fai_tensor *t, int 
     return NULL;
 }
 
+/* Whether two tensors' bytes meet (each [data, data + extent)). */
+static int spans_meet(const merge_call *c, const fai_tensor *a, int64_t a_tail, const fai_tensor *b,
+                      int64_t b_tail) {
+    const uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
+    const uintptr_t a1 = a0 + (uintptr_t)extent(c, a, a_tail);
+    const uintptr_t b1 = b0 + (uintptr_t)extent(c, b, b_tail);
+    return a0 < b1 && b0 < a1;
+}
+
+/* The very tensor (strides along dimensions of one index are never followed). */
+static int same_place(const merge_call *c, const fai_tensor *a, const fai_tensor *b) {
+    return a->data == b->data && a->dtype == b->dtype &&
+           (c->batch < 2 || a->stride_batch == b->stride_batch) &&
+           (c->seq < 2 || a->stride_seq == b->stride_seq) &&
+           (c->heads < 2 || a->stride_head == b->stride_head);
+}
+
+/* Whether a tensor's rows follow fai.h's rule for an output: its dimensions of more than one
+ * index, by increasing stride, each past all that the smaller ones span (rows that meet fail it,
+ * and so do interleaved dimensions whose rows would not meet). */
+static int rows_placed(const merge_call *c, const fai_tensor *t, int64_t tail) {
+    int64_t count[3] = {c->batch, c->seq, c->heads};
+    int64_t stride[3] = {t->stride_batch, t->stride_seq, t->stride_head};
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (stride[j] < stride[i]) {
+                const int64_t s = stride[i], n = count[i];
+                stride[i] = stride[j], count[i] = count[j];
+                stride[j] = s, count[j] = n;
+            }
+    int64_t span = tail;
+    for (int i = 0; i < 3; i++) {
+        if (count[i] < 2) continue;
+        if (stride[i] < span) return 0;
+        span += stride[i] * (count[i] - 1);
+    }
+    return 1;
+}
+
+/* Outputs placed where the merge reads what it writes: each output row its own place, O and LSE
+ * outputs apart, and each apart from every part it is not itself. */
+static const char *placement_refusal(const merge_call *c) {
+    const int lse_out = lse_out_given(c);
+    if (!rows_placed(c, &c->o_out, c->dim)) return "o_out rows not each in a place of their own";
+    if (lse_out && !rows_placed(c, &c->lse_out, 1))
+        return "lse_out rows not each in a place of their own";
+    if (lse_out && spans_meet(c, &c->o_out, c->dim, &c->lse_out, 1))
+        return "o_out and lse_out overlap";
+    for (int64_t p = 0; p < c->count; p++) {
+        if (!same_place(c, &c->o_out, &c->o[p]) &&
+            spans_meet(c, &c->o_out, c->dim, &c->o[p], c->dim))
+            return "o_out overlaps a part's O";
+        if (spans_meet(c, &c->o_out, c->dim, &c->lse[p], 1)) return "o_out overlaps a part's LSE";
+        if (!lse_out) continue;
+        if (!same_place(c, &c->lse_out, &c->lse[p]) && spans_meet(c, &c->lse_out, 1, &c->lse[p], 1))
+            return "lse_out overlaps a part's LSE";
+        if (spans_meet(c, &c->lse_out, 1, &c->o[p], c->dim)) return "lse_out overlaps a part's O";
+    }
+    return NULL;
+}
+
 static const char *merge_refusal(const merge_call *c) {
     if (!c->o_arg || !c->lse_arg || !c->o_out_arg) return "a NULL array";
     if (c->batch < 0 || c->seq < 0 || c->heads < 0) return "a negative size";
@@ -203,7 +264,7 @@ static const char *merge_refusal(const merge_call *c) {
     }
     const char *why = tensor_refusal(c, &c->o_out, 0);
     if (!why && lse_out_given(c)) why = tensor_refusal(c, &c->lse_out, 1);
-    return why;
+    return why ? why : placement_refusal(c);
 }
 
 /* Whether two rows of a tensor (every b, i, h) have an element in one place. */
@@ -244,9 +305,7 @@ static int value_ok(fai_dtype dtype, double got, long double ref, long double ma
     if (dtype == FAI_DTYPE_BF16 && fabsl(ref) > max)
         return fabs(got) >= max && signbit(got) == signbit((double)ref);
     if (!isfinite(got)) return 0;
-    long double bound = 0.5L * ulp(dtype, ref) + ACC_SLACK * magnitude;
-    if (dtype != FAI_DTYPE_F32) bound += 0.5L * ulp(FAI_DTYPE_F32, ref);
-    return fabsl((long double)got - ref) <= bound;
+    return fabsl((long double)got - ref) <= 0.5L * ulp(dtype, ref) + ACC_SLACK * magnitude;
 }
 
 static int lse_ok(double got, long double ref, long double magnitude) {

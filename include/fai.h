@@ -455,7 +455,9 @@ FAI_API size_t fai_plan_workspace_size(const fai_plan *plan);
 
 /* Computes attention for the plan's problem. Checks the tensors against the plan (dtypes,
  * pointers aligned to their elements, strides not negative, the head dimension contiguous
- * (stride_dim 1), every row of O and element of LSE in a place of its own, O and LSE sharing no
+ * (stride_dim 1), every row of O and element of LSE in a place of its own (its dimensions, by
+ * increasing stride, each past all that the smaller ones span: interleaved dimensions are
+ * refused even where no two rows would meet), O and LSE sharing no
  * memory with each other nor with anything the run reads (Q, K, V, the mask, the scales, the
  * ALiBi slopes, the sinks, the block table: the spans from each one's first byte to its last
  * are compared), and every block-table entry of a page that holds keys
@@ -698,8 +700,8 @@ FAI_API void fai_cache_free(void *memory, size_t bytes);
  * The output may be one of the parts itself (the same data, dtype and strides: each row is read
  * from every part before it is written, so a running result can absorb the next part in place),
  * and may not overlap the parts otherwise: checked by the bytes each spans (an output interleaved
- * with a part without touching it is refused too), with each output row its own place and O and
- * LSE apart. A 16-bit output is the double result rounded once. Nothing is written on failure.
+ * with a part without touching it is refused too), with each output row its own place (as
+ * fai_run places O's rows: interleaved dimensions are refused) and O and LSE apart. A 16-bit output is the double result rounded once. Nothing is written on failure.
  * Thread-safe.
  * Sinks: the merge treats every part's LSE as the log of its whole denominator, so parts
  * computed with fai_problem.sinks would each bring the sink and the merged row would count it

@@ -30,7 +30,8 @@ fai_status fai__check_distinct_indices(const char *name, const int64_t counts[3]
     return fai__fail(FAI_ERR_INVALID_ARG,
                      "%s strides (batch %" PRId64 ", seq %" PRId64 ", head %" PRId64
                      ") put two of its [%" PRId64 ", %" PRId64 ", %" PRId64
-                     "] %s in one place: each must have its own",
+                     "] %s in one place, or interleave its dimensions: each must have its own, "
+                     "the dimensions by increasing stride each past all the smaller ones span",
                      name, strides[0], strides[1], strides[2], counts[0], counts[1], counts[2],
                      tail > 1 ? "rows" : "elements");
 }
