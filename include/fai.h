@@ -701,12 +701,12 @@ FAI_API void fai_cache_free(void *memory, size_t bytes);
  * from every part before it is written, so a running result can absorb the next part in place),
  * and may not overlap the parts otherwise: checked by the bytes each spans (an output interleaved
  * with a part without touching it is refused too), with each output row its own place (as
- * fai_run places O's rows: interleaved dimensions are refused) and O and LSE apart. A 16-bit output is the double result rounded once. Nothing is written on failure.
- * Thread-safe.
- * Sinks: the merge treats every part's LSE as the log of its whole denominator, so parts
- * computed with fai_problem.sinks would each bring the sink and the merged row would count it
- * once per part (its O too small by that weight). Merge parts computed without sinks, then call
- * fai_apply_sinks once on the result. */
+ * fai_run places O's rows: interleaved dimensions are refused) and O and LSE apart. A 16-bit output
+ * is the double result rounded once. Nothing is written on failure. Thread-safe. Sinks: the merge
+ * treats every part's LSE as the log of its whole denominator, so parts computed with
+ * fai_problem.sinks would each bring the sink and the merged row would count it once per part (its
+ * O too small by that weight). Merge parts computed without sinks, then call fai_apply_sinks once
+ * on the result. */
 FAI_API fai_status fai_merge_states(int64_t count, const fai_tensor *o_parts,
                                     const fai_tensor *lse_parts, int64_t batch, int64_t seq,
                                     int64_t heads, int64_t head_dim, const fai_tensor *o_out,
