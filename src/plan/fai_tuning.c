@@ -430,6 +430,17 @@ static fai_status fail_long_path(const char *source) {
                      value ? value : "", PATH_BYTES - 1);
 }
 
+/* The path a store writes, or the error naming why there is none (disabled, or too long). */
+static fai_status store_path(char path[PATH_BYTES]) {
+    const char *source;
+    const int known = cache_path(path, PATH_BYTES, &source);
+    if (known < 0) return fail_long_path(source);
+    if (known == 0)
+        return fai__fail(FAI_ERR_INVALID_ARG,
+                         "the tuning cache is disabled (FAI_TUNE_CACHE=off, or no HOME)");
+    return FAI_OK;
+}
+
 fai_status fai_tuning_store(const fai_plan *plan, int64_t tile_q, int64_t tile_kv) {
     fai__clear_error();
     if (!plan) return fai__fail(FAI_ERR_INVALID_ARG, "plan = NULL");
@@ -440,12 +451,7 @@ fai_status fai_tuning_store(const fai_plan *plan, int64_t tile_q, int64_t tile_k
         return fai__fail(FAI_ERR_INVALID_ARG, "tile_kv = %" PRId64 " is outside 1..%d", tile_kv,
                          MAX_TUNED_TILE);
     char path[PATH_BYTES];
-    const char *source;
-    const int known = cache_path(path, sizeof path, &source);
-    if (known < 0) return fail_long_path(source);
-    if (known == 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "the tuning cache is disabled (FAI_TUNE_CACHE=off, or no HOME)");
+    FAI_TRY(store_path(path));
     char key[KEY_BYTES];
     entry_key(plan, key, sizeof key);
     pthread_mutex_lock(&cache_lock);
@@ -458,12 +464,7 @@ fai_status fai_tuning_store(const fai_plan *plan, int64_t tile_q, int64_t tile_k
 fai_status fai_tuning_check_store(void) {
     fai__clear_error();
     char path[PATH_BYTES], target[PATH_BYTES];
-    const char *source;
-    const int known = cache_path(path, sizeof path, &source);
-    if (known < 0) return fail_long_path(source);
-    if (known == 0)
-        return fai__fail(FAI_ERR_INVALID_ARG,
-                         "the tuning cache is disabled (FAI_TUNE_CACHE=off, or no HOME)");
+    FAI_TRY(store_path(path));
     struct stat st;
     int exists;
     pthread_mutex_lock(&cache_lock);
