@@ -38,11 +38,11 @@ def merge_states(o_parts, lse_parts, *, out_dtype=None, sinks=None):
 
     o_parts: a list (or tuple) of O [B, S, H, D] (or packed [rows, H, D]), each float32, float16
     or bfloat16; lse_parts: the matching LSE float32 [B, H, S] (or [H, rows]), as
-    attention(return_lse=True) gives them. Returns O in the first part's dtype (or out_dtype) and LSE float32, shaped like
-    the parts. A part whose LSE is -inf contributes nothing; rows where every part is -inf get
-    O = 0, LSE = -inf. sinks (float32 [H]): the parts were computed without sinks, and the
-    merged result gets them once (fai_apply_sinks); parts computed with sinks would each count
-    them.
+    attention(return_lse=True) gives them. Returns O in the first part's dtype (or out_dtype) and
+    LSE float32, shaped like the parts. A part whose LSE is -inf contributes nothing; rows where
+    every part is -inf get O = 0, LSE = -inf. sinks (float32 [H]): the parts were computed
+    without sinks, and the merged result gets them once (fai_apply_sinks); parts computed with
+    sinks would each count them.
     """
     o_list = _parts(o_parts, "o_parts")
     l_list = _parts(lse_parts, "lse_parts")

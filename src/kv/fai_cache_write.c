@@ -397,13 +397,13 @@ static fai_status check_arguments(int64_t tokens, int64_t heads, int64_t dim, co
                                                        dim, fai_dtype_size(cache->dtype));
     if (fai__ranges_meet(src_bytes, cache_bytes))
         return overlap(src_bytes, cache_bytes, "src and cache overlap in memory");
+    fai_byte_range scale_bytes = {0, 0}; /* the per-token scales written, if any */
     if (*mode == SCALE_PER_TOKEN) {
         const int64_t scale_strides[3] = {scale->stride_batch, scale->stride_seq,
                                           scale->stride_head};
         FAI_TRY(check_offsets("scale", cache_counts, scale_strides, 1));
         FAI_TRY(fai__check_distinct_indices("per-token scale", cache_counts, scale_strides, 1));
-        const fai_byte_range scale_bytes =
-            fai__byte_range(scale->data, cache_counts, scale_strides, 1, sizeof(float));
+        scale_bytes = fai__byte_range(scale->data, cache_counts, scale_strides, 1, sizeof(float));
         if (fai__ranges_meet(scale_bytes, cache_bytes))
             return overlap(scale_bytes, cache_bytes,
                            "the per-token scales (scale) overlap the cache in memory");
@@ -415,10 +415,10 @@ static fai_status check_arguments(int64_t tokens, int64_t heads, int64_t dim, co
         const int64_t head_strides[3] = {scale->stride_head, 0, 0};
         FAI_TRY(check_offsets("scale", head_counts, head_strides, 1));
         /* read while the cache is written: a scale inside it would change under the write */
-        const fai_byte_range scale_bytes =
+        const fai_byte_range fixed_bytes =
             fai__byte_range(scale->data, head_counts, head_strides, 1, sizeof(float));
-        if (fai__ranges_meet(scale_bytes, cache_bytes))
-            return overlap(scale_bytes, cache_bytes,
+        if (fai__ranges_meet(fixed_bytes, cache_bytes))
+            return overlap(fixed_bytes, cache_bytes,
                            "the fixed scales (scale) overlap the cache in memory");
         FAI_TRY(check_fixed_scales(scale, heads));
     }
@@ -428,15 +428,9 @@ static fai_status check_arguments(int64_t tokens, int64_t heads, int64_t dim, co
         const fai_byte_range slot_bytes = {(uintptr_t)slots, (uintptr_t)(slots + tokens)};
         if (fai__ranges_meet(slot_bytes, cache_bytes))
             return overlap(slot_bytes, cache_bytes, "slots and cache overlap in memory");
-        if (*mode == SCALE_PER_TOKEN) {
-            const int64_t scale_strides[3] = {scale->stride_batch, scale->stride_seq,
-                                              scale->stride_head};
-            const fai_byte_range scale_bytes =
-                fai__byte_range(scale->data, cache_counts, scale_strides, 1, sizeof(float));
-            if (fai__ranges_meet(slot_bytes, scale_bytes))
-                return overlap(slot_bytes, scale_bytes,
-                               "slots and the per-token scales (scale) overlap in memory");
-        }
+        if (fai__ranges_meet(slot_bytes, scale_bytes))
+            return overlap(slot_bytes, scale_bytes,
+                           "slots and the per-token scales (scale) overlap in memory");
     }
     return check_slots(slots, tokens, *rows);
 }
